@@ -1,0 +1,3 @@
+from ddpcli.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""One module per command; each keeps its body short: parse, call the pure logic, render."""

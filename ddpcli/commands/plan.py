@@ -1,0 +1,93 @@
+"""`ddpcli plan`: what batch, learning rate, warmup and epoch each run gets, before any GPU is touched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ddpcli.config import validate_experiment_data
+from ddpcli.console import stdout, user_errors
+from ddpcli.errors import UserError
+from ddpcli.planning import Plan, load_plan, resolve_plan
+from ddpcli.render import plan_table, print_notes
+
+QUICK = "Quick form (no file)"
+
+
+@user_errors
+def plan_command(
+    file: Annotated[Path | None, typer.Argument(help="Experiment file (TOML). Default: ./experiments.toml.",
+                                                show_default=False)] = None,
+    only: Annotated[list[str] | None, typer.Option("--only", help="Only this run (repeatable).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+    per_device_batch_size: Annotated[int | None, typer.Option(
+        min=1, help="Quick form: the one-device batch that worked.", rich_help_panel=QUICK)] = None,
+    lr: Annotated[float | None, typer.Option(help="Quick form: the one-device learning rate.",
+                                             rich_help_panel=QUICK)] = None,
+    nproc_per_node: Annotated[int | None, typer.Option(
+        min=1, help="Quick form: processes (GPUs) per node of the target.", rich_help_panel=QUICK)] = None,
+    nnodes: Annotated[int, typer.Option(min=1, help="Quick form: nodes of the target.",
+                                        rich_help_panel=QUICK)] = 1,
+    global_batch_size: Annotated[int | None, typer.Option(
+        min=1, help="Quick form: target global batch (default: keep the per-device batch).",
+        rich_help_panel=QUICK)] = None,
+    grad_accum_steps: Annotated[int | None, typer.Option(
+        min=1, help="Quick form: target gradient accumulation.", rich_help_panel=QUICK)] = None,
+    optimizer: Annotated[str, typer.Option(help="Quick form: sgd | adam | adamw | other.",
+                                           rich_help_panel=QUICK)] = "sgd",
+    warmup_steps: Annotated[int, typer.Option(min=0, help="Quick form: one-device warmup steps.",
+                                              rich_help_panel=QUICK)] = 0,
+    dataset_size: Annotated[int | None, typer.Option(min=1, help="Quick form: samples per epoch.",
+                                                     rich_help_panel=QUICK)] = None,
+) -> None:
+    """Resolve every run of an experiment file: world size, per-device batch, accumulation, global batch,
+    learning-rate scaling, warmup and steps per epoch, with notes in plain words. Never imports torch.
+
+    Quick form, no file: [bold]ddpcli plan --per-device-batch-size 16 --lr 0.1 --nproc-per-node 4[/]
+    """
+    quick = {"per_device_batch_size": per_device_batch_size, "lr": lr, "nproc_per_node": nproc_per_node}
+    if any(value is not None for value in quick.values()):
+        if file is not None:
+            raise UserError("give either an experiment file or the quick-form options, not both")
+        missing = [f"--{key.replace('_', '-')}" for key, value in quick.items() if value is None]
+        if missing:
+            raise UserError(f"the quick form needs {', '.join(missing)} too")
+        plan = _quick_plan(per_device_batch_size, lr, nproc_per_node, nnodes, global_batch_size,  # type: ignore[arg-type]
+                           grad_accum_steps, optimizer, warmup_steps, dataset_size)
+    else:
+        plan = load_plan(file or Path("experiments.toml"))
+    runs = plan.select(only)
+    if as_json:
+        data = plan.as_json()
+        if only:
+            data["experiments"] = [run.as_json() for run in runs if run is not plan.baseline]
+        print(json.dumps(data, indent=2))
+        return
+    stdout.print(plan_table(plan, runs))
+    print_notes(stdout, runs)
+
+
+def _quick_plan(per_device: int, lr: float, nproc: int, nnodes: int, global_batch: int | None,
+                accum: int | None, optimizer: str, warmup: int, dataset_size: int | None) -> Plan:
+    """Build the same plan a two-run file would give: a one-device baseline and the target."""
+    target: dict[str, Any] = {"nproc_per_node": nproc, "nnodes": nnodes}
+    if global_batch is not None:
+        target["global_batch_size"] = global_batch
+    if accum is not None:
+        target["grad_accum_steps"] = accum
+    if global_batch is None and accum is not None:
+        target["per_device_batch_size"] = per_device
+    defaults: dict[str, Any] = {"optimizer": optimizer}
+    if dataset_size is not None:
+        defaults |= {"dataset_size": dataset_size, "epochs": 1}
+    data = {
+        "defaults": defaults,
+        "baseline": {"name": f"1x{per_device}", "per_device_batch_size": per_device, "lr": lr,
+                     "warmup_steps": warmup},
+        "experiments": [{"name": f"{nnodes * nproc}-processes", **target}],
+    }
+    source = Path("<command line>")
+    return resolve_plan(validate_experiment_data(data, source), source)

@@ -1,0 +1,128 @@
+"""The run directory: what `launch` writes and `compare` reads. No torch, no rich.
+
+Layout of one run (`<runs_dir>/<name>/<run_id>/`):
+  run.json          the record: plan, command, status, timings, failures (RUN_FIELDS)
+  metrics.jsonl     one JSON object per logged optimizer step, from rank 0 (at least step, samples, time, loss, lr)
+  logs/             torchrun's per-rank stdout/stderr (and error.json files)
+  final_params.pt   rank 0's final model state_dict on CPU
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+RUN_FILE = "run.json"
+METRICS_FILE = "metrics.jsonl"
+PARAMS_FILE = "final_params.pt"
+LOGS_DIR = "logs"
+STATUSES = ("running", "completed", "failed", "interrupted", "timed_out")
+RUN_FIELDS = (
+    "schema_version", "run_id", "name", "status", "plan", "argv", "env_added", "started_at", "ended_at",
+    "wall_time_s", "exit_code", "failed_ranks", "hostname", "python", "torch_version", "experiment_file",
+    "experiment_file_sha256",
+)  # fmt: skip
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """`20261130T120501Z-3fa2c1`: sorts by start time; the random part keeps two launches apart."""
+    stamp = (now or utc_now()).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write to a temp file in the same directory, then rename: a reader never sees half a record."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp",
+                                     delete=False, encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, allow_nan=False, default=str)
+        handle.write("\n")
+        temp = Path(handle.name)
+    os.replace(temp, path)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    with path.open(encoding="utf-8") as handle:
+        data = json.load(handle)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return data
+
+
+@dataclass
+class MetricsRead:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # one message per unreadable line
+
+
+def read_metrics(path: Path) -> MetricsRead:
+    """All rows of a metrics.jsonl; a line that is not a JSON object (a crash mid-write) is skipped and reported."""
+    result = MetricsRead()
+    if not path.exists():
+        return result
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                result.skipped.append(f"{path}:{number}: not a complete JSON line, skipped")
+                continue
+            if isinstance(row, dict):
+                result.rows.append(row)
+            else:
+                result.skipped.append(f"{path}:{number}: not a JSON object, skipped")
+    return result
+
+
+def iter_new_metrics(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """Rows appended since `offset` (bytes), and the new offset. A partial last line waits for the next call."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read()
+    except FileNotFoundError:
+        return [], offset
+    complete = chunk[: chunk.rfind(b"\n") + 1]
+    rows = []
+    for line in complete.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows, offset + len(complete)
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / RUN_FILE).is_file()
+
+
+def find_run_dirs(root: Path) -> Iterator[Path]:
+    """Run directories under a runs root (`<root>/<name>/<run_id>/`), or the root itself if it is one."""
+    if is_run_dir(root):
+        yield root
+        return
+    for candidate in sorted(root.glob(f"*/*/{RUN_FILE}")):
+        yield candidate.parent
+
+
+def finite_or_none(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None

@@ -1,0 +1,54 @@
+"""Rich renderings shared by the commands. Pure formatting: every number comes from the pure modules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from ddpcli.planning import Plan, ResolvedRun
+
+
+def fmt_number(value: float | int | None, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.{digits}g}"
+
+
+def plan_table(plan: Plan, runs: Sequence[ResolvedRun]) -> Table:
+    table = Table(title=f"Plan: {plan.file}", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                  padding=(0, 1), collapse_padding=True)
+    for header in ("run", "procs", "batch", "global", "lr", "rule", "warmup", "steps/ep", "steps", "padded"):
+        table.add_column(header, justify="left" if header in {"run", "rule"} else "right", no_wrap=True)
+    for run in runs:
+        nodes = f"{run.min_nnodes}:{run.nnodes}" if run.is_elastic else str(run.nnodes)
+        procs = f"{nodes}x{run.nproc_per_node}" if run.nnodes > 1 else str(run.nproc_per_node)
+        batch = str(run.per_device_batch_size)
+        if run.grad_accum_steps > 1:
+            batch += f"x{run.grad_accum_steps}acc"
+        rule = run.scaling
+        if rule in {"linear", "sqrt"} and run.batch_scale != 1:
+            rule += f" x{run.batch_scale:g}"
+        padded = fmt_number(run.padded_samples)
+        if run.dropped_samples:
+            padded = f"-{run.dropped_samples}"
+        table.add_row(run.name, procs, batch, str(run.global_batch_size), f"{run.lr:.4g}", rule,
+                      str(run.warmup_steps),
+                      fmt_number(run.steps_per_epoch), fmt_number(run.total_steps), padded)
+    table.caption = "batch: per process (x accumulation); padded: repeated samples per epoch (-N: dropped)"
+    table.caption_justify = "left"
+    return table
+
+
+def print_notes(console: Console, runs: Sequence[ResolvedRun]) -> None:
+    for run in runs:
+        console.print(f"[bold]{escape(run.name)}[/]")
+        for note in run.notes:
+            console.print(Padding(Text(f"- {note}"), (0, 0, 0, 2)))
