@@ -102,8 +102,12 @@ class Plan:
         known = {run.name for run in self.runs}
         unknown = [name for name in names if name not in known]
         if unknown:
-            raise ConfigError(self.file, None, f"no run named {', '.join(map(repr, unknown))}; "
-                              f"runs in this file: {', '.join(run.name for run in self.runs)}")
+            raise ConfigError(
+                self.file,
+                None,
+                f"no run named {', '.join(map(repr, unknown))}; "
+                f"runs in this file: {', '.join(run.name for run in self.runs)}",
+            )
         return [run for run in self.runs if run.name in names]
 
     def as_json(self) -> dict[str, Any]:
@@ -125,8 +129,9 @@ def resolve_plan(experiment_file: ExperimentFile, path: Path) -> Plan:
     base_dir = path.parent
     baseline = _resolve_run(_merge(defaults, experiment_file.baseline, None), "baseline", None, path, base_dir)
     experiments = [
-        _resolve_run(_merge(defaults, entry, experiment_file.baseline), f"experiments[{index}]", baseline,
-                     path, base_dir)
+        _resolve_run(
+            _merge(defaults, entry, experiment_file.baseline), f"experiments[{index}]", baseline, path, base_dir
+        )
         for index, entry in enumerate(experiment_file.experiments)
     ]
     return Plan(
@@ -153,8 +158,7 @@ def _merge(defaults: RunFields, entry: RunEntry, baseline: RunEntry | None) -> d
             continue
         for key in layer.model_fields_set - {"runs_dir", "name", "env"}:
             inherited = layer is not entry and baseline is not None
-            if inherited and key in DERIVED_FIELDS and (key not in BATCH_FIELDS or own_batch
-                                                        or layer is baseline):
+            if inherited and key in DERIVED_FIELDS and (key not in BATCH_FIELDS or own_batch or layer is baseline):
                 continue
             merged[key] = getattr(layer, key)
     merged["name"] = entry.name
@@ -246,23 +250,32 @@ def _resolve_batch(
     if per_device is not None and global_batch is not None:
         if accum is not None:
             if per_device * accum * world_size != global_batch:
-                raise fail("global_batch_size", f"global_batch_size {global_batch} != per_device_batch_size "
-                           f"{per_device} x grad_accum_steps {accum} x world_size {world_size}")
+                raise fail(
+                    "global_batch_size",
+                    f"global_batch_size {global_batch} != per_device_batch_size "
+                    f"{per_device} x grad_accum_steps {accum} x world_size {world_size}",
+                )
             return per_device, accum, global_batch
         accum = _exact_quotient(global_batch, per_device * world_size)
         if accum is None:
-            raise fail("global_batch_size", f"global_batch_size {global_batch} is not a positive multiple of "
-                       f"per_device_batch_size {per_device} x world_size {world_size} "
-                       f"= {per_device * world_size}, so grad_accum_steps would not be a whole number")
+            raise fail(
+                "global_batch_size",
+                f"global_batch_size {global_batch} is not a positive multiple of "
+                f"per_device_batch_size {per_device} x world_size {world_size} "
+                f"= {per_device * world_size}, so grad_accum_steps would not be a whole number",
+            )
         return per_device, accum, global_batch
 
     accum = 1 if accum is None else accum
     if global_batch is not None:
         per_device = _exact_quotient(global_batch, accum * world_size)
         if per_device is None:
-            raise fail("global_batch_size", f"global_batch_size {global_batch} is not a positive multiple of "
-                       f"grad_accum_steps {accum} x world_size {world_size} = {accum * world_size}, "
-                       "so per_device_batch_size would not be a whole number")
+            raise fail(
+                "global_batch_size",
+                f"global_batch_size {global_batch} is not a positive multiple of "
+                f"grad_accum_steps {accum} x world_size {world_size} = {accum * world_size}, "
+                "so per_device_batch_size would not be a whole number",
+            )
         return per_device, accum, global_batch
 
     if per_device is None:
@@ -296,8 +309,13 @@ def _epoch_arithmetic(
     if size is None:
         if epochs is not None:
             raise fail("dataset_size", "is needed to count the steps of `epochs`; set it or use max_steps")
-        return dict(samples_per_rank=None, padded_samples=None, dropped_samples=None,
-                    steps_per_epoch=None, total_steps=max_steps)
+        return dict(
+            samples_per_rank=None,
+            padded_samples=None,
+            dropped_samples=None,
+            steps_per_epoch=None,
+            total_steps=max_steps,
+        )
     if fields.get("drop_last", False):
         samples_per_rank = size // world_size
         padded, dropped = 0, size - samples_per_rank * world_size
@@ -307,8 +325,16 @@ def _epoch_arithmetic(
         padded, dropped = samples_per_rank * world_size - size, 0
         steps_per_epoch = math.ceil(math.ceil(samples_per_rank / per_device) / accum)
     if steps_per_epoch == 0:
-        raise fail("dataset_size", f"dataset_size {size} gives each of {world_size} processes {samples_per_rank} "
-                   f"samples, fewer than one optimizer step of {per_device} x {accum} with drop_last")
+        raise fail(
+            "dataset_size",
+            f"dataset_size {size} gives each of {world_size} processes {samples_per_rank} "
+            f"samples, fewer than one optimizer step of {per_device} x {accum} with drop_last",
+        )
     total_steps = max_steps if max_steps is not None else (epochs * steps_per_epoch if epochs else None)
-    return dict(samples_per_rank=samples_per_rank, padded_samples=padded, dropped_samples=dropped,
-                steps_per_epoch=steps_per_epoch, total_steps=total_steps)
+    return dict(
+        samples_per_rank=samples_per_rank,
+        padded_samples=padded,
+        dropped_samples=dropped,
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total_steps,
+    )

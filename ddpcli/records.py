@@ -46,8 +46,9 @@ def new_run_id(now: datetime | None = None) -> str:
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write to a temp file in the same directory, then rename: a reader never sees half a record."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp",
-                                     delete=False, encoding="utf-8") as handle:
+    with tempfile.NamedTemporaryFile(
+        "w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False, encoding="utf-8"
+    ) as handle:
         json.dump(data, handle, indent=2, allow_nan=False, default=str)
         handle.write("\n")
         temp = Path(handle.name)

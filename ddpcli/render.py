@@ -23,8 +23,14 @@ def fmt_number(value: float | int | None, digits: int = 4) -> str:
 
 
 def plan_table(plan: Plan, runs: Sequence[ResolvedRun]) -> Table:
-    table = Table(title=f"Plan: {plan.file}", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
-                  padding=(0, 1), collapse_padding=True)
+    table = Table(
+        title=f"Plan: {plan.file}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
     for header in ("run", "procs", "batch", "global", "lr", "rule", "warmup", "steps/ep", "steps", "padded"):
         table.add_column(header, justify="left" if header in {"run", "rule"} else "right", no_wrap=True)
     for run in runs:
@@ -39,9 +45,18 @@ def plan_table(plan: Plan, runs: Sequence[ResolvedRun]) -> Table:
         padded = fmt_number(run.padded_samples)
         if run.dropped_samples:
             padded = f"-{run.dropped_samples}"
-        table.add_row(run.name, procs, batch, str(run.global_batch_size), f"{run.lr:.4g}", rule,
-                      str(run.warmup_steps),
-                      fmt_number(run.steps_per_epoch), fmt_number(run.total_steps), padded)
+        table.add_row(
+            run.name,
+            procs,
+            batch,
+            str(run.global_batch_size),
+            f"{run.lr:.4g}",
+            rule,
+            str(run.warmup_steps),
+            fmt_number(run.steps_per_epoch),
+            fmt_number(run.total_steps),
+            padded,
+        )
     table.caption = "batch: per process (x accumulation); padded: repeated samples per epoch (-N: dropped)"
     table.caption_justify = "left"
     return table

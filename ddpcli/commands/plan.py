@@ -19,29 +19,40 @@ QUICK = "Quick form (no file)"
 
 @user_errors
 def plan_command(
-    file: Annotated[Path | None, typer.Argument(help="Experiment file (TOML). Default: ./experiments.toml.",
-                                                show_default=False)] = None,
+    file: Annotated[
+        Path | None, typer.Argument(help="Experiment file (TOML). Default: ./experiments.toml.", show_default=False)
+    ] = None,
     only: Annotated[list[str] | None, typer.Option("--only", help="Only this run (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
-    per_device_batch_size: Annotated[int | None, typer.Option(
-        min=1, help="Quick form: the one-device batch that worked.", rich_help_panel=QUICK)] = None,
-    lr: Annotated[float | None, typer.Option(help="Quick form: the one-device learning rate.",
-                                             rich_help_panel=QUICK)] = None,
-    nproc_per_node: Annotated[int | None, typer.Option(
-        min=1, help="Quick form: processes (GPUs) per node of the target.", rich_help_panel=QUICK)] = None,
-    nnodes: Annotated[int, typer.Option(min=1, help="Quick form: nodes of the target.",
-                                        rich_help_panel=QUICK)] = 1,
-    global_batch_size: Annotated[int | None, typer.Option(
-        min=1, help="Quick form: target global batch (default: keep the per-device batch).",
-        rich_help_panel=QUICK)] = None,
-    grad_accum_steps: Annotated[int | None, typer.Option(
-        min=1, help="Quick form: target gradient accumulation.", rich_help_panel=QUICK)] = None,
-    optimizer: Annotated[str, typer.Option(help="Quick form: sgd | adam | adamw | other.",
-                                           rich_help_panel=QUICK)] = "sgd",
-    warmup_steps: Annotated[int, typer.Option(min=0, help="Quick form: one-device warmup steps.",
-                                              rich_help_panel=QUICK)] = 0,
-    dataset_size: Annotated[int | None, typer.Option(min=1, help="Quick form: samples per epoch.",
-                                                     rich_help_panel=QUICK)] = None,
+    per_device_batch_size: Annotated[
+        int | None, typer.Option(min=1, help="Quick form: the one-device batch that worked.", rich_help_panel=QUICK)
+    ] = None,
+    lr: Annotated[
+        float | None, typer.Option(help="Quick form: the one-device learning rate.", rich_help_panel=QUICK)
+    ] = None,
+    nproc_per_node: Annotated[
+        int | None,
+        typer.Option(min=1, help="Quick form: processes (GPUs) per node of the target.", rich_help_panel=QUICK),
+    ] = None,
+    nnodes: Annotated[int, typer.Option(min=1, help="Quick form: nodes of the target.", rich_help_panel=QUICK)] = 1,
+    global_batch_size: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Quick form: target global batch (default: keep the per-device batch).", rich_help_panel=QUICK
+        ),
+    ] = None,
+    grad_accum_steps: Annotated[
+        int | None, typer.Option(min=1, help="Quick form: target gradient accumulation.", rich_help_panel=QUICK)
+    ] = None,
+    optimizer: Annotated[
+        str, typer.Option(help="Quick form: sgd | adam | adamw | other.", rich_help_panel=QUICK)
+    ] = "sgd",
+    warmup_steps: Annotated[
+        int, typer.Option(min=0, help="Quick form: one-device warmup steps.", rich_help_panel=QUICK)
+    ] = 0,
+    dataset_size: Annotated[
+        int | None, typer.Option(min=1, help="Quick form: samples per epoch.", rich_help_panel=QUICK)
+    ] = None,
 ) -> None:
     """Resolve every run of an experiment file: world size, per-device batch, accumulation, global batch,
     learning-rate scaling, warmup and steps per epoch, with notes in plain words. Never imports torch.
@@ -55,8 +66,17 @@ def plan_command(
         missing = [f"--{key.replace('_', '-')}" for key, value in quick.items() if value is None]
         if missing:
             raise UserError(f"the quick form needs {', '.join(missing)} too")
-        plan = _quick_plan(per_device_batch_size, lr, nproc_per_node, nnodes, global_batch_size,  # type: ignore[arg-type]
-                           grad_accum_steps, optimizer, warmup_steps, dataset_size)
+        plan = _quick_plan(
+            per_device_batch_size,
+            lr,
+            nproc_per_node,
+            nnodes,
+            global_batch_size,  # type: ignore[arg-type]
+            grad_accum_steps,
+            optimizer,
+            warmup_steps,
+            dataset_size,
+        )
     else:
         plan = load_plan(file or Path("experiments.toml"))
     runs = plan.select(only)
@@ -70,8 +90,17 @@ def plan_command(
     print_notes(stdout, runs)
 
 
-def _quick_plan(per_device: int, lr: float, nproc: int, nnodes: int, global_batch: int | None,
-                accum: int | None, optimizer: str, warmup: int, dataset_size: int | None) -> Plan:
+def _quick_plan(
+    per_device: int,
+    lr: float,
+    nproc: int,
+    nnodes: int,
+    global_batch: int | None,
+    accum: int | None,
+    optimizer: str,
+    warmup: int,
+    dataset_size: int | None,
+) -> Plan:
     """Build the same plan a two-run file would give: a one-device baseline and the target."""
     target: dict[str, Any] = {"nproc_per_node": nproc, "nnodes": nnodes}
     if global_batch is not None:
@@ -85,8 +114,7 @@ def _quick_plan(per_device: int, lr: float, nproc: int, nnodes: int, global_batc
         defaults |= {"dataset_size": dataset_size, "epochs": 1}
     data = {
         "defaults": defaults,
-        "baseline": {"name": f"1x{per_device}", "per_device_batch_size": per_device, "lr": lr,
-                     "warmup_steps": warmup},
+        "baseline": {"name": f"1x{per_device}", "per_device_batch_size": per_device, "lr": lr, "warmup_steps": warmup},
         "experiments": [{"name": f"{nnodes * nproc}-processes", **target}],
     }
     source = Path("<command line>")
