@@ -30,6 +30,7 @@ PLAN_KEYS = (
     "global_batch_size", "batch_scale", "scaling", "lr", "warmup_steps", "samples_per_rank", "padded_samples",
     "dropped_samples", "steps_per_epoch", "total_steps", "notes",
 )  # fmt: skip
+EXCLUSIVE = {"module": "script", "script": "module", "epochs": "max_steps", "max_steps": "epochs"}
 # Also in each run's JSON: what the training script needs to reproduce the plan (data, order, stopping).
 EXTRA_KEYS = ("min_nnodes", "seed", "dataset_size", "epochs", "max_steps", "optimizer", "drop_last")
 
@@ -161,6 +162,7 @@ def _merge(defaults: RunFields, entry: RunEntry, baseline: RunEntry | None) -> d
             if inherited and key in DERIVED_FIELDS and (key not in BATCH_FIELDS or own_batch or layer is baseline):
                 continue
             merged[key] = getattr(layer, key)
+            merged.pop(EXCLUSIVE.get(key, ""), None)  # a more specific `script` replaces `module`, etc.
     merged["name"] = entry.name
     # The file's env is a table: merge its keys rather than replace the whole table.
     merged["env"] = {**(defaults.env or {}), **((baseline.env or {}) if baseline else {}), **(entry.env or {})}

@@ -38,7 +38,10 @@ def plan_command(
     global_batch_size: Annotated[
         int | None,
         typer.Option(
-            min=1, help="Quick form: target global batch (default: keep the per-device batch).", rich_help_panel=QUICK
+            min=1,
+            help="Quick form: target global batch, reached by accumulation at the same per-device batch "
+            "unless --grad-accum-steps is given too.",
+            rich_help_panel=QUICK,
         ),
     ] = None,
     grad_accum_steps: Annotated[
@@ -107,7 +110,8 @@ def _quick_plan(
         target["global_batch_size"] = global_batch
     if accum is not None:
         target["grad_accum_steps"] = accum
-    if global_batch is None and accum is not None:
+    if global_batch is None or accum is None:
+        # Keep the batch that fit on one device; a larger global batch then comes from accumulation.
         target["per_device_batch_size"] = per_device
     defaults: dict[str, Any] = {"optimizer": optimizer}
     if dataset_size is not None:
