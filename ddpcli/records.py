@@ -110,6 +110,24 @@ def iter_new_metrics(path: Path, offset: int) -> tuple[list[dict[str, Any]], int
     return rows, offset + len(complete)
 
 
+def last_metrics_row(path: Path, window: int = 65536) -> dict[str, Any] | None:
+    """The last complete row, reading only the file's tail: metrics files can hold millions of rows."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(handle.seek(0, os.SEEK_END) - window, 0))
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            return row
+    return None
+
+
 def is_run_dir(path: Path) -> bool:
     return (path / RUN_FILE).is_file()
 

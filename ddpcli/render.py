@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich import box
 from rich.console import Console
@@ -12,6 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ddpcli.planning import Plan, ResolvedRun
+from ddpcli.records import METRICS_FILE, last_metrics_row
+from ddpcli.sweep import RunResult
 
 
 def fmt_number(value: float | int | None, digits: int = 4) -> str:
@@ -67,3 +70,34 @@ def print_notes(console: Console, runs: Sequence[ResolvedRun]) -> None:
         console.print(f"[bold]{escape(run.name)}[/]")
         for note in run.notes:
             console.print(Padding(Text(f"- {note}"), (0, 0, 0, 2)))
+
+
+def launch_summary_table(results: Sequence[RunResult]) -> Table:
+    table = Table(title="Runs", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
+    for header in ("run", "status", "wall time", "final loss", "run directory / failure"):
+        table.add_column(header, justify="right" if header in {"wall time", "final loss"} else "left")
+    for result in results:
+        record = result.record
+        last = last_metrics_row(result.spec.run_dir / METRICS_FILE)
+        loss = last.get("loss") if last else None
+        style = "green" if result.status == "completed" else "red"
+        detail = display_path(result.spec.run_dir)
+        if record["failed_ranks"]:
+            failure = record["failed_ranks"][0]
+            detail += f"\nrank {failure['rank']} exit {failure['exit_code']}: {failure['error']}"
+        table.add_row(
+            escape(result.spec.run.name),
+            f"[{style}]{result.status}[/]",
+            f"{record['wall_time_s']:.1f}s" if record.get("wall_time_s") is not None else "-",
+            fmt_number(loss) if isinstance(loss, float) else "-",
+            escape(detail),
+        )
+    return table
+
+
+def display_path(path: Path) -> str:
+    """Relative to the current directory when below it: shorter, and what the user typed."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

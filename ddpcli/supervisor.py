@@ -1,0 +1,210 @@
+"""Run one torchrun job to the end: start it, watch it, stop it cleanly, and say how it ended and why.
+
+torchrun starts every worker in a session of its own, so killing torchrun's process group does not reach them:
+a torchrun killed hard leaves orphans. We therefore stop torchrun with SIGTERM first (it forwards the signal to
+its workers), escalate to SIGKILL after a grace period, and finally kill any process still carrying this run's
+DDPCLI_RUN_DIR in its environment. No torch and no rich here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddpcli.launcher import LaunchSpec
+from ddpcli.records import LOGS_DIR, METRICS_FILE, iter_new_metrics, read_json
+
+POLL_INTERVAL_S = 0.2
+STOP_GRACE_S = 10.0
+LOG_TAIL_LINES = 20
+
+
+@dataclass
+class Outcome:
+    status: str  # completed | failed | interrupted | timed_out
+    exit_code: int | None
+    wall_time_s: float
+    failed_ranks: list[dict[str, Any]] = field(default_factory=list)
+    restarts: int = 0
+
+
+@dataclass
+class StopRequest:
+    """Set from a signal handler; the supervision loop notices it within POLL_INTERVAL_S."""
+
+    reason: str | None = None  # "interrupted" once Ctrl-C or SIGTERM arrived
+
+    def request(self, reason: str = "interrupted") -> None:
+        self.reason = reason
+
+
+def run_to_end(
+    spec: LaunchSpec,
+    agent_log: Path,
+    timeout_s: float | None,
+    stop: StopRequest,
+    on_rows: Callable[[list[dict[str, Any]]], None] = lambda rows: None,
+) -> Outcome:
+    """Start torchrun, feed new metrics rows to `on_rows` as they appear, and return how the run ended."""
+    logs = spec.run_dir / LOGS_DIR
+    logs.mkdir(parents=True, exist_ok=True)
+    before = set(logs.iterdir())
+    started = time.monotonic()
+    with agent_log.open("ab") as log:
+        process = subprocess.Popen(
+            spec.argv, env={**os.environ, **spec.env_added}, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        status = _watch(process, spec.run_dir / METRICS_FILE, started, timeout_s, stop, on_rows)
+    exit_code = process.returncode
+    kill_leftover_workers(spec.run_dir)
+    wall_time = time.monotonic() - started
+    if status == "completed" and exit_code != 0:
+        status = "failed"
+    own_logs = sorted(set(logs.iterdir()) - before - {agent_log})
+    failed = failed_ranks(agent_log, own_logs) if status == "failed" else []
+    return Outcome(status, exit_code, wall_time, failed, restarts=count_restarts(own_logs))
+
+
+def _watch(
+    process: subprocess.Popen[bytes],
+    metrics: Path,
+    started: float,
+    timeout_s: float | None,
+    stop: StopRequest,
+    on_rows: Callable[[list[dict[str, Any]]], None],
+) -> str:
+    offset = 0
+    while True:
+        rows, offset = iter_new_metrics(metrics, offset)
+        if rows:
+            on_rows(rows)
+        if process.poll() is not None:
+            rows, offset = iter_new_metrics(metrics, offset)
+            if rows:
+                on_rows(rows)
+            return "completed"
+        if stop.reason is not None:
+            terminate(process)
+            return stop.reason
+        if timeout_s is not None and time.monotonic() - started > timeout_s:
+            terminate(process)
+            return "timed_out"
+        time.sleep(POLL_INTERVAL_S)
+
+
+def terminate(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to torchrun's group (torchrun passes it on to its workers), SIGKILL after the grace period."""
+    _signal_group(process, signal.SIGTERM)
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signum)
+
+
+def kill_leftover_workers(run_dir: Path) -> list[int]:
+    """SIGKILL every process whose environment names this run directory. Linux only (reads /proc)."""
+    marker = f"DDPCLI_RUN_DIR={run_dir}".encode()
+    killed = []
+    for pid in worker_pids(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except ProcessLookupError:
+            pass
+    return killed
+
+
+def worker_pids(marker: bytes) -> list[int]:
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    pids = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            pids.append(int(entry.name))
+    return pids
+
+
+def count_restarts(own_logs: list[Path]) -> int:
+    attempts = [path for log_dir in own_logs for path in log_dir.glob("attempt_*")]
+    return max(len(attempts) - 1, 0)
+
+
+# torchrun's failure summary: "rank      : 1 (local_rank: 1)", "exitcode  : 1 (pid: 42)", "error_file: <path>".
+SUMMARY_ENTRY = re.compile(
+    r"rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)\s*\n"
+    r"\s*exitcode\s*:\s*(?P<exit_code>-?\d+)[^\n]*\n"
+    r"\s*error_file\s*:\s*(?P<error_file>[^\n]+)"
+)
+
+
+def failed_ranks(agent_log: Path, own_logs: list[Path]) -> list[dict[str, Any]]:
+    """The ranks torchrun reported as failed, root cause first, each with its error and the end of its log."""
+    text = agent_log.read_text(encoding="utf-8", errors="replace") if agent_log.exists() else ""
+    summary = text[text.rfind("Failures:") :] if "Failures:" in text else ""
+    root_cause_at = summary.find("Root Cause")
+    entries = []
+    for match in SUMMARY_ENTRY.finditer(summary):
+        rank, local_rank, exit_code = int(match["rank"]), int(match["local_rank"]), int(match["exit_code"])
+        error_file = match["error_file"].strip()
+        stderr_log = _rank_stderr(error_file, local_rank, own_logs)
+        entries.append({
+            "rank": rank,
+            "exit_code": exit_code,
+            "error": _error_message(error_file, stderr_log, exit_code),
+            "log_tail": _tail(stderr_log),
+            "root_cause": match.start() > root_cause_at >= 0,
+        })  # fmt: skip
+    entries.sort(key=lambda entry: not entry["root_cause"])
+    return entries
+
+
+def _rank_stderr(error_file: str, local_rank: int, own_logs: list[Path]) -> Path | None:
+    if not error_file.startswith("<"):
+        return Path(error_file).parent / "stderr.log"
+    candidates = sorted(path for log_dir in own_logs for path in log_dir.glob(f"attempt_*/{local_rank}/stderr.log"))
+    return candidates[-1] if candidates else None
+
+
+def _error_message(error_file: str, stderr_log: Path | None, exit_code: int) -> str:
+    if not error_file.startswith("<"):
+        try:
+            message = read_json(Path(error_file))["message"]
+            return message["message"] if isinstance(message, dict) else str(message)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    if exit_code < 0:
+        try:
+            return f"killed by {signal.Signals(-exit_code).name}"
+        except ValueError:
+            return f"killed by signal {-exit_code}"
+    lines = _tail(stderr_log).splitlines()
+    return lines[-1] if lines else f"exited with code {exit_code}"
+
+
+def _tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:
+    if path is None or not path.exists():
+        return ""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return "\n".join(text.rstrip().splitlines()[-lines:])

@@ -1,0 +1,145 @@
+"""The torchrun command as data: exact argv and env before anything runs, and the errors found before a start."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ddpcli.cli import app
+from ddpcli.errors import ConfigError, UserError
+from ddpcli.launcher import Rendezvous, build_launch, fill_placeholders
+from ddpcli.planning import load_plan
+from ddpcli.sweep import create_run_dir
+from tests.conftest import write_toml
+
+runner = CliRunner()
+
+FILE = """
+[defaults]
+module = "ddpcli.examples.regression"
+args = ["--steps", "{total_steps}", "--lr", "{lr}", "--out", "{run_dir}/extra", "--literal", "{{braces}}"]
+dataset_size = 1000
+epochs = 1
+env = { OMP_NUM_THREADS = "1" }
+
+[baseline]
+name = "1x16"
+per_device_batch_size = 16
+lr = 0.05
+
+[[experiments]]
+name = "4x16"
+nproc_per_node = 4
+"""
+
+
+def test_build_launch_exact_argv_and_env(tmp_path: Path) -> None:
+    plan = load_plan(write_toml(tmp_path, FILE))
+    run = plan.experiments[0]
+    run_dir = tmp_path / "runs" / "4x16" / "ID"
+    spec = build_launch(run, run_dir, plan.file, python="/py")
+    assert spec.argv == [
+        "/py", "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "4", "--standalone",
+        "--log-dir", f"{run_dir}/logs", "--tee", "3", "-m", "ddpcli.examples.regression",
+        "--steps", "16", "--lr", "0.2", "--out", f"{run_dir}/extra", "--literal", "{braces}",
+    ]  # fmt: skip
+    assert list(spec.env_added) == ["OMP_NUM_THREADS", "DDPCLI_RUN_DIR", "DDPCLI_RUN"]
+    assert spec.env_added["DDPCLI_RUN_DIR"] == str(run_dir)
+    resolved = json.loads(spec.env_added["DDPCLI_RUN"])
+    assert resolved == {**run.as_json(), "run_dir": str(run_dir), "noise_scale": False}
+
+
+def test_script_path_and_restarts(tmp_path: Path) -> None:
+    text = FILE.replace('module = "ddpcli.examples.regression"', 'script = "train.py"\nmax_restarts = 2')
+    plan = load_plan(write_toml(tmp_path, text))
+    spec = build_launch(plan.baseline, tmp_path / "r", plan.file, python="/py")
+    assert spec.argv[spec.argv.index("--max-restarts") + 1] == "2"
+    assert spec.argv[spec.argv.index("3") + 1] == str(tmp_path / "train.py")
+    assert spec.env_added["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+
+def test_multi_node_uses_c10d_rendezvous(tmp_path: Path) -> None:
+    plan = load_plan(write_toml(tmp_path, FILE.replace("nproc_per_node = 4", "nproc_per_node = 4\nnnodes = 2")))
+    run = plan.experiments[0]
+    spec = build_launch(run, tmp_path / "r", plan.file, Rendezvous("head:29400", "job7"), python="/py")
+    assert spec.argv[3:13] == [
+        "--nnodes", "2", "--nproc-per-node", "4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "head:29400",
+        "--rdzv-id", "job7",
+    ]  # fmt: skip
+    with pytest.raises(UserError, match="no rendezvous is known"):
+        build_launch(run, tmp_path / "r", plan.file, Rendezvous(), python="/py")
+
+
+def test_placeholders() -> None:
+    values = {"lr": 0.1, "total_steps": 10, "drop_last": False, "max_steps": None}
+    assert fill_placeholders(["{lr}", "x{total_steps}y", "{drop_last}"], values, "f") == ["0.1", "x10y", "false"]
+    with pytest.raises(ConfigError, match=r"args\[1\]: unknown placeholder \{steps\}; known: drop_last"):
+        fill_placeholders(["ok", "{steps}"], values, "f")
+    with pytest.raises(ConfigError, match=r"placeholder \{max_steps\} has no value"):
+        fill_placeholders(["{max_steps}"], values, "f")
+    with pytest.raises(ConfigError, match="for a brace"):
+        fill_placeholders(["{lr"], values, "f")
+
+
+def test_dry_run_prints_commands_and_env_and_starts_nothing(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, FILE)
+    result = runner.invoke(app, ["launch", str(path), "--dry-run", "--only", "4x16"])
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("# 4x16 -> ") and f"{tmp_path}/runs/4x16/" in lines[0]
+    argv = shlex.split(lines[1])
+    assert argv[:8] == [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "4",
+        "--standalone",
+    ]
+    assert argv[-10:] == [
+        "-m",
+        "ddpcli.examples.regression",
+        "--steps",
+        "16",
+        "--lr",
+        "0.2",
+        "--out",
+        f"{lines[0].split(' -> ')[1]}/extra",
+        "--literal",
+        "{braces}",
+    ]
+    assert lines[2] == "#   OMP_NUM_THREADS=1"
+    assert lines[3].startswith("#   DDPCLI_RUN_DIR=")
+    run = json.loads(shlex.split(lines[4].removeprefix("#   "))[0].removeprefix("DDPCLI_RUN="))
+    assert (run["name"], run["world_size"], run["lr"]) == ("4x16", 4, 0.2)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unknown_placeholder_exits_2_naming_it(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, FILE.replace("{total_steps}", "{total_step}"))
+    result = runner.invoke(app, ["launch", str(path)])
+    assert result.exit_code == 2
+    assert "unknown placeholder {total_step}" in result.stderr and "1x16" in result.stderr
+    assert not (tmp_path / "runs").exists()  # nothing started: every command is built before the first run
+
+
+def test_multi_node_without_rendezvous_exits_2(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, FILE.replace("nproc_per_node = 4", "nproc_per_node = 4\nnnodes = 2"))
+    result = runner.invoke(app, ["launch", str(path), "--dry-run"])
+    assert result.exit_code == 2 and "--rdzv-endpoint" in result.stderr
+
+
+def test_existing_run_directory_is_never_overwritten(tmp_path: Path) -> None:
+    run_dir = tmp_path / "name" / "ID"
+    create_run_dir(run_dir)
+    (run_dir / "run.json").write_text("{}")
+    with pytest.raises(UserError, match="already exists"):
+        create_run_dir(run_dir)
+    assert (run_dir / "run.json").read_text() == "{}"

@@ -1,0 +1,168 @@
+"""Real torchrun jobs (gloo, CPU) started by `ddpcli launch`, read back from their run directories.
+
+These use tests/launch_scripts/steps.py, a plain torch.distributed script, so they prove the launcher works with
+any torchrun script; the bundled example and the numerical equivalence are tested in test_runtime.py and
+test_equivalence_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpcli.records import RUN_FIELDS, read_json, read_metrics
+from ddpcli.supervisor import worker_pids
+from tests.conftest import REPO, write_toml
+
+pytestmark = pytest.mark.e2e
+
+STEPS = REPO / "tests" / "launch_scripts" / "steps.py"
+FILE = f"""
+[defaults]
+script = "{STEPS}"
+args = ["{{total_steps}}"]
+max_steps = 6
+env = {{ OMP_NUM_THREADS = "1" }}
+
+[baseline]
+name = "one"
+per_device_batch_size = 4
+lr = 0.1
+
+[[experiments]]
+name = "crash"
+nproc_per_node = 2
+args = ["{{total_steps}}", "--crash-rank", "1", "--crash-step", "3"]
+
+[[experiments]]
+name = "slow"
+nproc_per_node = 2
+max_steps = 1000
+args = ["{{total_steps}}", "--sleep", "0.2"]
+
+[[experiments]]
+name = "two"
+nproc_per_node = 2
+"""
+
+
+def launch(path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ddpcli", "launch", str(path), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=path.parent,
+    )
+
+
+def only_run_dir(root: Path, name: str) -> Path:
+    (run_dir,) = (root / "runs" / name).iterdir()
+    return run_dir
+
+
+def test_completed_runs_are_recorded(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, FILE)
+    result = launch(path, "--only", "one", "--only", "two")
+    assert result.returncode == 0, result.stderr
+    for name, world_size in (("one", 1), ("two", 2)):
+        run_dir = only_run_dir(tmp_path, name)
+        record = read_json(run_dir / "run.json")
+        assert set(RUN_FIELDS) <= set(record)
+        assert (record["status"], record["exit_code"], record["failed_ranks"]) == ("completed", 0, [])
+        assert record["name"] == name and record["run_id"] == run_dir.name
+        assert record["plan"]["world_size"] == world_size and record["plan"]["total_steps"] == 6
+        assert record["experiment_file"] == str(path) and len(record["experiment_file_sha256"]) == 64
+        assert record["torch_version"].startswith("2.") and record["wall_time_s"] > 0
+        assert record["started_at"] < record["ended_at"]
+        rows = read_metrics(run_dir / "metrics.jsonl").rows
+        assert [row["step"] for row in rows] == [1, 2, 3, 4, 5, 6]
+        assert [row["samples"] for row in rows] == [step * 4 * world_size for step in range(1, 7)]
+        assert list((run_dir / "logs").glob("*/attempt_0/0/stdout.log"))
+    assert "completed" in result.stdout and "one" in result.stdout
+
+
+def test_crash_on_rank_1_is_reported(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, FILE)
+    result = launch(path, "--only", "crash", "--only", "two")
+    assert result.returncode == 1
+    record = read_json(only_run_dir(tmp_path, "crash") / "run.json")
+    assert (record["status"], record["exit_code"]) == ("failed", 1)
+    root_cause = record["failed_ranks"][0]
+    assert (root_cause["rank"], root_cause["exit_code"], root_cause["root_cause"]) == (1, 1, True)
+    assert root_cause["error"] == "RuntimeError: deliberate crash on rank 1 at step 3"
+    assert "deliberate crash on rank 1" in root_cause["log_tail"]
+    assert "rank 1 exited 1: RuntimeError: deliberate crash on rank 1 at step 3" in result.stderr
+    # Without --fail-fast the sweep goes on: "two" ran after "crash" failed.
+    assert read_json(only_run_dir(tmp_path, "two") / "run.json")["status"] == "completed"
+
+
+def test_fail_fast_stops_the_sweep(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, FILE)
+    result = launch(path, "--only", "crash", "--only", "two", "--fail-fast")
+    assert result.returncode == 1
+    assert not (tmp_path / "runs" / "two").exists()
+
+
+def wait_for_metrics(root: Path, name: str, deadline_s: float = 60) -> Path:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        found = list((root / "runs" / name).glob("*/metrics.jsonl"))
+        if found and found[0].stat().st_size > 0:
+            return found[0].parent
+        time.sleep(0.1)
+    raise AssertionError("the run never started writing metrics")
+
+
+def test_sigint_interrupts_and_leaves_no_worker_behind(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, FILE)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "ddpcli", "launch", str(path), "--only", "slow", "--only", "two"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    run_dir = wait_for_metrics(tmp_path, "slow")
+    assert worker_pids(f"DDPCLI_RUN_DIR={run_dir}".encode())  # the workers are there...
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130, err
+    record = read_json(run_dir / "run.json")
+    assert record["status"] == "interrupted" and record["wall_time_s"] < 60
+    assert worker_pids(f"DDPCLI_RUN_DIR={run_dir}".encode()) == []  # ...and now they are gone
+    assert not (tmp_path / "runs" / "two").exists()  # an interrupted sweep starts nothing more
+
+
+def test_timeout_marks_timed_out(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, FILE)
+    result = launch(path, "--only", "slow", "--timeout", "6")
+    assert result.returncode == 1
+    run_dir = only_run_dir(tmp_path, "slow")
+    record = read_json(run_dir / "run.json")
+    assert record["status"] == "timed_out" and 6 <= record["wall_time_s"] < 30
+    assert worker_pids(f"DDPCLI_RUN_DIR={run_dir}".encode()) == []
+
+
+def test_two_launches_at_once_do_not_clash(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, FILE)
+    command = [sys.executable, "-m", "ddpcli", "launch", str(path), "--only", "two"]
+    first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for process in (first, second):
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+    run_dirs = sorted((tmp_path / "runs" / "two").iterdir())
+    assert len(run_dirs) == 2
+    for run_dir in run_dirs:
+        assert read_json(run_dir / "run.json")["status"] == "completed"
+        assert len(read_metrics(run_dir / "metrics.jsonl").rows) == 6
+    ports = {json.dumps(read_json(run_dir / "run.json")["argv"]) for run_dir in run_dirs}
+    assert all("--standalone" in argv for argv in ports)  # each agent picked its own free port
