@@ -7,7 +7,9 @@ shell is involved anywhere: arguments go to `subprocess.Popen` as a list.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import socket
 import string
 import sys
 from dataclasses import dataclass, field
@@ -37,6 +39,8 @@ class LaunchSpec:
     run_dir: Path
     argv: list[str]
     env_added: dict[str, str] = field(default_factory=dict)
+    log_dir: Path = Path()
+    node_key: str | None = None  # multi-node: this node's name until its group rank is known
 
     def shell_line(self) -> str:
         """The command as one shell-quoted line, for --dry-run and for people to copy."""
@@ -83,14 +87,23 @@ def build_launch(
     experiment_file: str,
     rendezvous: Rendezvous | None = None,
     python: str = sys.executable,
+    node_key: str | None = None,
 ) -> LaunchSpec:
-    """The torchrun argv and added env for one run. `experiment_file` only locates errors."""
+    """The torchrun argv and added env for one run. `experiment_file` only locates errors.
+
+    Nodes of a multi-node run share the run directory, so each keeps its torchrun logs under its own
+    `node_key` (host and pid by default) inside logs/.
+    """
     where = f"{experiment_file}: {run.name}"
+    log_dir = run_dir / LOGS_DIR
+    if run.is_multi_node:
+        node_key = node_key or f"{socket.gethostname()}-{os.getpid()}"
+        log_dir = log_dir / node_key
     values = placeholder_values(run, run_dir)
     argv = [python, "-m", "torch.distributed.run", *_topology_args(run, rendezvous)]
     if run.max_restarts:
         argv += ["--max-restarts", str(run.max_restarts)]
-    argv += ["--log-dir", str(run_dir / LOGS_DIR), "--tee", "3"]
+    argv += ["--log-dir", str(log_dir), "--tee", "3"]
     argv += _entry_point(run, experiment_file)
     argv += fill_placeholders(run.args, values, where)
     env = {
@@ -100,13 +113,13 @@ def build_launch(
     }
     if run.max_restarts:
         env = {**RESTART_ENV, **env}
-    return LaunchSpec(run=run, run_dir=run_dir, argv=argv, env_added=env)
+    return LaunchSpec(run=run, run_dir=run_dir, argv=argv, env_added=env, log_dir=log_dir, node_key=node_key)
 
 
 def _topology_args(run: ResolvedRun, rendezvous: Rendezvous | None) -> list[str]:
     nnodes = f"{run.min_nnodes}:{run.nnodes}" if run.is_elastic else str(run.nnodes)
     args = ["--nnodes", nnodes, "--nproc-per-node", str(run.nproc_per_node)]
-    if run.nnodes == 1 and not run.is_elastic:
+    if not run.is_multi_node:
         return [*args, "--standalone"]  # c10d on localhost with a free port: two launches never collide
     if rendezvous is None or not rendezvous.endpoint or not rendezvous.run_id:
         raise UserError(

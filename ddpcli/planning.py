@@ -21,6 +21,7 @@ from ddpcli.config import (
     RunEntry,
     RunFields,
     load_experiment_file,
+    validate_experiment_data,
 )
 from ddpcli.errors import ConfigError
 
@@ -79,6 +80,10 @@ class ResolvedRun:
     def is_elastic(self) -> bool:
         return self.min_nnodes != self.nnodes
 
+    @property
+    def is_multi_node(self) -> bool:
+        return self.nnodes > 1 or self.is_elastic
+
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         return {key: data[key] for key in (*PLAN_KEYS, *EXTRA_KEYS)}
@@ -119,9 +124,25 @@ class Plan:
         }
 
 
-def load_plan(path: Path) -> Plan:
-    """Read, validate and resolve an experiment file."""
-    return resolve_plan(load_experiment_file(path), path)
+def load_plan(path: Path, nnodes: int | str | None = None, names: list[str] | None = None) -> Plan:
+    """Read, validate and resolve an experiment file; `nnodes` overrides the node count of the named runs (all
+    runs when no names are given), as `ddpcli launch --nnodes` does."""
+    experiment_file = load_experiment_file(path)
+    if nnodes is not None:
+        experiment_file = with_nnodes(experiment_file, nnodes, names, path)
+    return resolve_plan(experiment_file, path)
+
+
+def with_nnodes(
+    experiment_file: ExperimentFile, nnodes: int | str, names: list[str] | None, path: Path
+) -> ExperimentFile:
+    """A copy with `nnodes` set on the named entries, validated like a value written in the file."""
+    data = experiment_file.model_dump(exclude_unset=True)
+    entries = [data["baseline"], *data.get("experiments", [])]
+    for entry in entries:
+        if not names or entry["name"] in names:
+            entry["nnodes"] = int(nnodes) if isinstance(nnodes, str) and nnodes.isdigit() else nnodes
+    return validate_experiment_data(data, path)
 
 
 def resolve_plan(experiment_file: ExperimentFile, path: Path) -> Plan:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpcli.launcher import LaunchSpec
-from ddpcli.records import LOGS_DIR, METRICS_FILE, iter_new_metrics, read_json
+from ddpcli.records import METRICS_FILE, iter_new_metrics, read_json
 
 POLL_INTERVAL_S = 0.2
 STOP_GRACE_S = 10.0
@@ -34,6 +34,7 @@ class Outcome:
     wall_time_s: float
     failed_ranks: list[dict[str, Any]] = field(default_factory=list)
     restarts: int = 0
+    group_rank: int | None = None  # this node's rank among the nodes (multi-node runs only)
 
 
 @dataclass
@@ -48,57 +49,69 @@ class StopRequest:
 
 def run_to_end(
     spec: LaunchSpec,
-    agent_log: Path,
     timeout_s: float | None,
     stop: StopRequest,
     on_rows: Callable[[list[dict[str, Any]]], None] = lambda rows: None,
 ) -> Outcome:
     """Start torchrun, feed new metrics rows to `on_rows` as they appear, and return how the run ended."""
-    logs = spec.run_dir / LOGS_DIR
-    logs.mkdir(parents=True, exist_ok=True)
-    before = set(logs.iterdir())
+    spec.log_dir.mkdir(parents=True, exist_ok=True)
+    agent_log = spec.log_dir / ("torchrun.log" if spec.node_key is None else f"torchrun-{spec.node_key}.log")
+    before = set(spec.log_dir.iterdir())
     started = time.monotonic()
     with agent_log.open("ab") as log:
         process = subprocess.Popen(
             spec.argv, env={**os.environ, **spec.env_added}, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        status = _watch(process, spec.run_dir / METRICS_FILE, started, timeout_s, stop, on_rows)
+        watch = Watch(process, spec.run_dir / METRICS_FILE, on_rows, find_group_rank=spec.run.is_multi_node)
+        status = watch.until_done(started, timeout_s, stop)
     exit_code = process.returncode
     kill_leftover_workers(spec.run_dir)
     wall_time = time.monotonic() - started
     if status == "completed" and exit_code != 0:
         status = "failed"
-    own_logs = sorted(set(logs.iterdir()) - before - {agent_log})
+    own_logs = sorted(path for path in set(spec.log_dir.iterdir()) - before if path.is_dir())
     failed = failed_ranks(agent_log, own_logs) if status == "failed" else []
-    return Outcome(status, exit_code, wall_time, failed, restarts=count_restarts(own_logs))
+    return Outcome(status, exit_code, wall_time, failed, count_restarts(own_logs), watch.group_rank)
 
 
-def _watch(
-    process: subprocess.Popen[bytes],
-    metrics: Path,
-    started: float,
-    timeout_s: float | None,
-    stop: StopRequest,
-    on_rows: Callable[[list[dict[str, Any]]], None],
-) -> str:
-    offset = 0
-    while True:
-        rows, offset = iter_new_metrics(metrics, offset)
+class Watch:
+    """Polls a running torchrun: new metrics rows, this node's group rank, the end of the process."""
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        metrics: Path,
+        on_rows: Callable[[list[dict[str, Any]]], None],
+        find_group_rank: bool,
+    ) -> None:
+        self.process = process
+        self.metrics = metrics
+        self.on_rows = on_rows
+        self.offset = 0
+        self.group_rank: int | None = None
+        self.find_group_rank = find_group_rank
+
+    def poll(self) -> None:
+        rows, self.offset = iter_new_metrics(self.metrics, self.offset)
         if rows:
-            on_rows(rows)
-        if process.poll() is not None:
-            rows, offset = iter_new_metrics(metrics, offset)
-            if rows:
-                on_rows(rows)
-            return "completed"
-        if stop.reason is not None:
-            terminate(process)
-            return stop.reason
-        if timeout_s is not None and time.monotonic() - started > timeout_s:
-            terminate(process)
-            return "timed_out"
-        time.sleep(POLL_INTERVAL_S)
+            self.on_rows(rows)
+        if self.find_group_rank and self.group_rank is None:
+            self.group_rank = group_rank_of_workers(self.process.pid)
+
+    def until_done(self, started: float, timeout_s: float | None, stop: StopRequest) -> str:
+        while True:
+            self.poll()
+            if self.process.poll() is not None:
+                self.poll()
+                return "completed"
+            if stop.reason is not None:
+                terminate(self.process)
+                return stop.reason
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                terminate(self.process)
+                return "timed_out"
+            time.sleep(POLL_INTERVAL_S)
 
 
 def terminate(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
@@ -129,13 +142,32 @@ def kill_leftover_workers(run_dir: Path) -> list[int]:
     return killed
 
 
-def worker_pids(marker: bytes) -> list[int]:
+def group_rank_of_workers(agent_pid: int) -> int | None:
+    """GROUP_RANK from the environment of a worker torchrun started: the rendezvous decides it, and torchrun
+    logs it only at INFO level. Linux only (reads /proc); None until a worker exists."""
+    for entry in _proc_entries():
+        try:
+            stat = (entry / "stat").read_text()
+            parent = int(stat[stat.rfind(")") + 2 :].split()[1])
+            if parent != agent_pid:
+                continue
+            for variable in (entry / "environ").read_bytes().split(b"\0"):
+                if variable.startswith(b"GROUP_RANK="):
+                    return int(variable.removeprefix(b"GROUP_RANK="))
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def _proc_entries() -> list[Path]:
     proc = Path("/proc")
-    if not proc.is_dir():
-        return []
+    return [entry for entry in proc.iterdir() if entry.name.isdigit()] if proc.is_dir() else []
+
+
+def worker_pids(marker: bytes) -> list[int]:
     pids = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for entry in _proc_entries():
+        if int(entry.name) == os.getpid():
             continue
         try:
             environ = (entry / "environ").read_bytes()

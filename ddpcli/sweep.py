@@ -20,7 +20,6 @@ from ddpcli.errors import UserError
 from ddpcli.launcher import LaunchSpec, Rendezvous, build_launch
 from ddpcli.planning import Plan, ResolvedRun
 from ddpcli.records import (
-    LOGS_DIR,
     RUN_FILE,
     SCHEMA_VERSION,
     new_run_id,
@@ -65,7 +64,7 @@ def prepare(plan: Plan, runs: Sequence[ResolvedRun], options: SweepOptions) -> l
 
 def _run_id(run: ResolvedRun, rendezvous: Rendezvous | None) -> str:
     # Nodes of one multi-node run must agree on the directory without talking: the rendezvous id names it.
-    if (run.nnodes > 1 or run.is_elastic) and rendezvous is not None and rendezvous.run_id:
+    if run.is_multi_node and rendezvous is not None and rendezvous.run_id:
         return rendezvous.run_id
     return new_run_id()
 
@@ -94,22 +93,51 @@ def run_one(
     stop: StopRequest,
     file_sha256: str | None,
 ) -> dict[str, Any]:
-    create_run_dir(spec.run_dir)
+    writer = RecordWriter(spec)
     record = start_record(plan, spec, file_sha256)
-    write_json_atomic(spec.run_dir / RUN_FILE, record)
+    writer.start(record)
     reporter.run_started(spec)
     timeout_s = options.timeout_s if options.timeout_s is not None else spec.run.timeout_s
-    outcome = run_to_end(
-        spec,
-        spec.run_dir / LOGS_DIR / "torchrun.log",
-        timeout_s,
-        stop,
-        on_rows=lambda rows: reporter.metrics(spec, rows),
-    )
+    outcome = run_to_end(spec, timeout_s, stop, on_rows=lambda rows: reporter.metrics(spec, rows))
     record = finish_record(record, outcome)
-    write_json_atomic(spec.run_dir / RUN_FILE, record)
+    writer.finish(record, outcome.group_rank)
     reporter.run_ended(spec, record)
     return record
+
+
+class RecordWriter:
+    """Where a run's record goes. One node: run.json. Several nodes sharing the directory: each node writes
+    node-<group rank>.json (named node-<host>-<pid>.json until torchrun's rendezvous assigns the rank), and the
+    node of group rank 0 also writes run.json, the record `compare` reads."""
+
+    def __init__(self, spec: LaunchSpec) -> None:
+        self.run_dir = spec.run_dir
+        self.multi_node = spec.run.is_multi_node
+        self.pending = self.run_dir / f"node-{spec.node_key}.json"
+        self.log_dir = spec.log_dir
+
+    def start(self, record: dict[str, Any]) -> None:
+        if self.multi_node:
+            self.run_dir.mkdir(parents=True, exist_ok=True)  # the other nodes may have made it already
+            write_json_atomic(self.pending, record)
+        else:
+            create_run_dir(self.run_dir)
+            write_json_atomic(self.run_dir / RUN_FILE, record)
+
+    def finish(self, record: dict[str, Any], group_rank: int | None) -> None:
+        if not self.multi_node:
+            write_json_atomic(self.run_dir / RUN_FILE, record)
+            return
+        if group_rank is None:  # the rendezvous never completed: keep the provisional name
+            write_json_atomic(self.pending, record)
+            return
+        write_json_atomic(self.run_dir / f"node-{group_rank}.json", {**record, "group_rank": group_rank})
+        self.pending.unlink(missing_ok=True)
+        node_logs = self.log_dir.with_name(f"node-{group_rank}")
+        if self.log_dir.is_dir() and not node_logs.exists():
+            self.log_dir.rename(node_logs)  # logs/<host>-<pid>/ -> logs/node-<group rank>/
+        if group_rank == 0:
+            write_json_atomic(self.run_dir / RUN_FILE, record)
 
 
 def create_run_dir(run_dir: Path) -> None:

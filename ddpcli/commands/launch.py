@@ -38,15 +38,21 @@ def launch_command(
         float | None,
         typer.Option("--timeout", min=0.001, help="Stop a run after this many seconds and mark it timed_out."),
     ] = None,
+    nnodes: Annotated[
+        str | None, typer.Option(help="Multi-node: nodes of the selected runs (N or MIN:MAX), overriding the file.")
+    ] = None,
     rdzv_endpoint: Annotated[str | None, typer.Option(help="Multi-node: host:port of the rendezvous.")] = None,
     rdzv_id: Annotated[str | None, typer.Option(help="Multi-node: job id shared by every node.")] = None,
 ) -> None:
     """Run the experiment file's runs (baseline first) through torchrun, one after another.
 
     Each run gets [bold]<runs_dir>/<name>/<run_id>/[/] with run.json, metrics.jsonl, logs/ and final_params.pt.
+
+    Multi-node: run the same command on every node, with the same --rdzv-endpoint and --rdzv-id (or a
+    [cluster] table); the run directory is then <runs_dir>/<name>/<rdzv_id>/.
     Exit code 0 when every run completed, 1 when any failed or timed out, 130 when interrupted.
     """
-    plan = load_plan(file)
+    plan = load_plan(file, nnodes=nnodes, names=only)
     options = SweepOptions(
         runs_dir=runs_dir if runs_dir is not None else plan.runs_dir,
         fail_fast=fail_fast,
