@@ -17,7 +17,7 @@ LINEAR_RULE_LIMIT = 32  # Goyal et al. 2017 saw linear scaling hold to 8k from 2
 
 
 def run_notes(run: ResolvedRun, baseline: ResolvedRun | None) -> list[str]:
-    notes = [_what_a_step_is(run)]
+    notes = [_what_a_step_is(run), *_node_notes(run)]
     if baseline is None:
         return notes + _data_notes(run)
     notes += _scaling_notes(run, baseline)
@@ -42,6 +42,21 @@ def _what_a_step_is(run: ResolvedRun) -> str:
         f"{run.global_batch_size} samples: the same as batch {run.global_batch_size} on one device for "
         "a mean-reduced loss."
     )
+
+
+def _node_notes(run: ResolvedRun) -> list[str]:
+    if not run.is_multi_node:
+        return []
+    notes = [
+        f"nproc_per_node counts processes on each node: {run.nnodes} nodes x {run.nproc_per_node} = world size "
+        f"{run.world_size} (torchrun's --nproc-per-node is per node; accelerate's num_processes is the total)."
+    ]
+    if run.is_elastic:
+        notes.append(
+            f"Elastic: {run.min_nnodes} to {run.nnodes} nodes. The plan assumes {run.nnodes}; with fewer nodes the "
+            "global batch, and so the right lr, is smaller."
+        )
+    return notes
 
 
 def _scaling_notes(run: ResolvedRun, baseline: ResolvedRun) -> list[str]:

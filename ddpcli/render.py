@@ -27,42 +27,40 @@ def fmt_number(value: float | int | None, digits: int = 4) -> str:
 
 def plan_table(plan: Plan, runs: Sequence[ResolvedRun]) -> Table:
     table = Table(
-        title=f"Plan: {plan.file}",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
+        title=f"Plan: {plan.file}", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True
     )
-    for header in ("run", "procs", "batch", "global", "lr", "rule", "warmup", "steps/ep", "steps", "padded"):
-        table.add_column(header, justify="left" if header in {"run", "rule"} else "right", no_wrap=True)
-    for run in runs:
-        nodes = f"{run.min_nnodes}:{run.nnodes}" if run.is_elastic else str(run.nnodes)
-        procs = f"{nodes}x{run.nproc_per_node}" if run.nnodes > 1 else str(run.nproc_per_node)
-        batch = str(run.per_device_batch_size)
-        if run.grad_accum_steps > 1:
-            batch += f"x{run.grad_accum_steps}acc"
-        rule = run.scaling
-        if rule in {"linear", "sqrt"} and run.batch_scale != 1:
-            rule += f" x{run.batch_scale:g}"
-        padded = fmt_number(run.padded_samples)
-        if run.dropped_samples:
-            padded = f"-{run.dropped_samples}"
-        table.add_row(
-            run.name,
-            procs,
-            batch,
-            str(run.global_batch_size),
-            f"{run.lr:.4g}",
-            rule,
-            str(run.warmup_steps),
-            fmt_number(run.steps_per_epoch),
-            fmt_number(run.total_steps),
-            padded,
-        )
-    table.caption = "batch: per process (x accumulation); padded: repeated samples per epoch (-N: dropped)"
+    columns = ["run", "world", "batch", "global", "lr", "rule", "warmup", "steps/ep", "steps", "padded"]
+    rows = [_plan_row(run) for run in runs]
+    shown = [index for index, _ in enumerate(columns) if any(row[index] != "-" for row in rows)]
+    for index in shown:
+        justify = "left" if columns[index] in {"run", "rule"} else "right"
+        table.add_column(columns[index], justify=justify, no_wrap=True)
+    for row in rows:
+        table.add_row(*(row[index] for index in shown))
+    table.caption = (
+        "world: processes in all (nodes x per node); batch: per process (x accumulation); "
+        "padded: repeated samples per epoch (-N: dropped)"
+    )
     table.caption_justify = "left"
     return table
+
+
+def _plan_row(run: ResolvedRun) -> list[str]:
+    nodes = f"{run.min_nnodes}:{run.nnodes}" if run.is_elastic else str(run.nnodes)
+    world = f"{run.world_size} ({nodes}x{run.nproc_per_node})" if run.is_multi_node else str(run.world_size)
+    batch = str(run.per_device_batch_size)
+    if run.grad_accum_steps > 1:
+        batch += f"x{run.grad_accum_steps}acc"
+    rule = run.scaling
+    if rule in {"linear", "sqrt"} and run.batch_scale != 1:
+        rule += f" x{run.batch_scale:g}"
+    padded = fmt_number(run.padded_samples)
+    if run.dropped_samples:
+        padded = f"-{run.dropped_samples}"
+    return [
+        escape(run.name), world, batch, str(run.global_batch_size), f"{run.lr:.4g}", rule, str(run.warmup_steps),
+        fmt_number(run.steps_per_epoch), fmt_number(run.total_steps), padded,
+    ]  # fmt: skip
 
 
 def print_notes(console: Console, runs: Sequence[ResolvedRun]) -> None:

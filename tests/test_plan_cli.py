@@ -121,7 +121,7 @@ def test_quick_form() -> None:
     assert (target["world_size"], target["per_device_batch_size"], target["grad_accum_steps"]) == (8, 16, 2)
     assert target["lr"] == pytest.approx(0.4) and target["scaling"] == "sqrt"
     code, out, _ = invoke("--per-device-batch-size", "16", "--lr", "0.1", "--nproc-per-node", "4")
-    assert code == 0 and "4-processes" in out
+    assert code == 0 and "target" in out
 
 
 def test_quick_form_errors(tmp_path: Path) -> None:
@@ -217,3 +217,18 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00")
     code, _, err = invoke(binary)
     assert code == 2 and "cannot read it" in err
+
+
+def test_multi_node_needs_a_known_rendezvous(tmp_path: Path) -> None:
+    two_nodes = replace("nproc_per_node = 4", "nproc_per_node = 8\nnnodes = 2")
+    path = write_toml(tmp_path, two_nodes)
+    code, _, err = invoke(path)
+    assert code == 2 and "run '4x16' spans several nodes but no rendezvous endpoint is known" in err
+    code, out, _ = invoke(path, "--rdzv-endpoint", "head:29400", "--only", "4x16", "--json")
+    assert code == 0
+    run = json.loads(out)["experiments"][0]
+    assert (run["nnodes"], run["nproc_per_node"], run["world_size"], run["global_batch_size"]) == (2, 8, 16, 256)
+    assert any("2 nodes x 8 = world size 16" in note for note in run["notes"])
+    path = write_toml(tmp_path, two_nodes + '\n[cluster]\nrdzv_endpoint = "head:29400"\n')
+    code, out, _ = invoke(path)
+    assert code == 0 and "16 (2x8)" in out

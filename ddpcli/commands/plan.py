@@ -11,7 +11,7 @@ import typer
 from ddpcli.config import validate_experiment_data
 from ddpcli.console import stdout, user_errors
 from ddpcli.errors import UserError
-from ddpcli.planning import Plan, load_plan, resolve_plan
+from ddpcli.planning import Plan, ResolvedRun, load_plan, resolve_plan
 from ddpcli.render import plan_table, print_notes
 
 QUICK = "Quick form (no file)"
@@ -24,6 +24,9 @@ def plan_command(
     ] = None,
     only: Annotated[list[str] | None, typer.Option("--only", help="Only this run (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+    rdzv_endpoint: Annotated[
+        str | None, typer.Option(help="host:port of the rendezvous for multi-node runs, if [cluster] has none.")
+    ] = None,
     per_device_batch_size: Annotated[
         int | None, typer.Option(min=1, help="Quick form: the one-device batch that worked.", rich_help_panel=QUICK)
     ] = None,
@@ -82,6 +85,7 @@ def plan_command(
         )
     else:
         plan = load_plan(file or Path("experiments.toml"))
+        require_rendezvous(plan, plan.select(only), rdzv_endpoint)
     runs = plan.select(only)
     if as_json:
         data = plan.as_json()
@@ -91,6 +95,17 @@ def plan_command(
         return
     stdout.print(plan_table(plan, runs))
     print_notes(stdout, runs)
+
+
+def require_rendezvous(plan: Plan, runs: list[ResolvedRun], endpoint: str | None) -> None:
+    """A multi-node run that no node could find is a plan that cannot run: say so now, not at launch."""
+    spanning = [run.name for run in runs if run.is_multi_node]
+    if spanning and not (endpoint or plan.cluster.rdzv_endpoint):
+        raise UserError(
+            f"{plan.file}: run {', '.join(map(repr, spanning))} spans several nodes but no rendezvous endpoint is "
+            'known: set rdzv_endpoint = "host:port" in [cluster], pass --rdzv-endpoint, or use `ddpcli slurm`, '
+            "which takes it from the job's first node"
+        )
 
 
 def _quick_plan(
@@ -119,7 +134,7 @@ def _quick_plan(
     data = {
         "defaults": defaults,
         "baseline": {"name": f"1x{per_device}", "per_device_batch_size": per_device, "lr": lr, "warmup_steps": warmup},
-        "experiments": [{"name": f"{nnodes * nproc}-processes", **target}],
+        "experiments": [{"name": "target", **target}],
     }
     source = Path("<command line>")
     return resolve_plan(validate_experiment_data(data, source), source)
