@@ -18,15 +18,17 @@ from typing import Any, Protocol
 
 from ddpcli.errors import UserError
 from ddpcli.launcher import LaunchSpec, Rendezvous, build_launch
-from ddpcli.planning import Plan, ResolvedRun
+from ddpcli.planning import EXTRA_KEYS, PLAN_KEYS, Plan, ResolvedRun
 from ddpcli.records import (
+    LOGS_DIR,
     RUN_FILE,
     SCHEMA_VERSION,
     new_run_id,
+    read_json,
     utc_now,
     write_json_atomic,
 )
-from ddpcli.supervisor import Outcome, StopRequest, run_to_end
+from ddpcli.supervisor import Outcome, StopRequest, run_to_end, worker_pids
 
 
 class Reporter(Protocol):
@@ -78,24 +80,23 @@ def run_sweep(
     for spec in specs:
         if stop.reason is not None:
             break
-        result = RunResult(spec, run_one(plan, spec, options, reporter, stop, file_sha256))
-        results.append(result)
-        if result.status != "completed" and options.fail_fast:
+        record = run_one(spec, start_record(plan, spec, file_sha256), options, reporter, stop)
+        results.append(RunResult(spec, record))
+        if results[-1].status != "completed" and options.fail_fast:
             break
     return results
 
 
 def run_one(
-    plan: Plan,
     spec: LaunchSpec,
+    record: dict[str, Any],
     options: SweepOptions,
     reporter: Reporter,
     stop: StopRequest,
-    file_sha256: str | None,
+    resuming: bool = False,
 ) -> dict[str, Any]:
     writer = RecordWriter(spec)
-    record = start_record(plan, spec, file_sha256)
-    writer.start(record)
+    writer.start(record, resuming)
     reporter.run_started(spec)
     timeout_s = options.timeout_s if options.timeout_s is not None else spec.run.timeout_s
     outcome = run_to_end(spec, timeout_s, stop, on_rows=lambda rows: reporter.metrics(spec, rows))
@@ -103,6 +104,38 @@ def run_one(
     writer.finish(record, outcome.group_rank)
     reporter.run_ended(spec, record)
     return record
+
+
+def resume_from(run_dir: Path) -> tuple[LaunchSpec, dict[str, Any]]:
+    """The spec and record to run an unfinished run again in its own directory, from its last checkpoint.
+
+    The recorded command is reused as it was (the experiment file may have changed since); DDPCLI_RESUME=1
+    tells `runtime.resume()` to load the checkpoint even though torchrun starts afresh.
+    """
+    run_dir = run_dir.resolve()
+    try:
+        record = read_json(run_dir / RUN_FILE)
+    except (OSError, ValueError) as error:
+        raise UserError(f"{run_dir} is not a run directory with a readable run.json ({error})") from None
+    if record.get("status") == "completed":
+        raise UserError(f"{run_dir}: the run already completed; nothing to resume")
+    if worker_pids(f"DDPCLI_RUN_DIR={run_dir}".encode()):
+        raise UserError(f"{run_dir}: processes of this run are still running; stop them first")
+    plan = record["plan"]
+    run = ResolvedRun(**{key: plan[key] for key in (*PLAN_KEYS, *EXTRA_KEYS)})
+    if run.is_multi_node:
+        raise UserError(f"{run_dir}: --resume handles single-node runs; rerun the multi-node command instead")
+    env = {**record["env_added"], "DDPCLI_RESUME": "1"}
+    spec = LaunchSpec(run=run, run_dir=run_dir, argv=record["argv"], env_added=env, log_dir=run_dir / LOGS_DIR)
+    resumed = {
+        **record,
+        "status": "running",
+        "env_added": env,
+        "resumes": record.get("resumes", 0) + 1,
+        "previous_wall_time_s": (record.get("previous_wall_time_s") or 0) + (record.get("wall_time_s") or 0),
+        "previous_restarts": record.get("restarts", 0),
+    }
+    return spec, resumed
 
 
 class RecordWriter:
@@ -116,8 +149,10 @@ class RecordWriter:
         self.pending = self.run_dir / f"node-{spec.node_key}.json"
         self.log_dir = spec.log_dir
 
-    def start(self, record: dict[str, Any]) -> None:
-        if self.multi_node:
+    def start(self, record: dict[str, Any], resuming: bool = False) -> None:
+        if resuming:
+            write_json_atomic(self.run_dir / RUN_FILE, record)
+        elif self.multi_node:
             self.run_dir.mkdir(parents=True, exist_ok=True)  # the other nodes may have made it already
             write_json_atomic(self.pending, record)
         else:
@@ -173,14 +208,15 @@ def start_record(plan: Plan, spec: LaunchSpec, file_sha256: str | None) -> dict[
 
 
 def finish_record(record: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+    """The record once torchrun is gone; a resumed run adds up the time and restarts of all its launches."""
     return {
         **record,
         "status": outcome.status,
         "ended_at": utc_now().isoformat(),
-        "wall_time_s": round(outcome.wall_time_s, 3),
+        "wall_time_s": round(outcome.wall_time_s + record.get("previous_wall_time_s", 0), 3),
         "exit_code": outcome.exit_code,
         "failed_ranks": outcome.failed_ranks,
-        "restarts": outcome.restarts,
+        "restarts": outcome.restarts + record.get("previous_restarts", 0),
     }
 
 

@@ -19,7 +19,7 @@ from ddpcli.launcher import LaunchSpec, Rendezvous
 from ddpcli.planning import Plan, load_plan
 from ddpcli.render import display_path, launch_summary_table
 from ddpcli.supervisor import StopRequest
-from ddpcli.sweep import RunResult, SweepOptions, prepare, run_sweep
+from ddpcli.sweep import RunResult, SweepOptions, prepare, resume_from, run_one, run_sweep
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -43,6 +43,13 @@ def launch_command(
     ] = None,
     rdzv_endpoint: Annotated[str | None, typer.Option(help="Multi-node: host:port of the rendezvous.")] = None,
     rdzv_id: Annotated[str | None, typer.Option(help="Multi-node: job id shared by every node.")] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run an unfinished run again in its own directory, from its last checkpoint (ctx.checkpoint).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the experiment file's runs (baseline first) through torchrun, one after another.
 
@@ -52,6 +59,9 @@ def launch_command(
     [cluster] table); the run directory is then <runs_dir>/<name>/<rdzv_id>/.
     Exit code 0 when every run completed, 1 when any failed or timed out, 130 when interrupted.
     """
+    if resume is not None:
+        _resume(resume, timeout)
+        return
     plan = load_plan(file, nnodes=nnodes, names=only)
     options = SweepOptions(
         runs_dir=runs_dir if runs_dir is not None else plan.runs_dir,
@@ -63,7 +73,24 @@ def launch_command(
     if dry_run:
         _print_dry_run(specs)
         return
-    results = _run_with_progress(plan, specs, options)
+    stop = StopRequest()
+    reporter = RichReporter(stdout)
+    with _stop_on_signals(stop), reporter.progress:
+        results = run_sweep(plan, specs, options, reporter, stop)
+    _finish(results)
+
+
+def _resume(run_dir: Path, timeout: float | None) -> None:
+    spec, record = resume_from(run_dir)
+    options = SweepOptions(runs_dir=run_dir.parent.parent, timeout_s=timeout)
+    stop = StopRequest()
+    reporter = RichReporter(stdout)
+    with _stop_on_signals(stop), reporter.progress:
+        record = run_one(spec, record, options, reporter, stop, resuming=True)
+    _finish([RunResult(spec, record)])
+
+
+def _finish(results: list[RunResult]) -> None:
     stdout.print(launch_summary_table(results))
     _report_failures(results)
     if any(result.status == "interrupted" for result in results):
@@ -86,13 +113,6 @@ def _print_dry_run(specs: list[LaunchSpec]) -> None:
         for key, value in spec.env_added.items():
             print(f"#   {key}={shlex.quote(value)}")
         print()
-
-
-def _run_with_progress(plan: Plan, specs: list[LaunchSpec], options: SweepOptions) -> list[RunResult]:
-    stop = StopRequest()
-    reporter = RichReporter(stdout)
-    with _stop_on_signals(stop), reporter.progress:
-        return run_sweep(plan, specs, options, reporter, stop)
 
 
 @contextmanager
