@@ -21,8 +21,9 @@ print(json.dumps({"torch": [name for name in sys.modules if name == "torch" or n
 
 
 def run_probe(*args: str) -> dict:
-    result = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=REPO, capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
     return json.loads(result.stderr.strip().splitlines()[-1])
 
 
