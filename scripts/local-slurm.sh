@@ -6,11 +6,15 @@
 #   scripts/local-slurm.sh smoke    run a 2-node `srun hostname` job through it
 #   scripts/local-slurm.sh down     stop what `up` started and undo its edits; nothing else
 #
-# What `up` builds: munge (authentication), one slurmctld, and NODES slurmd daemons started as fake nodes n1..nN
-# (`slurmd -N n1`, ports 17001..), all on 127.0.0.1, in one partition `debug`. The node names go into /etc/hosts
-# because job scripts use the first node's name as the rendezvous host, exactly as on a real cluster.
-# Needs root, Debian/Ubuntu (apt-get), no systemd. pytest then runs `pytest -m slurm` for the tests that need it
-# (they skip, with the reason, when no cluster answers).
+# What `up` builds: munge (authentication), one slurmctld (port 6817), and NODES slurmd daemons started as fake
+# nodes n1..nN (`slurmd -N n1`, ports 17001..), all on 127.0.0.1, in one partition `debug`, CPUs only. The node
+# names go into /etc/hosts because job scripts use the first node's name as the rendezvous host, as on a real
+# cluster. Needs root, Debian/Ubuntu (apt-get), no systemd. Jobs run as the submitting user with its environment
+# (sbatch's default), so they use the same Python as the tests.
+#
+# Tests: the `slurm`-marked ones in tests/test_slurm.py run under a plain `python -m pytest` once the cluster is
+# up (`pytest -m slurm` runs only them) and skip, saying why, when no cluster answers. CI runs `up` before pytest
+# and `down` after. A failing job: its log is in the test's message; `scontrol show job ID` and $W/log/ say more.
 #
 # Everything `up` creates is recorded under $W (default /tmp/local-slurm: config, state, logs, pid files), and
 # `down` undoes only that: it signals the pids in its own pid files, stops munged only if `up` started it, removes
@@ -36,7 +40,7 @@ install_packages() {
     return
   fi
   command -v apt-get >/dev/null || die "slurm is not installed and there is no apt-get to install it"
-  log "installing ${PACKAGES[*]} (once; about a minute)"
+  log "installing ${PACKAGES[*]} (once, about 15 s)"
   # Keep the packages' maintainer scripts from starting daemons: `up` starts exactly what it will stop.
   local own_policy=
   if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -74,7 +78,7 @@ write_conf() {
     die "$CONF exists and was not written by this script; refusing to overwrite a real cluster's config"
   fi
   local mem
-  mem=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 * 9 / 10 ))
+  mem=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) * 9 / 10240 ))  # MiB, 90% of the machine
   mkdir -p /etc/slurm
   cat > "$CONF" <<EOF
 $MARK: written by scripts/local-slurm.sh up, removed by down. Work dir: $W
@@ -142,12 +146,11 @@ up() {
 }
 
 status() {
-  local rc=0
-  for f in "$W"/slurmctld.pid "$W"/slurmd-*.pid "$W"/munge/munged.pid; do
-    [ -e "$f" ] || continue
-    if alive "$f"; then echo "$(basename "$f" .pid): running (pid $(cat "$f"))"
-    else echo "$(basename "$f" .pid): NOT running"; rc=1; fi
+  local rc=0 name
+  for name in slurmctld $(seq -f 'slurmd-n%g' 1 "$NODES"); do
+    if alive "$W/$name.pid"; then echo "$name: running (pid $(cat "$W/$name.pid"))"; else echo "$name: not running"; rc=1; fi
   done
+  if munge_works; then echo "munge: works"; else echo "munge: not working"; rc=1; fi
   if ! timeout 5 scontrol ping >/dev/null 2>&1; then echo "slurmctld: not answering"; return 1; fi
   timeout 5 sinfo -N -o '%N %P %t %C' || rc=1
   [ "$(usable_nodes)" -ge "$NODES" ] || { echo "fewer than $NODES usable nodes"; rc=1; }
@@ -187,12 +190,13 @@ stop_pidfile() {  # stop_pidfile FILE...: SIGTERM each recorded process, wait up
 
 down() {
   local start=$SECONDS
-  if alive "$W/slurmctld.pid"; then  # cancel our cluster's jobs so no job step outlives its slurmd
-    timeout 5 scancel --full --state=RUNNING,PENDING --user=root 2>/dev/null || true
+  if alive "$W/slurmctld.pid"; then  # every job of this cluster is ours: cancel them so no job step outlives it
+    timeout 5 squeue -h -o %i 2>/dev/null | xargs -r timeout 5 scancel 2>/dev/null || true
     for _ in $(seq 50); do [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.1; done
   fi
-  stop_pidfile "$W"/slurmd-*.pid "$W/slurmctld.pid"
-  stop_pidfile "$W/munge/munged.pid"  # only exists if `up` started munged
+  # Each daemon takes about 2 s to notice SIGTERM; signalling them together keeps `down` at that.
+  # munged.pid only exists if `up` started munged.
+  stop_pidfile "$W"/slurmd-*.pid "$W/slurmctld.pid" "$W/munge/munged.pid"
   if grep -q "$MARK" /etc/hosts; then  # rewrite in place: /etc/hosts is often a bind mount, so no sed -i
     grep -v "$MARK" /etc/hosts > "$W.hosts" || true
     cat "$W.hosts" > /etc/hosts && rm -f "$W.hosts"
