@@ -147,6 +147,13 @@ class Cluster(_Strict):
     rdzv_backend: str = "c10d"
     """torchrun rendezvous backend."""
 
+    @field_validator("rdzv_id")
+    @classmethod
+    def _safe_id(cls, value: str | None) -> str | None:
+        if value is not None and (not SAFE_NAME.match(value) or value in {".", ".."}):
+            raise ValueError(f"{value!r} names the run directory, so letters, digits, '.', '_', '-' only")
+        return value
+
 
 class ExperimentFile(_Strict):
     """The whole experiment file."""

@@ -92,7 +92,8 @@ def build_launch(
     """The torchrun argv and added env for one run. `experiment_file` only locates errors.
 
     Nodes of a multi-node run share the run directory, so each keeps its torchrun logs under its own
-    `node_key` (host and pid by default) inside logs/.
+    `node_key` (host and pid by default) inside logs/; its workers carry it as DDPCLI_NODE_KEY, so that cleaning
+    up after this node never touches another node's processes when two nodes share a host.
     """
     where = f"{experiment_file}: {run.name}"
     log_dir = run_dir / LOGS_DIR
@@ -109,6 +110,7 @@ def build_launch(
     env = {
         **run.env,
         "DDPCLI_RUN_DIR": str(run_dir),
+        **({"DDPCLI_NODE_KEY": node_key} if node_key else {}),
         "DDPCLI_RUN": json.dumps({**values, "noise_scale": run.noise_scale}, separators=(",", ":")),
     }
     if run.max_restarts:

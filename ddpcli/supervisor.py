@@ -2,8 +2,8 @@
 
 torchrun starts every worker in a session of its own, so killing torchrun's process group does not reach them:
 a torchrun killed hard leaves orphans. We therefore stop torchrun with SIGTERM first (it forwards the signal to
-its workers), escalate to SIGKILL after a grace period, and finally kill any process still carrying this run's
-DDPCLI_RUN_DIR in its environment. No torch and no rich here.
+its workers), escalate to SIGKILL after a grace period, and finally kill any process still carrying this
+launch's marker (DDPCLI_RUN_DIR, or DDPCLI_NODE_KEY on a multi-node run) in its environment. No torch and no rich here.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def run_to_end(
         watch = Watch(process, spec.run_dir / METRICS_FILE, on_rows, find_group_rank=spec.run.is_multi_node)
         status = watch.until_done(started, timeout_s, stop)
     exit_code = process.returncode
-    kill_leftover_workers(spec.run_dir)
+    kill_leftover_workers(spec)
     wall_time = time.monotonic() - started
     if status == "completed" and exit_code != 0:
         status = "failed"
@@ -129,9 +129,13 @@ def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
         os.killpg(process.pid, signum)
 
 
-def kill_leftover_workers(run_dir: Path) -> list[int]:
-    """SIGKILL every process whose environment names this run directory. Linux only (reads /proc)."""
-    marker = f"DDPCLI_RUN_DIR={run_dir}".encode()
+def kill_leftover_workers(spec: LaunchSpec) -> list[int]:
+    """SIGKILL every process whose environment marks it as this launch's worker. Linux only (reads /proc).
+
+    The marker is the run directory, or for a multi-node run this node's key: nodes share the run directory,
+    and a node that finishes first must not kill a node that shares its host and is still saving.
+    """
+    marker = (f"DDPCLI_NODE_KEY={spec.node_key}" if spec.node_key else f"DDPCLI_RUN_DIR={spec.run_dir}").encode()
     killed = []
     for pid in worker_pids(marker):
         try:

@@ -53,20 +53,23 @@ class SweepOptions:
     fail_fast: bool = False
     timeout_s: float | None = None  # overrides each run's timeout_s
     rendezvous: Rendezvous | None = None
+    # --rdzv-id given on the command line names single-node run directories too (ddpcli slurm relies on it).
+    name_by_rdzv_id: bool = False
 
 
 def prepare(plan: Plan, runs: Sequence[ResolvedRun], options: SweepOptions) -> list[LaunchSpec]:
     """Build every command before starting any, so a bad placeholder in the last run fails the sweep up front."""
     specs = []
     for run in runs:
-        run_dir = options.runs_dir.resolve() / run.name / _run_id(run, options.rendezvous)
+        run_dir = options.runs_dir.resolve() / run.name / _run_id(run, options)
         specs.append(build_launch(run, run_dir, plan.file, options.rendezvous))
     return specs
 
 
-def _run_id(run: ResolvedRun, rendezvous: Rendezvous | None) -> str:
+def _run_id(run: ResolvedRun, options: SweepOptions) -> str:
     # Nodes of one multi-node run must agree on the directory without talking: the rendezvous id names it.
-    if run.is_multi_node and rendezvous is not None and rendezvous.run_id:
+    rendezvous = options.rendezvous
+    if rendezvous is not None and rendezvous.run_id and (run.is_multi_node or options.name_by_rdzv_id):
         return rendezvous.run_id
     return new_run_id()
 

@@ -66,7 +66,9 @@ def test_script_path_and_restarts(tmp_path: Path) -> None:
 def test_multi_node_uses_c10d_rendezvous(tmp_path: Path) -> None:
     plan = load_plan(write_toml(tmp_path, FILE.replace("nproc_per_node = 4", "nproc_per_node = 4\nnnodes = 2")))
     run = plan.experiments[0]
-    spec = build_launch(run, tmp_path / "r", plan.file, Rendezvous("head:29400", "job7"), python="/py")
+    spec = build_launch(run, tmp_path / "r", plan.file, Rendezvous("head:29400", "job7"), python="/py", node_key="n")
+    assert spec.log_dir == tmp_path / "r" / "logs" / "n"  # nodes sharing the run directory keep their own logs
+    assert spec.env_added["DDPCLI_NODE_KEY"] == "n"
     assert spec.argv[3:13] == [
         "--nnodes", "2", "--nproc-per-node", "4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "head:29400",
         "--rdzv-id", "job7",

@@ -166,3 +166,69 @@ def test_two_launches_at_once_do_not_clash(tmp_path: Path) -> None:
         assert len(read_metrics(run_dir / "metrics.jsonl").rows) == 6
     ports = {json.dumps(read_json(run_dir / "run.json")["argv"]) for run_dir in run_dirs}
     assert all("--standalone" in argv for argv in ports)  # each agent picked its own free port
+
+
+def final_params(run_dir: Path) -> dict:
+    import torch
+
+    return torch.load(run_dir / "final_params.pt", weights_only=True)
+
+
+def max_abs_diff(first: dict, second: dict) -> float:
+    assert first.keys() == second.keys()
+    return max(float((first[key].double() - second[key].double()).abs().max()) for key in first)
+
+
+EXAMPLE = """
+[defaults]
+module = "ddpcli.examples.regression"
+args = ["--steps", "{total_steps}", "--batch-size", "{per_device_batch_size}", "--lr", "{lr}",
+        "--dataset-size", "{dataset_size}", "--seed", "{seed}", "--no-noise-scale"]
+dataset_size = 512
+max_steps = 12
+env = { OMP_NUM_THREADS = "1" }
+
+[baseline]
+name = "2x8"
+nproc_per_node = 2
+per_device_batch_size = 8
+lr = 0.1
+
+[[experiments]]
+name = "2nodes"
+nnodes = 2
+nproc_per_node = 1
+per_device_batch_size = 8
+"""
+
+
+def test_two_agents_on_loopback_form_one_world(tmp_path: Path) -> None:
+    """Two `ddpcli launch` agents (nnodes 2 x 1 process) on 127.0.0.1 end like one node with 2 processes."""
+    import socket
+
+    path = write_toml(tmp_path, EXAMPLE)
+    single = launch(path, "--only", "2x8")
+    assert single.returncode == 0, single.stderr
+    with socket.socket() as probe:  # a free loopback port for the c10d store
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    agent = [sys.executable, "-m", "ddpcli", "launch", str(path), "--only", "2nodes", "--rdzv-endpoint",
+             f"127.0.0.1:{port}", "--rdzv-id", "job-e2e"]  # fmt: skip
+    agent += ["--runs-dir", str(tmp_path / "multi")]
+    agents = [
+        subprocess.Popen(agent, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for process in agents:
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+    run_dir = tmp_path / "multi" / "2nodes" / "job-e2e"
+    record = read_json(run_dir / "run.json")
+    assert record["status"] == "completed"
+    assert record["plan"]["world_size"] == 2, record["plan"]
+    assert record["plan"]["nnodes"] == 2 and record["plan"]["nproc_per_node"] == 1
+    assert sorted(path.name for path in run_dir.glob("node-*.json")) == ["node-0.json", "node-1.json"]
+    assert sorted(path.name for path in (run_dir / "logs").iterdir()) == ["node-0", "node-1"]
+    assert [row["step"] for row in read_metrics(run_dir / "metrics.jsonl").rows] == list(range(1, 13))
+    single_dir = only_run_dir(tmp_path, "2x8")
+    assert max_abs_diff(final_params(run_dir), final_params(single_dir)) <= 1e-6

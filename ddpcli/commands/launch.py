@@ -14,7 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from ddpcli.config import SAFE_NAME
 from ddpcli.console import stderr, stdout, user_errors
+from ddpcli.errors import UserError
 from ddpcli.launcher import LaunchSpec, Rendezvous
 from ddpcli.planning import Plan, load_plan
 from ddpcli.render import display_path, launch_summary_table
@@ -42,7 +44,12 @@ def launch_command(
         str | None, typer.Option(help="Multi-node: nodes of the selected runs (N or MIN:MAX), overriding the file.")
     ] = None,
     rdzv_endpoint: Annotated[str | None, typer.Option(help="Multi-node: host:port of the rendezvous.")] = None,
-    rdzv_id: Annotated[str | None, typer.Option(help="Multi-node: job id shared by every node.")] = None,
+    rdzv_id: Annotated[
+        str | None,
+        typer.Option(
+            help="Multi-node: job id shared by every node. Also names the run directory (<runs_dir>/<name>/<id>/)."
+        ),
+    ] = None,
     resume: Annotated[
         Path | None,
         typer.Option(
@@ -68,6 +75,7 @@ def launch_command(
         fail_fast=fail_fast,
         timeout_s=timeout,
         rendezvous=_rendezvous(plan, rdzv_endpoint, rdzv_id),
+        name_by_rdzv_id=rdzv_id is not None,
     )
     specs = prepare(plan, plan.select(only), options)
     if dry_run:
@@ -100,6 +108,8 @@ def _finish(results: list[RunResult]) -> None:
 
 
 def _rendezvous(plan: Plan, endpoint: str | None, run_id: str | None) -> Rendezvous:
+    if run_id is not None and (not SAFE_NAME.match(run_id) or run_id in {".", ".."}):
+        raise UserError(f"--rdzv-id {run_id!r}: it names the run directory, so letters, digits, '.', '_', '-' only")
     cluster = plan.cluster
     return Rendezvous(
         endpoint=endpoint or cluster.rdzv_endpoint, run_id=run_id or cluster.rdzv_id, backend=cluster.rdzv_backend
