@@ -1,0 +1,230 @@
+"""`ddpcli compare` through Typer's CliRunner over hand-made run directories: table, --json, --csv, --plot,
+errors, failed runs, truncated metrics, and torch imported only when parameter files must be read."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from ddpcli import comparison as cmp
+from ddpcli.cli import app
+from ddpcli.console import stdout
+from tests.conftest import REPO
+from tests.test_comparison import make_run, state
+
+runner = CliRunner()
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def invoke(*args: str | Path) -> tuple[int, str, str]:
+    result = runner.invoke(app, ["compare", *map(str, args)])
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    """1x16 baseline, 1x64 and its equivalent 4x16, a diverged 8x8 (BatchNorm, no SyncBatchNorm), a failed 2x8."""
+    pytest.importorskip("torch")
+    root = tmp_path / "runs"
+    bn = ["torchrun", "--nproc-per-node=8", "-m", "train", "--batchnorm"]
+    make_run(root, "1x16", steps=100, step_time=0.016, loss=lambda k: 2.0 - k / 100, params=state(w=[0.0]))
+    make_run(root, "1x64", per_device=64, lr=0.2, steps=25, step_time=0.05, params=state(w=[1.0, 2.0]))
+    make_run(root, "4x16", nproc=4, lr=0.2, steps=25, step_time=0.02, params=state(w=[1.0, 2.0 + 2**-22]))
+    make_run(root, "8x8", nproc=8, per_device=8, lr=0.2, steps=25, step_time=0.0125, argv=bn, params=state(w=[1, 3]))
+    make_run(root, "2x8", nproc=2, per_device=8, steps=60, planned_steps=100, status="failed", metrics_tail='{"st')
+    return root
+
+
+def rows_by_name(out: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in out.splitlines():
+        cells = line.split()
+        if cells and cells[0] in {"1x16", "1x64", "4x16", "8x8", "2x8"}:
+            rows[cells[0]] = cells
+    return rows
+
+
+def test_table(runs: Path) -> None:
+    code, out, err = invoke(runs)
+    assert code == 0, err
+    assert out.startswith("Compare: baseline 1x16 (the baseline in its run.json plan)")
+    rows = rows_by_name(out)
+    # run * status procs batch global lr steps samples loss loss@base wall samples/s speedup eff equivalence curve
+    expected = {
+        "1x16": "1x16 * | completed 1 16 16 0.05 100 1,600 1 1 3.6 1,000 1.00x 100% -",
+        "4x16": "4x16 | completed 4 16 64 0.2 25 1,600 0.04 0.04 2.5 3,200 3.20x 80% equivalent vs 1x64, 2.4e-07",
+        "8x8": "8x8 | completed 8 8 64 0.2 25 1,600 0.04 0.04 2.3 5,120 5.12x 64% diverged vs 1x64, 1",
+    }
+    for name, line in expected.items():
+        cells = line.replace("| ", "").split(" ")
+        assert rows[name][: len(cells)] == cells
+    assert rows["2x8"][1] == "failed"
+    assert rows["1x16"][-1] == "██▇▇▆▆▅▅▄▄▃▃▂▂▁▁"  # loss falls linearly from 1.99 to 1.0: 8 levels, 16 chars
+    assert "2x8 failed: rank 1 exited with code 1: RuntimeError: boom." in out
+    assert "8x8 diverged from 1x64: parameters differ by up to 1 (atol 1e-05)." in out
+    assert "--batchnorm without --sync-bn" in out
+    assert f"warning: {runs / '2x8' / '20260101T000000Z-aaaaaa' / 'metrics.jsonl'}:61: not a complete JSON line" in err
+
+
+def test_json_rows(runs: Path) -> None:
+    code, out, err = invoke(runs, "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [row["name"] for row in rows] == ["1x16", "1x64", "2x8", "4x16", "8x8"]
+    assert all(tuple(row) == cmp.ROW_KEYS for row in rows)
+    by_name = {row["name"]: row for row in rows}
+    four = by_name["4x16"]
+    assert four["run_dir"] == str((runs / "4x16" / "20260101T000000Z-aaaaaa").resolve())
+    assert {key: four[key] for key in ("world_size", "per_device_batch_size", "grad_accum_steps")} == {
+        "world_size": 4,
+        "per_device_batch_size": 16,
+        "grad_accum_steps": 1,
+    }
+    assert (four["global_batch_size"], four["lr"], four["steps"], four["samples_seen"]) == (64, 0.2, 25, 1600)
+    assert four["samples_per_s"] == pytest.approx(3200.0)
+    assert (four["speedup"], four["scaling_efficiency"]) == (pytest.approx(3.2), pytest.approx(0.8))
+    assert (four["equivalent_to"], four["max_param_diff"], four["verdict"]) == ("1x64", 2**-22, "equivalent")
+    assert (by_name["8x8"]["verdict"], by_name["8x8"]["max_param_diff"]) == ("diverged", 1.0)
+    base = by_name["1x16"]
+    assert (base["loss_at_baseline_samples"], base["final_loss"], base["speedup"]) == (1.0, 1.0, 1.0)
+    assert (base["equivalent_to"], base["verdict"], base["max_param_diff"]) == (None, None, None)
+    failed = by_name["2x8"]
+    assert (failed["status"], failed["steps"], failed["loss_at_baseline_samples"]) == ("failed", 60, None)
+    assert (failed["equivalent_to"], failed["verdict"]) == ("1x16", None)  # paired, but it has no parameters
+    assert "not a complete JSON line" in err
+
+
+def test_csv_has_the_json_rows(runs: Path, tmp_path: Path) -> None:
+    path = tmp_path / "rows.csv"
+    code, _, err = invoke(runs, "--json", "--csv", path)
+    assert code == 0, err
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = list(reader)
+    assert tuple(reader.fieldnames or ()) == cmp.ROW_KEYS
+    four = next(row for row in rows if row["name"] == "4x16")
+    assert (four["verdict"], four["equivalent_to"], four["samples_seen"], four["lr"]) == (
+        "equivalent",
+        "1x64",
+        "1600",
+        "0.2",
+    )
+    assert next(row for row in rows if row["name"] == "1x16")["verdict"] == ""  # null is an empty cell
+
+
+def test_plot_writes_a_png(runs: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "loss.png"
+    code, _, err = invoke(runs, "--plot", path)
+    assert code == 0, err
+    assert path.read_bytes().startswith(PNG_SIGNATURE)
+    assert f"wrote {path}" in err
+
+
+def test_plot_without_matplotlib_says_how_to_install(runs: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    code, out, err = invoke(runs, "--plot", tmp_path / "loss.png")
+    assert code == 2
+    assert "pip install 'ddpcli[plot]'" in err
+    assert out == "" and not (tmp_path / "loss.png").exists()
+
+
+def test_not_a_run_directory_is_exit_2(tmp_path: Path) -> None:
+    code, out, err = invoke(tmp_path)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {tmp_path} is not a run directory (it has no run.json) and contains none")
+    code, _, err = invoke(tmp_path / "missing")
+    assert code == 2 and "no such directory" in err
+
+
+def test_unknown_baseline_is_exit_2(runs: Path) -> None:
+    code, _, err = invoke(runs, "--baseline", "9x9")
+    assert code == 2 and "--baseline '9x9': no such run here" in err
+
+
+def test_baseline_option_and_single_run_dirs(runs: Path) -> None:
+    one, four = runs / "1x64" / "20260101T000000Z-aaaaaa", runs / "4x16" / "20260101T000000Z-aaaaaa"
+    code, out, err = invoke(four, one, "--json", "--baseline", "1x64")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [row["name"] for row in rows] == ["1x64", "4x16"]
+    assert rows[1]["speedup"] == pytest.approx(3200 / 1280)
+    assert rows[1]["scaling_efficiency"] == pytest.approx(3200 / 1280 / 4)
+
+
+def test_failed_only_run_is_listed_with_its_status(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    make_run(root, "1x16", run_id="20260101T000000Z-000001")
+    make_run(root, "4x16", nproc=4, lr=0.2, steps=25, run_id="20260101T000000Z-000002", status="interrupted")
+    make_run(root, "4x16", nproc=4, lr=0.2, steps=3, run_id="20260101T000000Z-000003", status="timed_out")
+    code, out, err = invoke(root)
+    assert code == 0, err
+    assert rows_by_name(out)["4x16"][1] == "timed_out"
+    assert "4x16 timed out: stopped: past its timeout after 2 s." in out
+    code, out, _ = invoke(root, "--all")
+    assert "4x16@20260101T000000Z-000002" in out and "4x16@20260101T000000Z-000003" in out
+
+
+def test_default_root_comes_from_the_experiment_file(tmp_path: Path, monkeypatch: Any) -> None:
+    (tmp_path / "experiments.toml").write_text(
+        '[defaults]\nruns_dir = "out"\n[baseline]\nname = "1x16"\nper_device_batch_size = 16\nlr = 0.05\n'
+    )
+    make_run(tmp_path / "out", "1x16", experiment_file=str(tmp_path / "experiments.toml"), scaling="explicit")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke("--json")
+    assert code == 0, err
+    assert [row["name"] for row in json.loads(out)] == ["1x16"]
+    code, out, err = invoke()
+    assert code == 0 and f"(baseline of {tmp_path / 'experiments.toml'})" in out
+    (tmp_path / "experiments.toml").unlink()
+    code, _, err = invoke()
+    assert code == 2 and "runs: no such directory" in err
+
+
+def test_runs_from_two_experiment_files_say_so(tmp_path: Path) -> None:
+    make_run(tmp_path, "1x16", experiment_file="a.toml")
+    make_run(tmp_path, "4x16", nproc=4, lr=0.2, steps=25, experiment_file="b.toml")
+    code, out, _ = invoke(tmp_path)
+    assert code == 0
+    assert "Runs from 2 experiment files: a.toml, b.toml." in out
+    assert "These runs come from 2 different experiment files" in out
+
+
+def test_narrow_console_splits_the_table(runs: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(stdout, "width", 90)  # conftest's COLUMNS was read when the console was created
+    code, out, _ = invoke(runs)
+    assert code == 0
+    assert out.count("1x16 *") == 2  # once per half
+    assert "equivalent vs 1x64" in out and "loss curve" in out
+
+
+PROBE = """
+import json, sys
+from ddpcli.cli import main
+try:
+    main(["compare", *sys.argv[1:]])
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"torch": "torch" in sys.modules, "code": code}), file=sys.stderr)
+"""
+
+
+def probe_torch(*args: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
+    return json.loads(result.stderr.strip().splitlines()[-1])
+
+
+def test_torch_is_imported_only_to_read_parameter_files(tmp_path: Path, runs: Path) -> None:
+    make_run(tmp_path / "plain", "1x64", per_device=64, lr=0.2, steps=25)
+    make_run(tmp_path / "plain", "4x16", nproc=4, lr=0.2, steps=25)  # no final_params.pt anywhere
+    assert probe_torch(str(tmp_path / "plain"), "--json") == {"torch": False, "code": 0}
+    assert probe_torch(str(runs), "--json") == {"torch": True, "code": 0}
