@@ -1,7 +1,7 @@
 """The one place that reads final_params.pt, and so the only place `ddpcli compare` imports torch.
 
 torch is imported inside the functions: importing this module costs nothing, and `compare` calls it only when
-two parameter files really have to be compared (see ddpcli.comparison.compare_params).
+two parameter files really have to be compared (see ddpcli.comparison.equivalence.compare_params).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ddpcli.comparison import ParamDiff
+from ddpcli.comparison.equivalence import ParamDiff
 
 
 def load_state_dict(path: Path) -> dict[str, Any]:
