@@ -15,7 +15,7 @@ app = typer.Typer(
     "and epoch become on N GPUs, proven with real torchrun jobs.",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="rich",
+    rich_markup_mode="markdown",
     pretty_exceptions_show_locals=False,
 )
 app.command("plan")(plan.plan_command)

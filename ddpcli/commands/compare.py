@@ -69,7 +69,7 @@ def compare_command(
     plot_path: Annotated[
         Path | None,
         typer.Option(
-            "--plot", help="Also plot loss against samples seen to this PNG (needs ddpcli\\[plot]).", dir_okay=False
+            "--plot", help="Also plot loss against samples seen to this PNG (needs ddpcli[plot]).", dir_okay=False
         ),
     ] = None,
     atol: Annotated[

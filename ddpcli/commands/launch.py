@@ -47,7 +47,7 @@ def launch_command(
     rdzv_id: Annotated[
         str | None,
         typer.Option(
-            help="Multi-node: job id shared by every node. Also names the run directory (<runs_dir>/<name>/<id>/)."
+            help="Multi-node: job id shared by every node. Also names the run directory: `<runs_dir>/<name>/<id>/`."
         ),
     ] = None,
     resume: Annotated[
@@ -60,10 +60,11 @@ def launch_command(
 ) -> None:
     """Run the experiment file's runs (baseline first) through torchrun, one after another.
 
-    Each run gets [bold]<runs_dir>/<name>/<run_id>/[/] with run.json, metrics.jsonl, logs/ and final_params.pt.
+    Each run gets `<runs_dir>/<name>/<run_id>/` with run.json, metrics.jsonl, logs/ and final_params.pt.
 
     Multi-node: run the same command on every node, with the same --rdzv-endpoint and --rdzv-id (or a
-    [cluster] table); the run directory is then <runs_dir>/<name>/<rdzv_id>/.
+    `[cluster]` table); the run directory is then `<runs_dir>/<name>/<rdzv_id>/`.
+
     Exit code 0 when every run completed, 1 when any failed or timed out, 130 when interrupted.
     """
     if resume is not None:

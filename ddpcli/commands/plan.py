@@ -63,7 +63,7 @@ def plan_command(
     """Resolve every run of an experiment file: world size, per-device batch, accumulation, global batch,
     learning-rate scaling, warmup and steps per epoch, with notes in plain words. Never imports torch.
 
-    Quick form, no file: [bold]ddpcli plan --per-device-batch-size 16 --lr 0.1 --nproc-per-node 4[/]
+    Quick form, no file: `ddpcli plan --per-device-batch-size 16 --lr 0.1 --nproc-per-node 4`
     """
     quick = {"per_device_batch_size": per_device_batch_size, "lr": lr, "nproc_per_node": nproc_per_node}
     if any(value is not None for value in quick.values()):

@@ -59,10 +59,10 @@ def slurm_command(
         str | None, typer.Option(help="Python on the nodes (default: this one).", show_default=False)
     ] = None,
 ) -> None:
-    """Write an sbatch script for one run: srun starts one [bold]ddpcli launch[/] per node, and the nodes meet
-    at a torchrun rendezvous on the first node. Printed by default; [bold]--submit[/] queues it.
+    """Write an sbatch script for one run: srun starts one `ddpcli launch` per node, and the nodes meet
+    at a torchrun rendezvous on the first node. Printed by default; `--submit` queues it.
 
-    Example: [bold]ddpcli slurm experiments.toml --only 4x16 --partition gpu --time 01:00:00 --submit[/]
+    Example: `ddpcli slurm experiments.toml --only 4x16 --partition gpu --time 01:00:00 --submit`
     """
     path = (file or Path("experiments.toml")).resolve()
     plan = load_plan(path)
