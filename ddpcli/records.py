@@ -110,8 +110,9 @@ def iter_new_metrics(path: Path, offset: int) -> tuple[list[dict[str, Any]], int
     return rows, offset + len(complete)
 
 
-def last_metrics_row(path: Path, window: int = 65536) -> dict[str, Any] | None:
-    """The last complete row, reading only the file's tail: metrics files can hold millions of rows."""
+def last_metrics_row(path: Path, key: str | None = None, window: int = 65536) -> dict[str, Any] | None:
+    """The last complete row (holding `key`, if given), reading only the file's tail: metrics files can hold
+    millions of rows, and the values wanted here (final loss, final noise scale) are at the end."""
     try:
         with path.open("rb") as handle:
             handle.seek(max(handle.seek(0, os.SEEK_END) - window, 0))
@@ -123,9 +124,15 @@ def last_metrics_row(path: Path, window: int = 65536) -> dict[str, Any] | None:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(row, dict):
+        if isinstance(row, dict) and (key is None or finite_or_none(row.get(key)) is not None):
             return row
     return None
+
+
+def final_noise_scale(run_dir: Path) -> float | None:
+    """The run's last logged gradient noise scale (an EMA, so the last value is the best), or None."""
+    row = last_metrics_row(run_dir / METRICS_FILE, key="noise_scale")
+    return finite_or_none(row["noise_scale"]) if row else None
 
 
 def is_run_dir(path: Path) -> bool:

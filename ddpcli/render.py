@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rich import box
@@ -12,6 +12,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from ddpcli.outlook import BatchOutlook, outlook_note
 from ddpcli.planning import Plan, ResolvedRun
 from ddpcli.records import METRICS_FILE, last_metrics_row
 from ddpcli.sweep import RunResult
@@ -25,12 +26,15 @@ def fmt_number(value: float | int | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def plan_table(plan: Plan, runs: Sequence[ResolvedRun]) -> Table:
+def plan_table(
+    plan: Plan, runs: Sequence[ResolvedRun], outlooks: Mapping[str, BatchOutlook | None] | None = None
+) -> Table:
     table = Table(
         title=f"Plan: {plan.file}", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True
     )
     columns = ["run", "world", "batch", "global", "lr", "rule", "warmup", "steps/ep", "steps", "padded"]
-    rows = [_plan_row(run) for run in runs]
+    columns += ["B_crit", "x steps", "eff"]
+    rows = [_plan_row(run) + _outlook_cells((outlooks or {}).get(run.name)) for run in runs]
     shown = [index for index, _ in enumerate(columns) if any(row[index] != "-" for row in rows)]
     for index in shown:
         justify = "left" if columns[index] in {"run", "rule"} else "right"
@@ -41,8 +45,23 @@ def plan_table(plan: Plan, runs: Sequence[ResolvedRun]) -> Table:
         "world: processes in all (nodes x per node); batch: per process (x accumulation); "
         "padded: repeated samples per epoch (-N: dropped)"
     )
+    if any(outlooks.values() if outlooks else ()):
+        table.caption += (
+            "\nB_crit: critical batch (the measured noise scale); x steps: predicted step speed-up over the "
+            "baseline's global batch; eff: data efficiency E_min/E (McCandlish et al. 2018)"
+        )
     table.caption_justify = "left"
     return table
+
+
+def _outlook_cells(outlook: BatchOutlook | None) -> list[str]:
+    if outlook is None:
+        return ["-", "-", "-"]
+    return [
+        f"{outlook.critical_batch_size:.3g}",
+        f"{outlook.predicted_step_speedup:.2f}x",
+        f"{outlook.data_efficiency:.0%}",
+    ]
 
 
 def _plan_row(run: ResolvedRun) -> list[str]:
@@ -63,10 +82,14 @@ def _plan_row(run: ResolvedRun) -> list[str]:
     ]  # fmt: skip
 
 
-def print_notes(console: Console, runs: Sequence[ResolvedRun]) -> None:
+def print_notes(
+    console: Console, runs: Sequence[ResolvedRun], outlooks: Mapping[str, BatchOutlook | None] | None = None
+) -> None:
     for run in runs:
         console.print(f"[bold]{escape(run.name)}[/]")
-        for note in run.notes:
+        outlook = (outlooks or {}).get(run.name)
+        extra = outlook_note(run, outlook) if outlook else None
+        for note in [*run.notes, *([extra] if extra else [])]:
             console.print(Padding(Text(f"- {note}"), (0, 0, 0, 2)))
 
 

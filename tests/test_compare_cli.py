@@ -56,11 +56,11 @@ def test_table(runs: Path) -> None:
     assert code == 0, err
     assert out.startswith("Compare: baseline 1x16 (the baseline in its run.json plan)")
     rows = rows_by_name(out)
-    # run * status procs batch global lr steps samples loss loss@base wall samples/s speedup eff equivalence curve
+    # run * status procs batch global lr steps samples loss loss@base wall samples/s speedup eff noise equivalence curve
     expected = {
-        "1x16": "1x16 * | completed 1 16 16 0.05 100 1,600 1 1 3.6 1,000 1.00x 100% -",
-        "4x16": "4x16 | completed 4 16 64 0.2 25 1,600 0.04 0.04 2.5 3,200 3.20x 80% equivalent vs 1x64, 2.4e-07",
-        "8x8": "8x8 | completed 8 8 64 0.2 25 1,600 0.04 0.04 2.3 5,120 5.12x 64% diverged vs 1x64, 1",
+        "1x16": "1x16 * | completed 1 16 16 0.05 100 1,600 1 1 3.6 1,000 1.00x 100% - -",
+        "4x16": "4x16 | completed 4 16 64 0.2 25 1,600 0.04 0.04 2.5 3,200 3.20x 80% - equivalent vs 1x64, 2.4e-07",
+        "8x8": "8x8 | completed 8 8 64 0.2 25 1,600 0.04 0.04 2.3 5,120 5.12x 64% - diverged vs 1x64, 1",
     }
     for name, line in expected.items():
         cells = line.replace("| ", "").split(" ")

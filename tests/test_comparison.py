@@ -518,3 +518,35 @@ def test_comparison_module_imports_neither_torch_nor_rich() -> None:
     code = "import sys, ddpcli.comparison; print(sorted(m for m in ('torch', 'rich') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def with_noise_scale(run_dir: Path, value: float) -> None:
+    """Put a measured noise scale on the last metrics row, as the runtime logs it."""
+    path = run_dir / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    last = json.loads(lines[-1])
+    lines[-1] = json.dumps({**last, "noise_scale": value})
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_noise_scale_implications(tmp_path: Path) -> None:
+    with_noise_scale(make_run(tmp_path, "1x16"), 48.0)
+    with_noise_scale(make_run(tmp_path, "16x16", nproc=16, lr=0.8, steps=7), 64.0)
+    comparison = cmp.compare_runs(cmp.collect_runs([tmp_path])[0], param_diff=lambda a, b: None)
+    base, big = comparison.rows
+    assert base.run.noise_scale == 48.0 and big.run.noise_scale == 64.0
+    # B_crit 64: steps (1 + 64/16) / (1 + 64/256) = 4x fewer than at batch 16; efficiency 1 / (1 + 256/64) = 20%.
+    assert big.predicted_step_speedup == pytest.approx(4.0)
+    assert big.data_efficiency == pytest.approx(0.2)
+    assert base.predicted_step_speedup == pytest.approx(1.0) and base.data_efficiency == pytest.approx(0.75)
+    assert big.as_json()["noise_scale"] == 64.0
+    assert any("16x16: noise scale 64, so global batch 256 should need 4.00x fewer steps" in note
+               and "at 4x the critical batch" not in note for note in comparison.notes)  # fmt: skip
+
+
+def test_far_above_the_critical_batch_is_flagged(tmp_path: Path) -> None:
+    make_run(tmp_path, "1x16")
+    with_noise_scale(make_run(tmp_path, "16x16", nproc=16, lr=0.8, steps=7), 20.0)
+    comparison = cmp.compare_runs(cmp.collect_runs([tmp_path])[0], param_diff=lambda a, b: None)
+    assert comparison.rows[0].data_efficiency is None  # the baseline measured nothing
+    assert any("at 13x the critical batch, more devices buy almost no fewer steps" in note for note in comparison.notes)

@@ -232,3 +232,38 @@ def test_multi_node_needs_a_known_rendezvous(tmp_path: Path) -> None:
     path = write_toml(tmp_path, two_nodes + '\n[cluster]\nrdzv_endpoint = "head:29400"\n')
     code, out, _ = invoke(path)
     assert code == 0 and "16 (2x8)" in out
+
+
+def test_noise_scale_in_the_file_adds_the_outlook(tmp_path: Path) -> None:
+    text = (
+        replace("epochs = 2", "epochs = 2\nnoise_scale = 48.0")
+        + '\n[[experiments]]\nname = "32x16"\nnproc_per_node = 32\n'
+    )
+    code, out, _ = invoke(write_toml(tmp_path, text), "--json")
+    assert code == 0
+    data = json.loads(out)
+    big = data["experiments"][2]
+    # B_crit 48: steps (1 + 48/16) / (1 + 48/512) = 3.657x fewer; efficiency 1 / (1 + 512/48) = 8.6%.
+    assert big["critical_batch_size"] == 48.0
+    assert big["predicted_step_speedup"] == pytest.approx(4 / (1 + 48 / 512))
+    assert big["data_efficiency"] == pytest.approx(1 / (1 + 512 / 48))
+    assert "11x the critical batch" in big["notes"][-1]
+    assert data["experiments"][0]["predicted_step_speedup"] == pytest.approx(4 / (1 + 48 / 64))
+    assert not any("critical batch" in note for note in data["experiments"][0]["notes"])  # 64 is not far above
+
+
+def test_noise_scale_from_a_run_directory(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "1x16" / "ID"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text("{}")
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "noise_scale": 10.0}\n{"step": 2, "noise_scale": 16.0}\n')
+    path = write_toml(tmp_path, GOOD)
+    code, out, _ = invoke(path, "--noise-scale-from", run_dir)
+    assert code == 0 and "B_crit" in out
+    code, out, _ = invoke(path, "--noise-scale-from", run_dir, "--json")
+    assert json.loads(out)["experiments"][0]["critical_batch_size"] == 16.0
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    code, _, err = invoke(path, "--noise-scale-from", run_dir)
+    assert code == 2 and "has no noise_scale" in err
+    code, _, err = invoke(path, "--noise-scale-from", tmp_path)
+    assert code == 2 and "not a run directory" in err

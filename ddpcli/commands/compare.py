@@ -39,7 +39,7 @@ STATUS_STYLE = {"completed": "green", "failed": "red", "timed_out": "red", "inte
 VERDICT_STYLE = {EQUIVALENT: "green", DIVERGED: "red"}
 COLUMNS = (
     "run", "status", "procs", "batch", "global", "lr", "steps", "samples", "loss", "loss at\nbase", "wall\ns",
-    "samples\n/s", "speedup", "eff", "equivalence", "loss curve",
+    "samples\n/s", "speedup", "eff", "noise\nscale", "equivalence", "loss curve",
 )  # fmt: skip
 SPLIT_AT = COLUMNS.index("wall\ns")  # where the table splits in two on a narrow console
 LEFT = {"run", "status", "equivalence", "loss curve"}
@@ -186,6 +186,7 @@ def _cells(row: ComparisonRow) -> list[str | Text]:
         _fixed(metrics.samples_per_s, 0),
         "-" if row.speedup is None else f"{row.speedup:.2f}x",
         _percent(row.scaling_efficiency),
+        _fixed(row.run.noise_scale, 0),
         _equivalence_cell(row),
         row.sparkline or "-",
     ]
@@ -215,7 +216,7 @@ def _caption(comparison: Comparison) -> str:
     base = comparison.baseline.run.metrics.samples_seen
     lines = [
         "* baseline. batch: per process (x accumulation). samples/s: from the first to the last metrics row. "
-        "eff: speedup / world-size ratio.",
+        "eff: speedup / world-size ratio. noise scale: last measured B_simple (the critical batch, roughly).",
         f"loss at base: loss at the baseline's {fmt_number(base)} samples seen (- : the run did not get there). "
         f"equivalence: max |param diff| against the single-process run with the same global batch, lr and steps "
         f"(atol {comparison.atol:g}).",

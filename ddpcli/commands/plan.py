@@ -11,6 +11,7 @@ import typer
 from ddpcli.config import validate_experiment_data
 from ddpcli.console import stdout, user_errors
 from ddpcli.errors import UserError
+from ddpcli.outlook import BatchOutlook, batch_outlook, noise_scale_of, outlook_note
 from ddpcli.planning import Plan, ResolvedRun, load_plan, resolve_plan
 from ddpcli.render import plan_table, print_notes
 
@@ -24,6 +25,14 @@ def plan_command(
     ] = None,
     only: Annotated[list[str] | None, typer.Option("--only", help="Only this run (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+    noise_scale_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="A finished run that measured the gradient noise scale: adds the critical batch, the step speed-up "
+            "it predicts for each global batch and its data efficiency.",
+            show_default=False,
+        ),
+    ] = None,
     rdzv_endpoint: Annotated[
         str | None, typer.Option(help="host:port of the rendezvous for multi-node runs, if [cluster] has none.")
     ] = None,
@@ -87,14 +96,31 @@ def plan_command(
         plan = load_plan(file or Path("experiments.toml"))
         require_rendezvous(plan, plan.select(only), rdzv_endpoint)
     runs = plan.select(only)
+    critical_batch = noise_scale_of(noise_scale_from) if noise_scale_from is not None else None
+    outlooks = {run.name: batch_outlook(run, plan.baseline, critical_batch) for run in plan.runs}
     if as_json:
-        data = plan.as_json()
-        if only:
-            data["experiments"] = [run.as_json() for run in runs if run is not plan.baseline]
-        print(json.dumps(data, indent=2))
+        print(json.dumps(plan_json(plan, runs, outlooks), indent=2))
         return
-    stdout.print(plan_table(plan, runs))
-    print_notes(stdout, runs)
+    stdout.print(plan_table(plan, runs, outlooks))
+    print_notes(stdout, runs, outlooks)
+
+
+def plan_json(plan: Plan, runs: list[ResolvedRun], outlooks: dict[str, BatchOutlook | None]) -> dict[str, Any]:
+    """`{"file", "baseline", "experiments"}`; a run whose critical batch is known also gets the outlook keys."""
+
+    def run_json(run: ResolvedRun) -> dict[str, Any]:
+        data = run.as_json()
+        outlook = outlooks.get(run.name)
+        if outlook is not None:
+            note = outlook_note(run, outlook)
+            data = {**data, **outlook.as_json(), "notes": [*data["notes"], *([note] if note else [])]}
+        return data
+
+    return {
+        "file": plan.file,
+        "baseline": run_json(plan.baseline),
+        "experiments": [run_json(run) for run in runs if run is not plan.baseline],
+    }
 
 
 def require_rendezvous(plan: Plan, runs: list[ResolvedRun], endpoint: str | None) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ddpcli.comparison.curve import Curve, LazyCurve, NeedsFullParse, ParsedCurve, Row, loss_at, resample
 from ddpcli.comparison.runs import RunRecord, read_run_record
-from ddpcli.records import finite_or_none, read_metrics
+from ddpcli.records import final_noise_scale, finite_or_none, read_metrics
 
 SPARK_POINTS = 64  # loss read at this many evenly spaced sample counts for the sparkline, 4 per character
 PLOT_POINTS = 2000  # and at this many for --plot: plenty for a figure, cheap to find
@@ -57,6 +57,7 @@ class RunSummary:
 
     record: RunRecord
     metrics: MetricsSummary
+    noise_scale: float | None = None  # the last logged gradient noise scale (B_simple), when it was measured
 
 
 def load_run(run_dir: Path, target_samples: float | None = None, *, plot_points: int = 0) -> RunSummary:
@@ -73,7 +74,7 @@ def summarize_run(record: RunRecord, target_samples: float | None = None, *, plo
         full_parse=record.restarts > 0,
         global_batch_size=record.global_batch_size,
     )
-    return RunSummary(record, metrics)
+    return RunSummary(record, metrics, final_noise_scale(record.run_dir))
 
 
 def summarize_metrics(

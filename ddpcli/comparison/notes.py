@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from ddpcli.comparison.equivalence import DIVERGED
 from ddpcli.comparison.row import ComparisonRow
 from ddpcli.comparison.runs import NO_FILE, RunRecord, status_reason
+from ddpcli.outlook import FAR_ABOVE_CRITICAL
 
 STATUS_WORDS = {"failed": "failed", "interrupted": "was interrupted", "timed_out": "timed out", "running": "is running"}
 PLAN_CAUSES = (  # plan keys that break equivalence when they differ, and what each changes
@@ -29,8 +30,26 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
             notes.append(f"{row.label} {what}: {reason}.")
     for row in rows:
         notes += _equivalence_notes(row, atol)
+    for row in rows:
+        notes += _noise_scale_notes(row)
     notes += _file_notes([row.run.record for row in rows])
     return notes
+
+
+def _noise_scale_notes(row: ComparisonRow) -> list[str]:
+    """What the measured noise scale says about this run's global batch (McCandlish et al. 2018)."""
+    b_noise, batch = row.run.noise_scale, row.run.record.global_batch_size
+    if b_noise is None or not batch or row.predicted_step_speedup is None or row.data_efficiency is None:
+        return []
+    note = (
+        f"{row.label}: noise scale {b_noise:.3g}, so global batch {batch} "
+        + ("is the baseline's" if row.is_baseline else f"should need {row.predicted_step_speedup:.2f}x fewer steps "
+           "than the baseline's")
+        + f" and uses {row.data_efficiency:.0%} of its samples efficiently"
+    )  # fmt: skip
+    if batch > FAR_ABOVE_CRITICAL * b_noise:
+        note += f"; at {batch / b_noise:.0f}x the critical batch, more devices buy almost no fewer steps"
+    return [note + "."]
 
 
 def _equivalence_notes(row: ComparisonRow, atol: float) -> list[str]:

@@ -14,7 +14,8 @@ from ddpcli.comparison.metrics import RunSummary
 ROW_KEYS = (
     "name", "status", "run_dir", "world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size",
     "lr", "steps", "samples_seen", "final_loss", "loss_at_baseline_samples", "wall_time_s", "samples_per_s",
-    "speedup", "scaling_efficiency", "equivalent_to", "max_param_diff", "verdict",
+    "speedup", "scaling_efficiency", "equivalent_to", "max_param_diff", "verdict", "noise_scale",
+    "predicted_step_speedup", "data_efficiency",
 )  # fmt: skip
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 16
@@ -34,6 +35,10 @@ class ComparisonRow:
     partner_label: str | None = None
     param_diff: ParamDiff | None = None
     verdict: str | None = None
+    # From the run's own gradient noise scale, with B_crit ~ B_simple (McCandlish et al. 2018): how many times
+    # fewer steps its global batch needs than the baseline's, and the fraction of its samples not wasted.
+    predicted_step_speedup: float | None = None
+    data_efficiency: float | None = None
 
     @property
     def sparkline(self) -> str:
@@ -62,6 +67,9 @@ class ComparisonRow:
             "equivalent_to": self.partner_label,
             "max_param_diff": self.param_diff.max_abs_diff if self.param_diff else None,
             "verdict": self.verdict,
+            "noise_scale": self.run.noise_scale,
+            "predicted_step_speedup": self.predicted_step_speedup,
+            "data_efficiency": self.data_efficiency,
         }
 
 

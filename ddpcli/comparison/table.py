@@ -14,6 +14,7 @@ from ddpcli.comparison.metrics import MetricsSummary, RunSummary, summarize_run
 from ddpcli.comparison.notes import comparison_notes
 from ddpcli.comparison.row import ComparisonRow
 from ddpcli.comparison.runs import NO_FILE, RunRecord, size_key
+from ddpcli.noise_scale import data_efficiency, step_speedup
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def compare_runs(
     base_record, reason = choose_baseline(records, baseline)
     base = summarize_run(base_record, None, plot_points=plot_points)
     target = base.metrics.samples_seen
-    base = RunSummary(base_record, _with_target(base.metrics, target))
+    base = replace(base, metrics=_with_target(base.metrics, target))
     others = [summarize_run(record, target, plot_points=plot_points) for record in records if record is not base_record]
     summaries = [base, *others]
     summaries.sort(key=lambda run: (run is not base, *size_key(run.record)))
@@ -100,6 +101,7 @@ def _row(
     ratio = speedup(run.metrics.samples_per_s, base.metrics.samples_per_s)
     partner = find_partner(run, runs)
     diff = compare_params(run.record, partner.record, param_diff) if partner else None
+    step_speedup, efficiency = batch_implications(run, base)
     return ComparisonRow(
         run=run,
         label=labels[run.record.run_dir],
@@ -111,4 +113,15 @@ def _row(
         partner_label=labels[partner.record.run_dir] if partner else None,
         param_diff=diff,
         verdict=verdict(diff, atol),
+        predicted_step_speedup=step_speedup,
+        data_efficiency=efficiency,
     )
+
+
+def batch_implications(run: RunSummary, base: RunSummary) -> tuple[float | None, float | None]:
+    """(step speed-up of the run's global batch over the baseline's, data efficiency), from the run's noise
+    scale taken as its critical batch; (None, None) when it was not measured."""
+    b_crit, batch, base_batch = run.noise_scale, run.record.global_batch_size, base.record.global_batch_size
+    if not b_crit or not batch or not base_batch:
+        return None, None
+    return step_speedup(batch, base_batch, b_crit), data_efficiency(batch, b_crit)
