@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import report, time_commands  # noqa: E402
+from common import report, time_commands
 
 REPO = Path(__file__).resolve().parent.parent
 
