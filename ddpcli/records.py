@@ -24,6 +24,7 @@ SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 PARAMS_FILE = "final_params.pt"
+CHECKPOINT_FILE = "checkpoint.pt"  # written by runtime.Context.checkpoint, read by resume
 LOGS_DIR = "logs"
 STATUSES = ("running", "completed", "failed", "interrupted", "timed_out")
 RUN_FIELDS = (

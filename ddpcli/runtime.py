@@ -27,6 +27,7 @@ No `from __future__ import annotations` here: DDP checks a comm hook's annotatio
 """
 
 import atexit
+import collections
 import contextlib
 import dataclasses
 import gc
@@ -55,7 +56,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ddpcli import noise_scale as gns
-from ddpcli.records import METRICS_FILE, PARAMS_FILE
+from ddpcli.records import CHECKPOINT_FILE, METRICS_FILE, PARAMS_FILE
 
 __all__ = [
     "Context",
@@ -272,6 +273,58 @@ class Context:
             self._write(row)
         return row
 
+    # -- surviving failures -----------------------------------------------------------------------------------
+
+    def checkpoint(self, step: int, *, model: nn.Module, optimizer: torch.optim.Optimizer, every: int) -> bool:
+        """Every `every` optimizer steps, rank 0 saves what a restart needs to go on exactly; True if it saved.
+
+        Model and optimizer state, the step (the data order is a function of it: see `EpochLoader.steps`), the
+        RNG states and the logged time. Written to a temporary file and renamed, so a crash while saving leaves
+        the previous checkpoint intact. Every rank must call it (it ends with a barrier, so that no rank runs on
+        past a checkpoint the others could not resume from). Needs a run directory (`ddpcli launch`).
+        """
+        if every <= 0 or step % every or self.run_dir is None:
+            return False
+        if self.is_main:
+            state = {
+                "step": step,
+                "time": time.perf_counter() - self._start,
+                "model": unwrap(model).state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
+            }
+            _save_atomic(state, self.run_dir / CHECKPOINT_FILE)
+        if dist.is_initialized():
+            dist.barrier()
+        return True
+
+    def resume(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+        """After a torchrun restart (TORCHELASTIC_RESTART_COUNT > 0) or `ddpcli launch --resume` (DDPCLI_RESUME=1):
+        load the last checkpoint and return its step, from which the loop goes on (0: start from scratch).
+
+        Rank 0 also drops the metrics rows logged after the checkpoint, so each step appears once. Call it after
+        `wrap()` and before the loop, on every rank.
+        """
+        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 or os.environ.get("DDPCLI_RESUME") == "1"
+        path = self.run_dir / CHECKPOINT_FILE if self.run_dir is not None else None
+        if not restarted or path is None:
+            return 0
+        state = torch.load(path, map_location=self.device, weights_only=True) if path.exists() else None
+        step = int(state["step"]) if state is not None else 0
+        if state is not None:
+            unwrap(model).load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["rng"].cpu())
+            if state["cuda_rng"]:
+                torch.cuda.set_rng_state_all([value.cpu() for value in state["cuda_rng"]])
+            self._start = time.perf_counter() - float(state["time"])  # logged time goes on, minus the downtime
+        if self.is_main:
+            _drop_rows_after(self.run_dir / METRICS_FILE, step)
+        if dist.is_initialized():
+            dist.barrier()  # nobody logs before rank 0 has cut the metrics file
+        return step
+
     def finish(self, model: nn.Module | None = None) -> None:
         """Save rank 0's final parameters, wait for every rank, then tear the process group down.
 
@@ -334,7 +387,24 @@ def _short(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _save_atomic(state: dict[str, torch.Tensor], path: Path) -> None:
+def _drop_rows_after(path: Path, step: int) -> None:
+    """Keep the metrics rows of steps up to `step` (atomically): the steps after it will be logged again."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by the crash
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
+            kept.append(line)
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+    os.replace(temp, path)
+
+
+def _save_atomic(state: dict[str, Any], path: Path) -> None:
     """Write beside the target and rename, so a reader never loads half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -384,19 +454,25 @@ class EpochLoader:
         self.epoch += 1
         return iter(self.loader)
 
-    def steps(self, total: int, accum_steps: int = 1) -> Iterator[tuple[int, list[Any]]]:
-        """Yield (step, micro_batches) for `total` optimizer steps (1-based), epoch after epoch.
+    def steps(self, total: int, accum_steps: int = 1, start: int = 0) -> Iterator[tuple[int, list[Any]]]:
+        """Yield (step, micro_batches) for optimizer steps start+1 .. total (1-based), epoch after epoch.
 
         A step takes `accum_steps` micro-batches; the last step of an epoch takes what is left (with drop_last
         it is skipped instead), the count `ddpcli plan` gives as steps_per_epoch. Micro-batches of one step
-        never mix two epochs.
+        never mix two epochs. `start` (from `ctx.resume`) goes on where a checkpoint left off: the data order is
+        a function of the step, so the resumed run sees the samples the uninterrupted one would have.
         """
         needed = accum_steps if self.loader.drop_last else 1
         if len(self) < needed:
             raise ValueError(f"an epoch has {len(self)} micro-batches, fewer than one step of {accum_steps}")
-        step = 0
+        per_epoch = len(self) // accum_steps if self.loader.drop_last else -(-len(self) // accum_steps)
+        self.epoch, skip = divmod(start, per_epoch)
+        step = start
         while step < total:
             batches, left = iter(self), len(self)
+            if skip:  # resuming mid-epoch: pass over the micro-batches of the steps already done
+                collections.deque(itertools.islice(batches, skip * accum_steps), maxlen=0)
+                left, skip = left - skip * accum_steps, 0
             while left >= needed and step < total:
                 count = min(accum_steps, left)
                 left -= count

@@ -12,6 +12,7 @@ with a linear warmup, so W processes x batch B end with the same parameters as o
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Sequence
 
 import torch
@@ -40,6 +41,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batchnorm", action="store_true", help="add a BatchNorm1d after the hidden layer")
     parser.add_argument("--sync-bn", action="store_true", help="BatchNorm statistics over all processes")
     parser.add_argument("--log-every", type=int, default=1, help="log every N optimizer steps (and the last)")
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=0, help="save a checkpoint every N optimizer steps (0: never)"
+    )
+    parser.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep after each step (to watch)")
     parser.add_argument(
         "--noise-scale",
         action=argparse.BooleanOptionalAction,
@@ -83,8 +88,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     model = ctx.wrap(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     loader = ctx.dataloader(dataset, batch_size=args.batch_size)
+    start = ctx.resume(model, optimizer)  # after a restart: the last checkpoint's step, else 0
 
-    for step, micro_batches in loader.steps(args.steps, args.grad_accum):
+    for step, micro_batches in loader.steps(args.steps, args.grad_accum, start=start):
         lr = warmup_lr(step, args.lr, args.warmup)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -98,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         optimizer.zero_grad(set_to_none=True)
         if step % args.log_every == 0 or step == args.steps:
             ctx.log(step, loss=step_loss, lr=lr)
+        ctx.checkpoint(step, model=model, optimizer=optimizer, every=args.checkpoint_every)
+        time.sleep(args.step_delay)
     ctx.finish(model)
 
 
