@@ -41,12 +41,14 @@ def _noise_scale_notes(row: ComparisonRow) -> list[str]:
     b_noise, batch = row.run.noise_scale, row.run.record.global_batch_size
     if b_noise is None or not batch or row.predicted_step_speedup is None or row.data_efficiency is None:
         return []
+    if row.is_baseline or abs(row.predicted_step_speedup - 1) < 0.005:
+        steps = "needs as many steps as the baseline's"
+    else:
+        steps = f"should need {row.predicted_step_speedup:.2f}x fewer steps than the baseline's"
     note = (
-        f"{row.label}: noise scale {b_noise:.3g}, so global batch {batch} "
-        + ("is the baseline's" if row.is_baseline else f"should need {row.predicted_step_speedup:.2f}x fewer steps "
-           "than the baseline's")
-        + f" and uses {row.data_efficiency:.0%} of its samples efficiently"
-    )  # fmt: skip
+        f"{row.label}: noise scale {b_noise:.3g}, so global batch {batch} {steps} and uses "
+        f"{row.data_efficiency:.0%} of its samples efficiently"
+    )
     if batch > FAR_ABOVE_CRITICAL * b_noise:
         note += f"; at {batch / b_noise:.0f}x the critical batch, more devices buy almost no fewer steps"
     return [note + "."]
