@@ -23,3 +23,16 @@ def write_toml(directory: Path, text: str, name: str = "experiments.toml") -> Pa
 @pytest.fixture
 def repo_root() -> Path:
     return REPO
+
+
+def final_params(run_dir: Path) -> dict:
+    """A run's final_params.pt (torch imported here, not at collection: the fast tests never need it)."""
+    import torch
+
+    return torch.load(run_dir / "final_params.pt", weights_only=True)
+
+
+def max_abs_diff(first: dict, second: dict) -> float:
+    """The largest absolute difference over every tensor of two state_dicts with the same keys."""
+    assert first.keys() == second.keys()
+    return max(float((first[key].double() - second[key].double()).abs().max()) for key in first)

@@ -18,7 +18,7 @@ import pytest
 
 from ddpcli.records import RUN_FIELDS, read_json, read_metrics
 from ddpcli.supervisor import worker_pids
-from tests.conftest import REPO, write_toml
+from tests.conftest import REPO, final_params, max_abs_diff, write_toml
 
 pytestmark = pytest.mark.e2e
 
@@ -166,17 +166,6 @@ def test_two_launches_at_once_do_not_clash(tmp_path: Path) -> None:
         assert len(read_metrics(run_dir / "metrics.jsonl").rows) == 6
     ports = {json.dumps(read_json(run_dir / "run.json")["argv"]) for run_dir in run_dirs}
     assert all("--standalone" in argv for argv in ports)  # each agent picked its own free port
-
-
-def final_params(run_dir: Path) -> dict:
-    import torch
-
-    return torch.load(run_dir / "final_params.pt", weights_only=True)
-
-
-def max_abs_diff(first: dict, second: dict) -> float:
-    assert first.keys() == second.keys()
-    return max(float((first[key].double() - second[key].double()).abs().max()) for key in first)
 
 
 EXAMPLE = """

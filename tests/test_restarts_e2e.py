@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ddpcli.records import read_json, read_metrics
-from tests.conftest import write_toml
+from tests.conftest import final_params, max_abs_diff, write_toml
 
 pytestmark = pytest.mark.e2e
 
@@ -79,17 +79,6 @@ def kill_rank_after(root: Path, name: str, rank: int, step: int) -> int:
                     return int(pid.name)
         time.sleep(0.05)
     raise AssertionError(f"{name} never reached step {step}")
-
-
-def final_params(run_dir: Path) -> dict:
-    import torch
-
-    return torch.load(run_dir / "final_params.pt", weights_only=True)
-
-
-def max_abs_diff(first: dict, second: dict) -> float:
-    assert first.keys() == second.keys()
-    return max(float((first[key].double() - second[key].double()).abs().max()) for key in first)
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ from torch import nn
 from ddpcli import runtime
 from ddpcli.planning import ResolvedRun, load_plan
 from ddpcli.records import METRICS_FILE, PARAMS_FILE, read_metrics
+from tests.conftest import max_abs_diff
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -128,11 +129,6 @@ class Runs:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     return Runs(tmp_path_factory.mktemp("runtime"))
-
-
-def max_abs_diff(left: dict[str, torch.Tensor], right: dict[str, torch.Tensor]) -> float:
-    assert left.keys() == right.keys()
-    return max((left[key].double() - right[key].double()).abs().max().item() for key in left)
 
 
 # -- end to end ----------------------------------------------------------------------------------------------
