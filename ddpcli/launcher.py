@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import socket
 import string
 import sys
@@ -41,11 +40,6 @@ class LaunchSpec:
     env_added: dict[str, str] = field(default_factory=dict)
     log_dir: Path = Path()
     node_key: str | None = None  # multi-node: this node's name until its group rank is known
-
-    def shell_line(self) -> str:
-        """The command as one shell-quoted line, for --dry-run and for people to copy."""
-        env = " ".join(f"{key}={shlex.quote(value)}" for key, value in self.env_added.items())
-        return f"{env} {shlex.join(self.argv)}" if env else shlex.join(self.argv)
 
 
 def placeholder_values(run: ResolvedRun, run_dir: Path) -> dict[str, object]:

@@ -7,11 +7,8 @@ square-root rule.
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ddpcli.planning import ResolvedRun
+# planning imports this module inside a function (notes follow from numbers), so importing it here is no cycle.
+from ddpcli.planning import ResolvedRun, samples_kept_warmup
 
 LINEAR_RULE_LIMIT = 32  # Goyal et al. 2017 saw linear scaling hold to 8k from 256 (x32) and fail beyond.
 
@@ -94,11 +91,20 @@ def _scaling_notes(run: ResolvedRun, baseline: ResolvedRun) -> list[str]:
 def _batchnorm_notes(run: ResolvedRun, baseline: ResolvedRun) -> list[str]:
     if run.per_device_batch_size == baseline.per_device_batch_size:
         return []
+    if run.world_size == 1 and run.grad_accum_steps == 1:
+        return [
+            f"BatchNorm statistics come from {run.per_device_batch_size} samples per batch instead of the "
+            f"baseline's {baseline.per_device_batch_size}."
+        ]
     return [
         f"BatchNorm layers see only the per-device micro-batch ({run.per_device_batch_size}, baseline "
         f"{baseline.per_device_batch_size}), not the global {run.global_batch_size}: their statistics "
-        "differ from the baseline's. SyncBatchNorm (ddpcli: ctx.sync_batchnorm) computes them over "
-        "all processes."
+        "differ from the baseline's. "
+        + (
+            "SyncBatchNorm (ddpcli: ctx.sync_batchnorm) computes them over all processes."
+            if run.world_size > 1
+            else "Accumulated micro-batches are normalised one by one."
+        )
     ]
 
 
@@ -122,7 +128,7 @@ def _schedule_notes(run: ResolvedRun, baseline: ResolvedRun) -> list[str]:
             f"An epoch is {run.steps_per_epoch} optimizer steps instead of {baseline.steps_per_epoch}: "
             "schedulers count optimizer steps, so step-based schedules must be rescaled too."
         )
-    kept_samples = run.warmup_steps == math.ceil(baseline.warmup_steps / run.batch_scale)
+    kept_samples = run.warmup_steps == samples_kept_warmup(baseline, run.global_batch_size)
     if baseline.warmup_steps and run.warmup_steps != baseline.warmup_steps and kept_samples:
         notes.append(
             f"Warmup {run.warmup_steps} steps keeps the baseline's "

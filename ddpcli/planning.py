@@ -210,7 +210,7 @@ def _resolve_run(
         batch_scale = global_batch / baseline.global_batch_size
         optimizer = fields.get("optimizer", "sgd")
         scaling, lr = _scaled_lr(fields, baseline.lr, batch_scale, optimizer)
-        warmup_steps = fields.get("warmup_steps", math.ceil(baseline.warmup_steps / batch_scale))
+        warmup_steps = fields.get("warmup_steps", samples_kept_warmup(baseline, global_batch))
 
     epoch = _epoch_arithmetic(fields, world_size, per_device, accum, fail)
     run = ResolvedRun(
@@ -239,7 +239,7 @@ def _resolve_run(
         env=dict(fields.get("env") or {}),
         timeout_s=fields.get("timeout_s"),
         max_restarts=fields.get("max_restarts", 0),
-        noise_scale=fields.get("noise_scale") is not None and fields.get("noise_scale") is not False,
+        noise_scale=fields.get("noise_scale") is True,  # a number is a known B_simple for plan, not a request
         known_noise_scale=_known_noise_scale(fields.get("noise_scale")),
     )
     # Local import: notes.py reads ResolvedRun, and keeping the wording apart keeps this module about numbers.
@@ -247,6 +247,12 @@ def _resolve_run(
 
     run.notes.extend(run_notes(run, baseline))
     return run
+
+
+def samples_kept_warmup(baseline: ResolvedRun, global_batch: int) -> int:
+    """ceil(baseline warmup x baseline global batch / global batch), in integers: the warmup steps that keep
+    the baseline's number of warmup samples (float division can round 15 up to 16)."""
+    return -(-baseline.warmup_steps * baseline.global_batch_size // global_batch)
 
 
 def _known_noise_scale(value: bool | float | None) -> float | None:

@@ -26,11 +26,10 @@ METRICS_FILE = "metrics.jsonl"
 PARAMS_FILE = "final_params.pt"
 CHECKPOINT_FILE = "checkpoint.pt"  # written by runtime.Context.checkpoint, read by resume
 LOGS_DIR = "logs"
-STATUSES = ("running", "completed", "failed", "interrupted", "timed_out")
 RUN_FIELDS = (
     "schema_version", "run_id", "name", "status", "plan", "argv", "env_added", "started_at", "ended_at",
     "wall_time_s", "exit_code", "failed_ranks", "hostname", "python", "torch_version", "experiment_file",
-    "experiment_file_sha256",
+    "experiment_file_sha256", "restarts", "timeout_s",
 )  # fmt: skip
 
 
@@ -95,6 +94,8 @@ def iter_new_metrics(path: Path, offset: int) -> tuple[list[dict[str, Any]], int
     """Rows appended since `offset` (bytes), and the new offset. A partial last line waits for the next call."""
     try:
         with path.open("rb") as handle:
+            if handle.seek(0, os.SEEK_END) < offset:
+                offset = 0  # rewritten shorter (a resume drops the rows after its checkpoint): read it afresh
             handle.seek(offset)
             chunk = handle.read()
     except FileNotFoundError:
@@ -111,7 +112,7 @@ def iter_new_metrics(path: Path, offset: int) -> tuple[list[dict[str, Any]], int
     return rows, offset + len(complete)
 
 
-def last_metrics_row(path: Path, key: str | None = None, window: int = 65536) -> dict[str, Any] | None:
+def last_metrics_row(path: Path, key: str | None = None, window: int = 1 << 20) -> dict[str, Any] | None:
     """The last complete row (holding `key`, if given), reading only the file's tail: metrics files can hold
     millions of rows, and the values wanted here (final loss, final noise scale) are at the end."""
     try:

@@ -172,8 +172,11 @@ class Context:
 
     @property
     def global_batch_size(self) -> int | None:
-        if self.run and self.run.get("global_batch_size"):
-            return int(self.run["global_batch_size"])
+        """Samples per optimizer step over the processes that actually joined: an elastic run may have fewer
+        nodes than the plan's maximum, so the plan's per-process numbers times the real world size."""
+        run = self.run or {}
+        if run.get("per_device_batch_size") and run.get("grad_accum_steps"):
+            return int(run["per_device_batch_size"]) * int(run["grad_accum_steps"]) * self.world_size
         return self.batch_size * self.accum_steps * self.world_size if self.batch_size else None
 
     # -- data ------------------------------------------------------------------------------------------------

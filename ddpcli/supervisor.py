@@ -57,6 +57,7 @@ def run_to_end(
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     agent_log = spec.log_dir / ("torchrun.log" if spec.node_key is None else f"torchrun-{spec.node_key}.log")
     before = set(spec.log_dir.iterdir())
+    log_start = agent_log.stat().st_size if agent_log.exists() else 0  # a resumed run appends to the same log
     started = time.monotonic()
     with agent_log.open("ab") as log:
         process = subprocess.Popen(
@@ -64,14 +65,18 @@ def run_to_end(
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         watch = Watch(process, spec.run_dir / METRICS_FILE, on_rows, find_group_rank=spec.run.is_multi_node)
-        status = watch.until_done(started, timeout_s, stop)
+        try:
+            status = watch.until_done(started, timeout_s, stop)
+        finally:  # whatever goes wrong here, torchrun (in a session of its own) must not outlive us
+            if process.poll() is None:
+                terminate(process)
+            kill_leftover_workers(spec)
     exit_code = process.returncode
-    kill_leftover_workers(spec)
     wall_time = time.monotonic() - started
     if status == "completed" and exit_code != 0:
         status = "failed"
     own_logs = sorted(path for path in set(spec.log_dir.iterdir()) - before if path.is_dir())
-    failed = failed_ranks(agent_log, own_logs) if status == "failed" else []
+    failed = failed_ranks(agent_log, own_logs, log_start) if status == "failed" else []
     return Outcome(status, exit_code, wall_time, failed, count_restarts(own_logs), watch.group_rank)
 
 
@@ -197,9 +202,14 @@ SUMMARY_ENTRY = re.compile(
 )
 
 
-def failed_ranks(agent_log: Path, own_logs: list[Path]) -> list[dict[str, Any]]:
-    """The ranks torchrun reported as failed, root cause first, each with its error and the end of its log."""
-    text = agent_log.read_text(encoding="utf-8", errors="replace") if agent_log.exists() else ""
+def failed_ranks(agent_log: Path, own_logs: list[Path], offset: int = 0) -> list[dict[str, Any]]:
+    """The ranks torchrun reported as failed (in its log from `offset` on), root cause first, each with its
+    error and the end of its log."""
+    text = ""
+    if agent_log.exists():
+        with agent_log.open("rb") as handle:
+            handle.seek(offset)
+            text = handle.read().decode("utf-8", errors="replace")
     summary = text[text.rfind("Failures:") :] if "Failures:" in text else ""
     root_cause_at = summary.find("Root Cause")
     entries = []

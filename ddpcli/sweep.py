@@ -21,6 +21,7 @@ from ddpcli.launcher import LaunchSpec, Rendezvous, build_launch
 from ddpcli.planning import EXTRA_KEYS, PLAN_KEYS, Plan, ResolvedRun
 from ddpcli.records import (
     LOGS_DIR,
+    PARAMS_FILE,
     RUN_FILE,
     SCHEMA_VERSION,
     new_run_id,
@@ -124,18 +125,24 @@ def resume_from(run_dir: Path) -> tuple[LaunchSpec, dict[str, Any]]:
         raise UserError(f"{run_dir}: the run already completed; nothing to resume")
     if worker_pids(f"DDPCLI_RUN_DIR={run_dir}".encode()):
         raise UserError(f"{run_dir}: processes of this run are still running; stop them first")
-    plan = record["plan"]
-    run = ResolvedRun(**{key: plan[key] for key in (*PLAN_KEYS, *EXTRA_KEYS)})
+    try:
+        plan = record["plan"]
+        run = ResolvedRun(**{key: plan[key] for key in (*PLAN_KEYS, *EXTRA_KEYS)}, timeout_s=record.get("timeout_s"))
+        argv, env = list(record["argv"]), {**record["env_added"], "DDPCLI_RESUME": "1"}
+    except (KeyError, TypeError) as error:
+        raise UserError(
+            f"{run_dir}/{RUN_FILE} lacks what a resume needs ({error}); it was not written by ddpcli launch"
+        ) from None
     if run.is_multi_node:
         raise UserError(f"{run_dir}: --resume handles single-node runs; rerun the multi-node command instead")
-    env = {**record["env_added"], "DDPCLI_RESUME": "1"}
-    spec = LaunchSpec(run=run, run_dir=run_dir, argv=record["argv"], env_added=env, log_dir=run_dir / LOGS_DIR)
+    spec = LaunchSpec(run=run, run_dir=run_dir, argv=argv, env_added=env, log_dir=run_dir / LOGS_DIR)
     resumed = {
         **record,
         "status": "running",
         "env_added": env,
         "resumes": record.get("resumes", 0) + 1,
-        "previous_wall_time_s": (record.get("previous_wall_time_s") or 0) + (record.get("wall_time_s") or 0),
+        # wall_time_s and restarts are already totals over every launch so far; this launch adds to them.
+        "previous_wall_time_s": record.get("wall_time_s") or 0,
         "previous_restarts": record.get("restarts", 0),
     }
     return spec, resumed
@@ -156,7 +163,15 @@ class RecordWriter:
         if resuming:
             write_json_atomic(self.run_dir / RUN_FILE, record)
         elif self.multi_node:
-            self.run_dir.mkdir(parents=True, exist_ok=True)  # the other nodes may have made it already
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)  # the other nodes may have made it already
+            except OSError as error:
+                raise UserError(f"cannot create run directory {self.run_dir}: {error}") from None
+            if (self.run_dir / RUN_FILE).exists() or (self.run_dir / PARAMS_FILE).exists():
+                raise UserError(
+                    f"run directory {self.run_dir} holds a finished run of rendezvous id {self.run_dir.name!r}; "
+                    "ddpcli never overwrites a run: use a new --rdzv-id"
+                )
             write_json_atomic(self.pending, record)
         else:
             create_run_dir(self.run_dir)
@@ -180,11 +195,13 @@ class RecordWriter:
 
 def create_run_dir(run_dir: Path) -> None:
     """A run directory is never reused: an existing one is an error, not something to overwrite."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
         run_dir.mkdir()
     except FileExistsError:
         raise UserError(f"run directory {run_dir} already exists; ddpcli never overwrites a run") from None
+    except OSError as error:
+        raise UserError(f"cannot create run directory {run_dir}: {error}") from None
 
 
 def start_record(plan: Plan, spec: LaunchSpec, file_sha256: str | None) -> dict[str, Any]:
@@ -207,6 +224,7 @@ def start_record(plan: Plan, spec: LaunchSpec, file_sha256: str | None) -> dict[
         "torch_version": _torch_version(),
         "experiment_file": str(Path(plan.file).resolve()),
         "experiment_file_sha256": file_sha256,
+        "timeout_s": spec.run.timeout_s,
     }
 
 

@@ -145,3 +145,91 @@ def test_existing_run_directory_is_never_overwritten(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="already exists"):
         create_run_dir(run_dir)
     assert (run_dir / "run.json").read_text() == "{}"
+
+
+def test_resume_record_arithmetic_over_two_resumes(tmp_path: Path) -> None:
+    """wall_time_s and restarts are totals over every launch, however many resumes."""
+    from ddpcli.supervisor import Outcome
+    from ddpcli.sweep import finish_record, resume_from
+
+    plan = load_plan(write_toml(tmp_path, FILE))
+    run_dir = tmp_path / "runs" / "1x16" / "ID"
+    create_run_dir(run_dir)
+    spec = build_launch(plan.baseline, run_dir, plan.file, python="/py")
+    record = {"name": "1x16", "status": "failed", "plan": plan.baseline.as_json(), "argv": spec.argv,
+              "env_added": spec.env_added, "wall_time_s": 10.0, "restarts": 1, "timeout_s": 99.0}  # fmt: skip
+    for wall_time, restarts, expected_wall, expected_restarts in ((20.0, 0, 30.0, 1), (30.0, 2, 60.0, 3)):
+        (run_dir / "run.json").write_text(json.dumps(record))
+        resumed_spec, resumed = resume_from(run_dir)
+        assert resumed_spec.env_added["DDPCLI_RESUME"] == "1" and resumed_spec.run.timeout_s == 99.0
+        record = finish_record(resumed, Outcome("failed", 1, wall_time, restarts=restarts))
+        assert (record["wall_time_s"], record["restarts"]) == (expected_wall, expected_restarts)
+    assert record["resumes"] == 2
+
+
+def test_resume_errors_and_dry_run(tmp_path: Path) -> None:
+    plan = load_plan(write_toml(tmp_path, FILE))
+    run_dir = tmp_path / "runs" / "1x16" / "ID"
+    create_run_dir(run_dir)
+    (run_dir / "run.json").write_text(json.dumps({"status": "failed"}))
+    result = runner.invoke(app, ["launch", "--resume", str(run_dir)])
+    assert result.exit_code == 2 and "lacks what a resume needs" in result.stderr
+    spec = build_launch(plan.baseline, run_dir, plan.file, python="/py")
+    record = {"status": "failed", "plan": plan.baseline.as_json(), "argv": spec.argv, "env_added": spec.env_added}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    result = runner.invoke(app, ["launch", "--resume", str(run_dir), "--only", "4x16"])
+    assert result.exit_code == 2 and "--only cannot change it" in result.stderr
+    result = runner.invoke(app, ["launch", "--resume", str(run_dir), "--dry-run"])
+    assert result.exit_code == 0 and shlex.split(result.stdout.splitlines()[1]) == spec.argv
+    assert "#   DDPCLI_RESUME=1" in result.stdout
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"  # nothing ran, nothing changed
+    (run_dir / "run.json").write_text(json.dumps({**record, "status": "completed"}))
+    result = runner.invoke(app, ["launch", "--resume", str(run_dir)])
+    assert result.exit_code == 2 and "already completed" in result.stderr
+
+
+def test_runs_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    result = runner.invoke(app, ["launch", str(write_toml(tmp_path, FILE)), "--runs-dir", str(tmp_path / "file")])
+    assert result.exit_code == 2 and "cannot create run directory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_metrics_follower_rereads_a_rewritten_file(tmp_path: Path) -> None:
+    from ddpcli.records import iter_new_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n')
+    rows, offset = iter_new_metrics(path, 0)
+    assert [row["step"] for row in rows] == [1, 2, 3]
+    path.write_text('{"step": 1}\n')  # a resume cut the rows after its checkpoint
+    rows, offset = iter_new_metrics(path, offset)
+    assert [row["step"] for row in rows] == [1]
+    with path.open("a") as handle:
+        handle.write('{"step": 2}\n{"st')
+    rows, offset = iter_new_metrics(path, offset)
+    assert [row["step"] for row in rows] == [2]  # the partial line waits for the next call
+
+
+def test_torchrun_never_outlives_an_error_in_the_watch_loop(tmp_path: Path) -> None:
+    """If following the run raises, the finally clause still stops torchrun (here: a sleeping stand-in)."""
+    import time
+
+    from ddpcli.launcher import LaunchSpec
+    from ddpcli.supervisor import StopRequest, run_to_end, worker_pids
+
+    plan = load_plan(write_toml(tmp_path, FILE))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    spec = LaunchSpec(run=plan.baseline, run_dir=run_dir, argv=[sys.executable, "-c", "import time; time.sleep(60)"],
+                      env_added={"DDPCLI_RUN_DIR": str(run_dir)}, log_dir=run_dir / "logs")  # fmt: skip
+
+    def broken_reporter(rows: list) -> None:
+        raise RuntimeError("reporter bug")
+
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="reporter bug"):
+        run_to_end(spec, None, StopRequest(), on_rows=broken_reporter)
+    assert time.monotonic() - started < 30
+    assert worker_pids(f"DDPCLI_RUN_DIR={run_dir}".encode()) == []

@@ -267,3 +267,12 @@ def test_noise_scale_from_a_run_directory(tmp_path: Path) -> None:
     assert code == 2 and "has no noise_scale" in err
     code, _, err = invoke(path, "--noise-scale-from", tmp_path)
     assert code == 2 and "not a run directory" in err
+
+
+def test_quick_options_with_a_file_are_an_error_not_ignored(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, GOOD)
+    for option in (["--nnodes", "3"], ["--optimizer", "adam"], ["--global-batch-size", "64"]):
+        code, _, err = invoke(path, *option)
+        assert code == 2 and "not both" in err, option
+    code, _, err = invoke("--nnodes", "3")
+    assert code == 2 and "--per-device-batch-size" in err

@@ -249,3 +249,17 @@ def test_invariants(
     else:
         assert (micro_batches_per_step - run.grad_accum_steps) * per_device < run.samples_per_rank
     assert run.warmup_steps == math.ceil(100 / run.batch_scale)
+
+
+def test_warmup_rounding_is_exact_integer_arithmetic() -> None:
+    """21 warmup steps x 5 samples = 105 samples; at batch 7 that is ceil(105 / 7) = 15 steps, not 16."""
+    run = plan_of({"name": "b", "per_device_batch_size": 5, "lr": 0.1, "warmup_steps": 21},
+                  {"name": "e", "per_device_batch_size": 7}).experiments[0]  # fmt: skip
+    assert run.warmup_steps == 15
+    assert any("keeps the baseline's 105 warmup samples" in note for note in run.notes)
+
+
+def test_a_numeric_noise_scale_is_for_plan_only() -> None:
+    plan = plan_of(SEED, {"name": "m", "noise_scale": True}, defaults={"noise_scale": 48.0})
+    assert (plan.baseline.noise_scale, plan.baseline.known_noise_scale) == (False, 48.0)
+    assert plan.experiments[0].noise_scale is True

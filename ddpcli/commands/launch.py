@@ -68,7 +68,12 @@ def launch_command(
     Exit code 0 when every run completed, 1 when any failed or timed out, 130 when interrupted.
     """
     if resume is not None:
-        _resume(resume, timeout)
+        ignored = {"--only": only, "--runs-dir": runs_dir, "--nnodes": nnodes, "--rdzv-endpoint": rdzv_endpoint,
+                   "--rdzv-id": rdzv_id, "--fail-fast": fail_fast or None}  # fmt: skip
+        given = [flag for flag, value in ignored.items() if value]
+        if given:
+            raise UserError(f"--resume reruns the recorded command as it was: {', '.join(given)} cannot change it")
+        _resume(resume, timeout, dry_run)
         return
     plan = load_plan(file, nnodes=nnodes, names=only)
     options = SweepOptions(
@@ -89,8 +94,11 @@ def launch_command(
     _finish(results)
 
 
-def _resume(run_dir: Path, timeout: float | None) -> None:
+def _resume(run_dir: Path, timeout: float | None, dry_run: bool) -> None:
     spec, record = resume_from(run_dir)
+    if dry_run:
+        _print_dry_run([spec])
+        return
     options = SweepOptions(runs_dir=run_dir.parent.parent, timeout_s=timeout)
     stop = StopRequest()
     reporter = RichReporter(stdout)

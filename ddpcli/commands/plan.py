@@ -75,8 +75,12 @@ def plan_command(
     Quick form, no file: `ddpcli plan --per-device-batch-size 16 --lr 0.1 --nproc-per-node 4`
     """
     quick = {"per_device_batch_size": per_device_batch_size, "lr": lr, "nproc_per_node": nproc_per_node}
-    if any(value is not None for value in quick.values()):
-        if file is not None:
+    optional = {"global_batch_size": global_batch_size, "grad_accum_steps": grad_accum_steps,
+                "dataset_size": dataset_size, "nnodes": nnodes if nnodes != 1 else None,
+                "optimizer": optimizer if optimizer != "sgd" else None,
+                "warmup_steps": warmup_steps or None}  # fmt: skip
+    if any(value is not None for value in (*quick.values(), *optional.values())):
+        if file is not None or rdzv_endpoint is not None:
             raise UserError("give either an experiment file or the quick-form options, not both")
         missing = [f"--{key.replace('_', '-')}" for key, value in quick.items() if value is None]
         if missing:

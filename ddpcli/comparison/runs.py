@@ -40,6 +40,7 @@ class RunRecord:
     exit_code: int | None = None
     failed_ranks: list[dict[str, Any]] = field(default_factory=list)
     restarts: int = 0
+    started_at: str = ""  # ISO 8601 UTC from run.json; orders runs of one name
 
     @property
     def world_size(self) -> int | None:
@@ -110,6 +111,7 @@ def read_run_record(run_dir: Path) -> RunRecord:
         exit_code=_int_or_none(data.get("exit_code")),
         failed_ranks=[entry for entry in failed if isinstance(entry, dict)],
         restarts=_int_or_none(data.get("restarts")) or 0,
+        started_at=_text(data.get("started_at")) or "",
     )
 
 
@@ -210,4 +212,5 @@ def select_newest(records: Iterable[RunRecord]) -> list[RunRecord]:
 def newest(records: Sequence[RunRecord]) -> RunRecord:
     """The newest completed run among these, else the newest of any status."""
     completed = [record for record in records if record.status == "completed"]
-    return max(completed or records, key=lambda record: record.run_id)
+    # started_at (ISO 8601 UTC) orders runs whatever names their directories: a timestamp id or a job id.
+    return max(completed or records, key=lambda record: (record.started_at, record.run_id))
