@@ -23,6 +23,13 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def is_safe_name(value: str) -> bool:
+    """Usable as one directory name: letters, digits, '.', '_', '-', and not '.' or '..'."""
+    return bool(SAFE_NAME.match(value)) and value not in {".", ".."}
+
+
 ELASTIC_NNODES = re.compile(r"^(\d+):(\d+)$")
 BATCH_FIELDS = ("per_device_batch_size", "grad_accum_steps", "global_batch_size")
 # Fields an experiment never inherits: they are derived from the baseline by the scaling rules instead.
@@ -132,7 +139,7 @@ class RunEntry(RunFields):
     @field_validator("name")
     @classmethod
     def _safe_name(cls, value: str) -> str:
-        if not SAFE_NAME.match(value) or value in {".", ".."}:
+        if not is_safe_name(value):
             raise ValueError(f"{value!r} is not a safe directory name (letters, digits, '.', '_', '-')")
         return value
 
@@ -150,7 +157,7 @@ class Cluster(_Strict):
     @field_validator("rdzv_id")
     @classmethod
     def _safe_id(cls, value: str | None) -> str | None:
-        if value is not None and (not SAFE_NAME.match(value) or value in {".", ".."}):
+        if value is not None and not is_safe_name(value):
             raise ValueError(f"{value!r} names the run directory, so letters, digits, '.', '_', '-' only")
         return value
 

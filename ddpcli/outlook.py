@@ -25,6 +25,14 @@ class BatchOutlook:
     predicted_step_speedup: float  # fewer steps than the baseline's global batch needs, as a factor
     data_efficiency: float  # E_min / E
 
+    @classmethod
+    def of(cls, batch: int, baseline_batch: int, critical_batch: float) -> BatchOutlook:
+        return cls(
+            critical_batch_size=critical_batch,
+            predicted_step_speedup=step_speedup(batch, baseline_batch, critical_batch),
+            data_efficiency=data_efficiency(batch, critical_batch),
+        )
+
     def as_json(self) -> dict[str, float]:
         return {
             "critical_batch_size": self.critical_batch_size,
@@ -50,20 +58,23 @@ def batch_outlook(run: ResolvedRun, baseline: ResolvedRun, critical_batch: float
     b_crit = critical_batch if critical_batch is not None else run.known_noise_scale
     if b_crit is None:
         return None
-    return BatchOutlook(
-        critical_batch_size=b_crit,
-        predicted_step_speedup=step_speedup(run.global_batch_size, baseline.global_batch_size, b_crit),
-        data_efficiency=data_efficiency(run.global_batch_size, b_crit),
-    )
+    return BatchOutlook.of(run.global_batch_size, baseline.global_batch_size, b_crit)
+
+
+def far_above_critical(batch: float, critical_batch: float) -> str | None:
+    """The warning clause for a batch far above the critical batch, or None."""
+    ratio = batch / critical_batch
+    if ratio <= FAR_ABOVE_CRITICAL:
+        return None
+    return f"at {ratio:.0f}x the critical batch, more devices buy almost no fewer steps"
 
 
 def outlook_note(run: ResolvedRun, outlook: BatchOutlook) -> str | None:
-    ratio = run.global_batch_size / outlook.critical_batch_size
-    if ratio <= FAR_ABOVE_CRITICAL:
+    warning = far_above_critical(run.global_batch_size, outlook.critical_batch_size)
+    if warning is None:
         return None
     return (
-        f"Global batch {run.global_batch_size} is {ratio:.0f}x the critical batch (noise scale "
-        f"{outlook.critical_batch_size:.3g}): it should need only {outlook.predicted_step_speedup:.2f}x fewer steps "
-        f"than the baseline and uses {outlook.data_efficiency:.0%} of its samples efficiently; more devices buy "
-        "almost no fewer steps."
+        f"Global batch {run.global_batch_size} (noise scale {outlook.critical_batch_size:.3g}) should need only "
+        f"{outlook.predicted_step_speedup:.2f}x fewer steps than the baseline and uses {outlook.data_efficiency:.0%} "
+        f"of its samples efficiently: {warning}."
     )

@@ -86,11 +86,18 @@ def print_notes(
     console: Console, runs: Sequence[ResolvedRun], outlooks: Mapping[str, BatchOutlook | None] | None = None
 ) -> None:
     for run in runs:
-        console.print(f"[bold]{escape(run.name)}[/]")
         outlook = (outlooks or {}).get(run.name)
         extra = outlook_note(run, outlook) if outlook else None
-        for note in [*run.notes, *([extra] if extra else [])]:
-            console.print(Padding(Text(f"- {note}"), (0, 0, 0, 2)))
+        print_bullets(console, run.name, [*run.notes, *([extra] if extra else [])])
+
+
+def print_bullets(console: Console, title: str, notes: Sequence[str]) -> None:
+    """A bold title and its notes as an indented list; nothing at all when there are no notes."""
+    if not notes:
+        return
+    console.print(Text(title, style="bold"))
+    for note in notes:
+        console.print(Padding(Text(f"- {note}"), (0, 0, 0, 2)))
 
 
 def launch_summary_table(results: Sequence[RunResult]) -> Table:

@@ -228,3 +228,8 @@ def test_torch_is_imported_only_to_read_parameter_files(tmp_path: Path, runs: Pa
     make_run(tmp_path / "plain", "4x16", nproc=4, lr=0.2, steps=25)  # no final_params.pt anywhere
     assert probe_torch(str(tmp_path / "plain"), "--json") == {"torch": False, "code": 0}
     assert probe_torch(str(runs), "--json") == {"torch": True, "code": 0}
+
+
+def test_unwritable_csv_path_is_one_line(runs: Path, tmp_path: Path) -> None:
+    code, _, err = invoke(runs, "--json", "--csv", tmp_path / "missing-dir" / "rows.csv")
+    assert code == 2 and "cannot write" in err and "Traceback" not in err

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -32,7 +30,7 @@ from ddpcli.comparison import (
 from ddpcli.console import stderr, stdout, user_errors
 from ddpcli.errors import UserError
 from ddpcli.planning import load_plan
-from ddpcli.render import fmt_number
+from ddpcli.render import fmt_number, print_bullets
 
 EXPERIMENT_FILE = Path("experiments.toml")
 STATUS_STYLE = {"completed": "green", "failed": "red", "timed_out": "red", "interrupted": "yellow"}
@@ -101,13 +99,20 @@ def compare_command(
     else:
         for table in comparison_tables(comparison, stdout.width):
             stdout.print(table)
-        print_notes(stdout, comparison.notes)
+        print_bullets(stdout, "Notes", comparison.notes)
     if csv_path is not None:
-        write_csv(comparison, csv_path)
-        stderr.print(f"wrote {escape(str(csv_path))}", soft_wrap=True)
+        _writing(csv_path, lambda: write_csv(comparison, csv_path))
     if plot_path is not None and pyplot is not None:
-        write_plot(comparison, plot_path, pyplot)
-        stderr.print(f"wrote {escape(str(plot_path))}", soft_wrap=True)
+        _writing(plot_path, lambda: write_plot(comparison, plot_path, pyplot))
+
+
+def _writing(path: Path, write: Callable[[], None]) -> None:
+    """Write an output file; a path that cannot be written is the user's to fix (exit 2), not a traceback."""
+    try:
+        write()
+    except OSError as error:
+        raise UserError(f"cannot write {path}: {error.strerror or error}") from None
+    stderr.print(f"wrote {escape(str(path))}", soft_wrap=True)
 
 
 def _default_root() -> Path:
@@ -226,14 +231,6 @@ def _caption(comparison: Comparison) -> str:
             f"Runs from {len(comparison.experiment_files)} experiment files: {', '.join(comparison.experiment_files)}."
         )
     return "\n".join(lines)
-
-
-def print_notes(console: Console, notes: list[str]) -> None:
-    if not notes:
-        return
-    console.print("[bold]Notes[/]")
-    for note in notes:
-        console.print(Padding(Text(f"- {note}"), (0, 0, 0, 2)))
 
 
 def write_csv(comparison: Comparison, path: Path) -> None:

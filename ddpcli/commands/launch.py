@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from ddpcli.config import SAFE_NAME
+from ddpcli.config import is_safe_name
 from ddpcli.console import stderr, stdout, user_errors
 from ddpcli.errors import UserError
 from ddpcli.launcher import LaunchSpec, Rendezvous
@@ -117,7 +117,7 @@ def _finish(results: list[RunResult]) -> None:
 
 
 def _rendezvous(plan: Plan, endpoint: str | None, run_id: str | None) -> Rendezvous:
-    if run_id is not None and (not SAFE_NAME.match(run_id) or run_id in {".", ".."}):
+    if run_id is not None and not is_safe_name(run_id):
         raise UserError(f"--rdzv-id {run_id!r}: it names the run directory, so letters, digits, '.', '_', '-' only")
     cluster = plan.cluster
     return Rendezvous(

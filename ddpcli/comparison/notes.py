@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ddpcli.comparison.equivalence import DIVERGED
 from ddpcli.comparison.row import ComparisonRow
 from ddpcli.comparison.runs import NO_FILE, RunRecord, status_reason
-from ddpcli.outlook import FAR_ABOVE_CRITICAL
+from ddpcli.outlook import far_above_critical
 
 STATUS_WORDS = {"failed": "failed", "interrupted": "was interrupted", "timed_out": "timed out", "running": "is running"}
 PLAN_CAUSES = (  # plan keys that break equivalence when they differ, and what each changes
@@ -49,9 +49,8 @@ def _noise_scale_notes(row: ComparisonRow) -> list[str]:
         f"{row.label}: noise scale {b_noise:.3g}, so global batch {batch} {steps} and uses "
         f"{row.data_efficiency:.0%} of its samples efficiently"
     )
-    if batch > FAR_ABOVE_CRITICAL * b_noise:
-        note += f"; at {batch / b_noise:.0f}x the critical batch, more devices buy almost no fewer steps"
-    return [note + "."]
+    warning = far_above_critical(batch, b_noise)
+    return [note + (f"; {warning}." if warning else ".")]
 
 
 def _equivalence_notes(row: ComparisonRow, atol: float) -> list[str]:

@@ -14,7 +14,7 @@ from ddpcli.comparison.metrics import MetricsSummary, RunSummary, summarize_run
 from ddpcli.comparison.notes import comparison_notes
 from ddpcli.comparison.row import ComparisonRow
 from ddpcli.comparison.runs import NO_FILE, RunRecord, size_key
-from ddpcli.noise_scale import data_efficiency, step_speedup
+from ddpcli.outlook import BatchOutlook
 
 
 @dataclass(frozen=True)
@@ -124,4 +124,5 @@ def batch_implications(run: RunSummary, base: RunSummary) -> tuple[float | None,
     b_crit, batch, base_batch = run.noise_scale, run.record.global_batch_size, base.record.global_batch_size
     if not b_crit or not batch or not base_batch:
         return None, None
-    return step_speedup(batch, base_batch, b_crit), data_efficiency(batch, b_crit)
+    outlook = BatchOutlook.of(batch, base_batch, b_crit)
+    return outlook.predicted_step_speedup, outlook.data_efficiency
