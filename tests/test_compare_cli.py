@@ -232,4 +232,6 @@ def test_torch_is_imported_only_to_read_parameter_files(tmp_path: Path, runs: Pa
 
 def test_unwritable_csv_path_is_one_line(runs: Path, tmp_path: Path) -> None:
     code, _, err = invoke(runs, "--json", "--csv", tmp_path / "missing-dir" / "rows.csv")
-    assert code == 2 and "cannot write" in err and "Traceback" not in err
+    assert code == 2 and "does not exist" in err  # checked before any work
+    code, _, err = invoke(runs, "--json", "--csv", "/proc/rows.csv")  # the directory exists, writing fails
+    assert code == 2 and "cannot write /proc/rows.csv" in err and "Traceback" not in err
