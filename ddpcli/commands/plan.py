@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ddpcli.commands import ExperimentFileArgument
 from ddpcli.config import validate_experiment_data
 from ddpcli.console import stdout, user_errors
 from ddpcli.errors import UserError
@@ -20,9 +21,7 @@ QUICK = "Quick form (no file)"
 
 @user_errors
 def plan_command(
-    file: Annotated[
-        Path | None, typer.Argument(help="Experiment file (TOML). Default: ./experiments.toml.", show_default=False)
-    ] = None,
+    file: ExperimentFileArgument = None,
     only: Annotated[list[str] | None, typer.Option("--only", help="Only this run (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
     noise_scale_from: Annotated[

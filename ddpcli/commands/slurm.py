@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from ddpcli.commands import ExperimentFileArgument
 from ddpcli.console import stderr, stdout, user_errors
 from ddpcli.errors import UserError
 from ddpcli.planning import Plan, ResolvedRun, load_plan
@@ -21,9 +22,7 @@ JOB = "sbatch options"
 
 @user_errors
 def slurm_command(
-    file: Annotated[
-        Path | None, typer.Argument(help="Experiment file (TOML). Default: ./experiments.toml.", show_default=False)
-    ] = None,
+    file: ExperimentFileArgument = None,
     only: Annotated[
         str | None, typer.Option("--only", help="The run to submit (one job runs one run).", show_default=False)
     ] = None,
