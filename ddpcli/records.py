@@ -63,6 +63,15 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def parse_row(line: str | bytes) -> dict[str, Any] | None:
+    """One metrics line as a dict; None for a line that is not a complete JSON object (a crash mid-write)."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
 @dataclass
 class MetricsRead:
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -101,14 +110,7 @@ def iter_new_metrics(path: Path, offset: int) -> tuple[list[dict[str, Any]], int
     except FileNotFoundError:
         return [], offset
     complete = chunk[: chunk.rfind(b"\n") + 1]
-    rows = []
-    for line in complete.splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
+    rows = [row for row in map(parse_row, complete.splitlines()) if row is not None]
     return rows, offset + len(complete)
 
 
@@ -121,12 +123,8 @@ def last_metrics_row(path: Path, key: str | None = None, window: int = 1 << 20) 
             lines = handle.read().splitlines()
     except FileNotFoundError:
         return None
-    for line in reversed(lines):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and (key is None or finite_or_none(row.get(key)) is not None):
+    for row in map(parse_row, reversed(lines)):
+        if row is not None and (key is None or finite_or_none(row.get(key)) is not None):
             return row
     return None
 

@@ -56,7 +56,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ddpcli import noise_scale as gns
-from ddpcli.records import CHECKPOINT_FILE, METRICS_FILE, PARAMS_FILE
+from ddpcli.records import CHECKPOINT_FILE, METRICS_FILE, PARAMS_FILE, parse_row
 
 __all__ = [
     "Context",
@@ -396,11 +396,8 @@ def _drop_rows_after(path: Path, step: int) -> None:
         return
     kept = []
     for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by the crash
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
+        row = parse_row(line)  # None for a line cut short by the crash
+        if row is not None and isinstance(row.get("step"), int) and row["step"] <= step:
             kept.append(line)
     temp = path.with_name(f".{path.name}.tmp")
     temp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")

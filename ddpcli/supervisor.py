@@ -142,7 +142,7 @@ def kill_leftover_workers(spec: LaunchSpec) -> list[int]:
     The marker is the run directory, or for a multi-node run this node's key: nodes share the run directory,
     and a node that finishes first must not kill a node that shares its host and is still saving.
     """
-    marker = (f"DDPCLI_NODE_KEY={spec.node_key}" if spec.node_key else f"DDPCLI_RUN_DIR={spec.run_dir}").encode()
+    marker = f"DDPCLI_NODE_KEY={spec.node_key}".encode() if spec.node_key else run_dir_marker(spec.run_dir)
     killed = []
     for pid in worker_pids(marker):
         try:
@@ -162,7 +162,7 @@ def group_rank_of_workers(agent_pid: int) -> int | None:
             parent = int(stat[stat.rfind(")") + 2 :].split()[1])
             if parent != agent_pid:
                 continue
-            for variable in (entry / "environ").read_bytes().split(b"\0"):
+            for variable in _environ(entry):
                 if variable.startswith(b"GROUP_RANK="):
                     return int(variable.removeprefix(b"GROUP_RANK="))
         except (OSError, ValueError, IndexError):
@@ -175,18 +175,23 @@ def _proc_entries() -> list[Path]:
     return [entry for entry in proc.iterdir() if entry.name.isdigit()] if proc.is_dir() else []
 
 
+def _environ(entry: Path) -> list[bytes]:
+    """A process's environment as `NAME=value` byte strings; empty when it is gone or not ours to read."""
+    try:
+        return (entry / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def run_dir_marker(run_dir: Path) -> bytes:
+    """The environment entry every worker of a run carries (ddpcli launch sets DDPCLI_RUN_DIR)."""
+    return f"DDPCLI_RUN_DIR={run_dir}".encode()
+
+
 def worker_pids(marker: bytes) -> list[int]:
-    pids = []
-    for entry in _proc_entries():
-        if int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker in environ.split(b"\0"):
-            pids.append(int(entry.name))
-    return pids
+    """Processes (other than this one) whose environment holds `marker`."""
+    me = os.getpid()
+    return [int(entry.name) for entry in _proc_entries() if int(entry.name) != me and marker in _environ(entry)]
 
 
 def count_restarts(own_logs: list[Path]) -> int:

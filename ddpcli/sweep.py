@@ -29,7 +29,7 @@ from ddpcli.records import (
     utc_now,
     write_json_atomic,
 )
-from ddpcli.supervisor import Outcome, StopRequest, run_to_end, worker_pids
+from ddpcli.supervisor import Outcome, StopRequest, run_dir_marker, run_to_end, worker_pids
 
 
 class Reporter(Protocol):
@@ -123,7 +123,7 @@ def resume_from(run_dir: Path) -> tuple[LaunchSpec, dict[str, Any]]:
         raise UserError(f"{run_dir} is not a run directory with a readable run.json ({error})") from None
     if record.get("status") == "completed":
         raise UserError(f"{run_dir}: the run already completed; nothing to resume")
-    if worker_pids(f"DDPCLI_RUN_DIR={run_dir}".encode()):
+    if worker_pids(run_dir_marker(run_dir)):
         raise UserError(f"{run_dir}: processes of this run are still running; stop them first")
     try:
         plan = record["plan"]
