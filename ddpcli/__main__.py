@@ -1,3 +1,3 @@
-from ddpcli.cli import main
+from ddpcli.cli.app import main
 
 main()

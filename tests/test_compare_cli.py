@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from ddpcli import comparison as cmp
-from ddpcli.cli import app
-from ddpcli.console import stdout
+from ddpcli.cli.app import app
+from ddpcli.cli.console import stdout
+from ddpcli.core import comparison as cmp
 from tests.conftest import REPO
 from tests.test_comparison import make_run, state
 
@@ -207,7 +207,7 @@ def test_narrow_console_splits_the_table(runs: Path, monkeypatch: Any) -> None:
 
 PROBE = """
 import json, sys
-from ddpcli.cli import main
+from ddpcli.cli.app import main
 try:
     main(["compare", *sys.argv[1:]])
 except SystemExit as exit:

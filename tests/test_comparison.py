@@ -1,4 +1,4 @@
-"""ddpcli.comparison on hand-made run directories whose numbers are known: arithmetic, interpolation, partners,
+"""ddpcli.core.comparison on hand-made run directories whose numbers are known: arithmetic, interpolation, partners,
 verdicts, notes, and the metrics reader's fast and careful paths."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from ddpcli import comparison as cmp
-from ddpcli.errors import UserError
-from ddpcli.records import write_json_atomic
+from ddpcli.core import comparison as cmp
+from ddpcli.core.errors import UserError
+from ddpcli.core.records import write_json_atomic
 
 # ---------------------------------------------------------------------------------------------------------------
 # Making run directories (also used by tests/test_compare_cli.py)
@@ -380,7 +380,7 @@ def torch_or_skip() -> Any:
 
 
 def test_param_diff_and_verdicts(tmp_path: Path, torch_or_skip: Any) -> None:
-    from ddpcli.params import param_diff
+    from ddpcli.host.params import param_diff
 
     def saved(name: str, value: dict[str, Any]) -> Path:
         path = tmp_path / f"{name}.pt"
@@ -515,7 +515,7 @@ def test_curve_points_are_evenly_spaced_in_samples(tmp_path: Path) -> None:
 def test_comparison_module_imports_neither_torch_nor_rich() -> None:
     import subprocess
 
-    code = "import sys, ddpcli.comparison; print(sorted(m for m in ('torch', 'rich') if m in sys.modules))"
+    code = "import sys, ddpcli.core.comparison; print(sorted(m for m in ('torch', 'rich') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 

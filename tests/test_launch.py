@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ddpcli.cli import app
-from ddpcli.errors import ConfigError, UserError
-from ddpcli.launcher import Rendezvous, build_launch, fill_placeholders
-from ddpcli.planning import load_plan
-from ddpcli.sweep import create_run_dir
+from ddpcli.cli.app import app
+from ddpcli.core.errors import ConfigError, UserError
+from ddpcli.core.launcher import Rendezvous, build_launch, fill_placeholders
+from ddpcli.core.planning import load_plan
+from ddpcli.host.sweep import create_run_dir
 from tests.conftest import write_toml
 
 runner = CliRunner()
@@ -149,8 +149,8 @@ def test_existing_run_directory_is_never_overwritten(tmp_path: Path) -> None:
 
 def test_resume_record_arithmetic_over_two_resumes(tmp_path: Path) -> None:
     """wall_time_s and restarts are totals over every launch, however many resumes."""
-    from ddpcli.supervisor import Outcome
-    from ddpcli.sweep import finish_record, resume_from
+    from ddpcli.host.supervisor import Outcome
+    from ddpcli.host.sweep import finish_record, resume_from
 
     plan = load_plan(write_toml(tmp_path, FILE))
     run_dir = tmp_path / "runs" / "1x16" / "ID"
@@ -196,7 +196,7 @@ def test_runs_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
 
 
 def test_metrics_follower_rereads_a_rewritten_file(tmp_path: Path) -> None:
-    from ddpcli.records import iter_new_metrics
+    from ddpcli.core.records import iter_new_metrics
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n')
@@ -215,8 +215,8 @@ def test_torchrun_never_outlives_an_error_in_the_watch_loop(tmp_path: Path) -> N
     """If following the run raises, the finally clause still stops torchrun (here: a sleeping stand-in)."""
     import time
 
-    from ddpcli.launcher import LaunchSpec
-    from ddpcli.supervisor import StopRequest, run_to_end, worker_pids
+    from ddpcli.core.launcher import LaunchSpec
+    from ddpcli.host.supervisor import StopRequest, run_to_end, worker_pids
 
     plan = load_plan(write_toml(tmp_path, FILE))
     run_dir = tmp_path / "run"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpcli.records import RUN_FIELDS, read_json, read_metrics
-from ddpcli.supervisor import worker_pids
+from ddpcli.core.records import RUN_FIELDS, read_json, read_metrics
+from ddpcli.host.supervisor import worker_pids
 from tests.conftest import REPO, final_params, max_abs_diff, write_toml
 
 pytestmark = pytest.mark.e2e

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ddpcli.cli import app
+from ddpcli.cli.app import app
 from tests.conftest import REPO, write_toml
 
 runner = CliRunner()

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddpcli.config import validate_experiment_data
-from ddpcli.errors import ConfigError
-from ddpcli.planning import EXTRA_KEYS, PLAN_KEYS, Plan, resolve_plan
+from ddpcli.core.config import validate_experiment_data
+from ddpcli.core.errors import ConfigError
+from ddpcli.core.planning import EXTRA_KEYS, PLAN_KEYS, Plan, resolve_plan
 
 SOURCE = Path("/tmp/exp/experiments.toml")
 

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from ddpcli.cli import app
-from ddpcli.config import validate_experiment_data
-from ddpcli.errors import UserError
-from ddpcli.planning import ResolvedRun, resolve_plan
-from ddpcli.records import PARAMS_FILE, RUN_FILE, read_json
-from ddpcli.slurm import PORT_BASE, PORT_SPAN, SlurmOptions, sbatch_script
+from ddpcli.cli.app import app
+from ddpcli.core.config import validate_experiment_data
+from ddpcli.core.errors import UserError
+from ddpcli.core.planning import ResolvedRun, resolve_plan
+from ddpcli.core.records import PARAMS_FILE, RUN_FILE, read_json
+from ddpcli.core.slurm import PORT_BASE, PORT_SPAN, SlurmOptions, sbatch_script
 from tests.conftest import REPO, write_toml
 
 if sys.version_info >= (3, 11):

@@ -10,7 +10,7 @@ from tests.conftest import REPO
 
 PROBE = """
 import json, sys
-from ddpcli.cli import main
+from ddpcli.cli.app import main
 try:
     main(sys.argv[1:])
 except SystemExit as exit:

@@ -1,0 +1,204 @@
+"""`ddpcli launch`: run each planned run for real through torchrun, record it, show progress, report failures."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from ddpcli.cli.console import stderr, stdout, user_errors
+from ddpcli.cli.render import display_path, launch_summary_table
+from ddpcli.core.config import is_safe_name
+from ddpcli.core.errors import UserError
+from ddpcli.core.launcher import LaunchSpec, Rendezvous
+from ddpcli.core.planning import Plan, load_plan
+from ddpcli.host.supervisor import StopRequest
+from ddpcli.host.sweep import RunResult, SweepOptions, prepare, resume_from, run_one, run_sweep
+
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+@user_errors
+def launch_command(
+    file: Annotated[Path, typer.Argument(help="Experiment file (TOML).")] = Path("experiments.toml"),
+    only: Annotated[list[str] | None, typer.Option("--only", help="Only this run (repeatable).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print each command and its env; start nothing.")] = False,
+    runs_dir: Annotated[
+        Path | None, typer.Option(help="Where run directories go (default: the file's runs_dir).")
+    ] = None,
+    fail_fast: Annotated[bool, typer.Option("--fail-fast", help="Stop the sweep at the first failed run.")] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", min=0.001, help="Stop a run after this many seconds and mark it timed_out."),
+    ] = None,
+    nnodes: Annotated[
+        str | None, typer.Option(help="Multi-node: nodes of the selected runs (N or MIN:MAX), overriding the file.")
+    ] = None,
+    rdzv_endpoint: Annotated[str | None, typer.Option(help="Multi-node: host:port of the rendezvous.")] = None,
+    rdzv_id: Annotated[
+        str | None,
+        typer.Option(
+            help="Multi-node: job id shared by every node. Also names the run directory: `<runs_dir>/<name>/<id>/`."
+        ),
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run an unfinished run again in its own directory, from its last checkpoint (ctx.checkpoint).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Run the experiment file's runs (baseline first) through torchrun, one after another.
+
+    Each run gets `<runs_dir>/<name>/<run_id>/` with run.json, metrics.jsonl, logs/ and final_params.pt.
+
+    Multi-node: run the same command on every node, with the same --rdzv-endpoint and --rdzv-id (or a
+    `[cluster]` table); the run directory is then `<runs_dir>/<name>/<rdzv_id>/`.
+
+    Exit code 0 when every run completed, 1 when any failed or timed out, 130 when interrupted.
+    """
+    if resume is not None:
+        ignored = {"--only": only, "--runs-dir": runs_dir, "--nnodes": nnodes, "--rdzv-endpoint": rdzv_endpoint,
+                   "--rdzv-id": rdzv_id, "--fail-fast": fail_fast or None}  # fmt: skip
+        given = [flag for flag, value in ignored.items() if value]
+        if given:
+            raise UserError(f"--resume reruns the recorded command as it was: {', '.join(given)} cannot change it")
+        _resume(resume, timeout, dry_run)
+        return
+    plan = load_plan(file, nnodes=nnodes, names=only)
+    options = SweepOptions(
+        runs_dir=runs_dir if runs_dir is not None else plan.runs_dir,
+        fail_fast=fail_fast,
+        timeout_s=timeout,
+        rendezvous=_rendezvous(plan, rdzv_endpoint, rdzv_id),
+        name_by_rdzv_id=rdzv_id is not None,
+    )
+    specs = prepare(plan, plan.select(only), options)
+    if dry_run:
+        _print_dry_run(specs)
+        return
+    stop = StopRequest()
+    reporter = RichReporter(stdout)
+    with _stop_on_signals(stop), reporter.progress:
+        results = run_sweep(plan, specs, options, reporter, stop)
+    _finish(results)
+
+
+def _resume(run_dir: Path, timeout: float | None, dry_run: bool) -> None:
+    spec, record = resume_from(run_dir)
+    if dry_run:
+        _print_dry_run([spec])
+        return
+    options = SweepOptions(runs_dir=run_dir.parent.parent, timeout_s=timeout)
+    stop = StopRequest()
+    reporter = RichReporter(stdout)
+    with _stop_on_signals(stop), reporter.progress:
+        record = run_one(spec, record, options, reporter, stop, resuming=True)
+    _finish([RunResult(spec, record)])
+
+
+def _finish(results: list[RunResult]) -> None:
+    stdout.print(launch_summary_table(results))
+    _report_failures(results)
+    if any(result.status == "interrupted" for result in results):
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if any(result.status != "completed" for result in results):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _rendezvous(plan: Plan, endpoint: str | None, run_id: str | None) -> Rendezvous:
+    if run_id is not None and not is_safe_name(run_id):
+        raise UserError(f"--rdzv-id {run_id!r}: it names the run directory, so letters, digits, '.', '_', '-' only")
+    cluster = plan.cluster
+    return Rendezvous(
+        endpoint=endpoint or cluster.rdzv_endpoint, run_id=run_id or cluster.rdzv_id, backend=cluster.rdzv_backend
+    )
+
+
+def _print_dry_run(specs: list[LaunchSpec]) -> None:
+    for spec in specs:
+        print(f"# {spec.run.name} -> {spec.run_dir}")
+        print(shlex.join(spec.argv))
+        for key, value in spec.env_added.items():
+            print(f"#   {key}={shlex.quote(value)}")
+        print()
+
+
+@contextmanager
+def _stop_on_signals(stop: StopRequest) -> Iterator[None]:
+    """Ctrl-C or SIGTERM asks the sweep to stop the current run cleanly instead of killing the launcher."""
+    handler = lambda signum, frame: stop.request()  # noqa: E731
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+class RichReporter:
+    """One progress bar per run, fed from metrics.jsonl as it grows: steps done, last loss, samples/s."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self.tasks: dict[str, TaskID] = {}
+
+    def run_started(self, spec: LaunchSpec) -> None:
+        self.tasks[spec.run_dir.name] = self.progress.add_task(
+            escape(spec.run.name), total=spec.run.total_steps, info="starting torchrun"
+        )
+
+    def metrics(self, spec: LaunchSpec, rows: list[dict[str, Any]]) -> None:
+        last = rows[-1]
+        info = f"loss {last['loss']:.4g}" if isinstance(last.get("loss"), int | float) else ""
+        samples, seconds = last.get("samples"), last.get("time")
+        if isinstance(samples, int | float) and isinstance(seconds, int | float) and seconds > 0:
+            info += f"  {samples / seconds:,.0f} samples/s"
+        self.progress.update(self.tasks[spec.run_dir.name], completed=last.get("step", 0), info=info)
+
+    def run_ended(self, spec: LaunchSpec, record: dict[str, Any]) -> None:
+        task = self.tasks[spec.run_dir.name]
+        status = record["status"]
+        if status == "completed":
+            self.progress.update(task, completed=spec.run.total_steps, info="[green]completed[/]")
+        else:
+            self.progress.update(task, info=f"[red]{status}[/]")
+
+
+def _report_failures(results: list[RunResult]) -> None:
+    for result in results:
+        record = result.record
+        if result.status == "completed":
+            continue
+        stderr.print(
+            f"[bold red]{escape(record['name'])} {result.status}[/] (exit code {record['exit_code']}); "
+            f"logs in {escape(display_path(result.spec.run_dir / 'logs'))}",
+            soft_wrap=True,
+        )
+        for failure in record["failed_ranks"][:1] or []:
+            stderr.print(
+                f"  rank {failure['rank']} exited {failure['exit_code']}: {escape(failure['error'])}", soft_wrap=True
+            )
+            if failure["log_tail"]:
+                stderr.print(escape(_indent(failure["log_tail"])), soft_wrap=True)
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"    {line}" for line in text.splitlines())

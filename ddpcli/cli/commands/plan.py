@@ -1,0 +1,169 @@
+"""`ddpcli plan`: what batch, learning rate, warmup and epoch each run gets, before any GPU is touched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ddpcli.cli.commands import ExperimentFileArgument
+from ddpcli.cli.console import stdout, user_errors
+from ddpcli.cli.render import plan_table, print_notes
+from ddpcli.core.config import validate_experiment_data
+from ddpcli.core.errors import UserError
+from ddpcli.core.outlook import BatchOutlook, batch_outlook, noise_scale_of, outlook_note
+from ddpcli.core.planning import Plan, ResolvedRun, load_plan, resolve_plan
+
+QUICK = "Quick form (no file)"
+
+
+@user_errors
+def plan_command(
+    file: ExperimentFileArgument = None,
+    only: Annotated[list[str] | None, typer.Option("--only", help="Only this run (repeatable).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+    noise_scale_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="A finished run that measured the gradient noise scale: adds the critical batch, the step speed-up "
+            "it predicts for each global batch and its data efficiency.",
+            show_default=False,
+        ),
+    ] = None,
+    rdzv_endpoint: Annotated[
+        str | None, typer.Option(help="host:port of the rendezvous for multi-node runs, if [cluster] has none.")
+    ] = None,
+    per_device_batch_size: Annotated[
+        int | None, typer.Option(min=1, help="Quick form: the one-device batch that worked.", rich_help_panel=QUICK)
+    ] = None,
+    lr: Annotated[
+        float | None, typer.Option(help="Quick form: the one-device learning rate.", rich_help_panel=QUICK)
+    ] = None,
+    nproc_per_node: Annotated[
+        int | None,
+        typer.Option(min=1, help="Quick form: processes (GPUs) per node of the target.", rich_help_panel=QUICK),
+    ] = None,
+    nnodes: Annotated[int, typer.Option(min=1, help="Quick form: nodes of the target.", rich_help_panel=QUICK)] = 1,
+    global_batch_size: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Quick form: target global batch, reached by accumulation at the same per-device batch "
+            "unless --grad-accum-steps is given too.",
+            rich_help_panel=QUICK,
+        ),
+    ] = None,
+    grad_accum_steps: Annotated[
+        int | None, typer.Option(min=1, help="Quick form: target gradient accumulation.", rich_help_panel=QUICK)
+    ] = None,
+    optimizer: Annotated[
+        str, typer.Option(help="Quick form: sgd | adam | adamw | other.", rich_help_panel=QUICK)
+    ] = "sgd",
+    warmup_steps: Annotated[
+        int, typer.Option(min=0, help="Quick form: one-device warmup steps.", rich_help_panel=QUICK)
+    ] = 0,
+    dataset_size: Annotated[
+        int | None, typer.Option(min=1, help="Quick form: samples per epoch.", rich_help_panel=QUICK)
+    ] = None,
+) -> None:
+    """Resolve every run of an experiment file: world size, per-device batch, accumulation, global batch,
+    learning-rate scaling, warmup and steps per epoch, with notes in plain words. Never imports torch.
+
+    Quick form, no file: `ddpcli plan --per-device-batch-size 16 --lr 0.1 --nproc-per-node 4`
+    """
+    quick = {"per_device_batch_size": per_device_batch_size, "lr": lr, "nproc_per_node": nproc_per_node}
+    optional = {"global_batch_size": global_batch_size, "grad_accum_steps": grad_accum_steps,
+                "dataset_size": dataset_size, "nnodes": nnodes if nnodes != 1 else None,
+                "optimizer": optimizer if optimizer != "sgd" else None,
+                "warmup_steps": warmup_steps or None}  # fmt: skip
+    if any(value is not None for value in (*quick.values(), *optional.values())):
+        if file is not None or rdzv_endpoint is not None:
+            raise UserError("give either an experiment file or the quick-form options, not both")
+        missing = [f"--{key.replace('_', '-')}" for key, value in quick.items() if value is None]
+        if missing:
+            raise UserError(f"the quick form needs {', '.join(missing)} too")
+        plan = _quick_plan(
+            per_device_batch_size,
+            lr,
+            nproc_per_node,
+            nnodes,
+            global_batch_size,  # type: ignore[arg-type]
+            grad_accum_steps,
+            optimizer,
+            warmup_steps,
+            dataset_size,
+        )
+    else:
+        plan = load_plan(file or Path("experiments.toml"))
+        require_rendezvous(plan, plan.select(only), rdzv_endpoint)
+    runs = plan.select(only)
+    critical_batch = noise_scale_of(noise_scale_from) if noise_scale_from is not None else None
+    outlooks = {run.name: batch_outlook(run, plan.baseline, critical_batch) for run in plan.runs}
+    if as_json:
+        print(json.dumps(plan_json(plan, runs, outlooks), indent=2))
+        return
+    stdout.print(plan_table(plan, runs, outlooks))
+    print_notes(stdout, runs, outlooks)
+
+
+def plan_json(plan: Plan, runs: list[ResolvedRun], outlooks: dict[str, BatchOutlook | None]) -> dict[str, Any]:
+    """`{"file", "baseline", "experiments"}`; a run whose critical batch is known also gets the outlook keys."""
+
+    def run_json(run: ResolvedRun) -> dict[str, Any]:
+        data = run.as_json()
+        outlook = outlooks.get(run.name)
+        if outlook is not None:
+            note = outlook_note(run, outlook)
+            data = {**data, **outlook.as_json(), "notes": [*data["notes"], *([note] if note else [])]}
+        return data
+
+    return {
+        "file": plan.file,
+        "baseline": run_json(plan.baseline),
+        "experiments": [run_json(run) for run in runs if run is not plan.baseline],
+    }
+
+
+def require_rendezvous(plan: Plan, runs: list[ResolvedRun], endpoint: str | None) -> None:
+    """A multi-node run that no node could find is a plan that cannot run: say so now, not at launch."""
+    spanning = [run.name for run in runs if run.is_multi_node]
+    if spanning and not (endpoint or plan.cluster.rdzv_endpoint):
+        raise UserError(
+            f"{plan.file}: run {', '.join(map(repr, spanning))} spans several nodes but no rendezvous endpoint is "
+            'known: set rdzv_endpoint = "host:port" in [cluster], pass --rdzv-endpoint, or use `ddpcli slurm`, '
+            "which takes it from the job's first node"
+        )
+
+
+def _quick_plan(
+    per_device: int,
+    lr: float,
+    nproc: int,
+    nnodes: int,
+    global_batch: int | None,
+    accum: int | None,
+    optimizer: str,
+    warmup: int,
+    dataset_size: int | None,
+) -> Plan:
+    """Build the same plan a two-run file would give: a one-device baseline and the target."""
+    target: dict[str, Any] = {"nproc_per_node": nproc, "nnodes": nnodes}
+    if global_batch is not None:
+        target["global_batch_size"] = global_batch
+    if accum is not None:
+        target["grad_accum_steps"] = accum
+    if global_batch is None or accum is None:
+        # Keep the batch that fit on one device; a larger global batch then comes from accumulation.
+        target["per_device_batch_size"] = per_device
+    defaults: dict[str, Any] = {"optimizer": optimizer}
+    if dataset_size is not None:
+        defaults |= {"dataset_size": dataset_size, "epochs": 1}
+    data = {
+        "defaults": defaults,
+        "baseline": {"name": f"1x{per_device}", "per_device_batch_size": per_device, "lr": lr, "warmup_steps": warmup},
+        "experiments": [{"name": "target", **target}],
+    }
+    source = Path("<command line>")
+    return resolve_plan(validate_experiment_data(data, source), source)
