@@ -36,3 +36,14 @@ def max_abs_diff(first: dict, second: dict) -> float:
     """The largest absolute difference over every tensor of two state_dicts with the same keys."""
     assert first.keys() == second.keys()
     return max(float((first[key].double() - second[key].double()).abs().max()) for key in first)
+
+
+def merge_observations(run_dir: Path) -> list[dict]:
+    """What `ddpcli launch` does after a run, for tests that start a script themselves: metrics.jsonl merged from
+    every rank's observation file (returned, and written where ddpcli would write it)."""
+    from ddpcli.core.observation import merged_metrics, read_observations
+    from ddpcli.core.records import METRICS_FILE, write_metrics
+
+    rows = merged_metrics(read_observations(run_dir))
+    write_metrics(run_dir / METRICS_FILE, rows)
+    return rows

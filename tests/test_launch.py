@@ -45,8 +45,9 @@ def test_build_launch_exact_argv_and_env(tmp_path: Path) -> None:
     spec = build_launch(run, run_dir, plan.file, python="/py")
     assert spec.argv == [
         "/py", "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "4", "--standalone",
-        "--log-dir", f"{run_dir}/logs", "--tee", "3", "-m", "ddpcli.examples.regression",
-        "--steps", "16", "--lr", "0.2", "--out", f"{run_dir}/extra", "--literal", "{braces}",
+        "--log-dir", f"{run_dir}/logs", "--tee", "3", "-m", "ddpcli.worker.observer", "-m",
+        "ddpcli.examples.regression", "--steps", "16", "--lr", "0.2", "--out", f"{run_dir}/extra", "--literal",
+        "{braces}",
     ]  # fmt: skip
     assert list(spec.env_added) == ["OMP_NUM_THREADS", "DDPCLI_RUN_DIR", "DDPCLI_RUN"]
     assert spec.env_added["DDPCLI_RUN_DIR"] == str(run_dir)
@@ -54,12 +55,26 @@ def test_build_launch_exact_argv_and_env(tmp_path: Path) -> None:
     assert resolved == {**run.as_json(), "run_dir": str(run_dir), "noise_scale": False}
 
 
+@pytest.mark.parametrize(("line", "entry"), [
+    ('script = "train.py"', ["-m", "ddpcli.worker.observer", "TRAIN"]),
+    ('script = "train.py"\nobserve = false', ["TRAIN"]),
+    ('module = "pkg.train"\nobserve = false', ["-m", "pkg.train"]),
+])  # fmt: skip
+def test_the_observer_runs_the_script_unless_observe_is_false(tmp_path: Path, line: str, entry: list[str]) -> None:
+    text = FILE.replace('module = "ddpcli.examples.regression"', line)
+    plan = load_plan(write_toml(tmp_path, text))
+    argv = build_launch(plan.baseline, tmp_path / "r", plan.file, python="/py").argv
+    train = str((tmp_path / "train.py").resolve())
+    expected = [train if part == "TRAIN" else part for part in entry]
+    assert argv[argv.index("3") + 1 : argv.index("--steps")] == expected
+
+
 def test_script_path_and_restarts(tmp_path: Path) -> None:
     text = FILE.replace('module = "ddpcli.examples.regression"', 'script = "train.py"\nmax_restarts = 2')
     plan = load_plan(write_toml(tmp_path, text))
     spec = build_launch(plan.baseline, tmp_path / "r", plan.file, python="/py")
     assert spec.argv[spec.argv.index("--max-restarts") + 1] == "2"
-    assert spec.argv[spec.argv.index("3") + 1] == str(tmp_path / "train.py")
+    assert spec.argv[spec.argv.index("ddpcli.worker.observer") + 1] == str(tmp_path / "train.py")
     assert spec.env_added["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
 
 
@@ -147,40 +162,80 @@ def test_existing_run_directory_is_never_overwritten(tmp_path: Path) -> None:
     assert (run_dir / "run.json").read_text() == "{}"
 
 
+def recorded_run(tmp_path: Path, **changes: object) -> tuple[Path, dict]:
+    """A run directory whose run.json is what ddpcli launch writes at start (plus `changes`), as a dict."""
+    from ddpcli.host.sweep import start_record
+
+    plan = load_plan(write_toml(tmp_path, FILE))
+    run_dir = tmp_path / "runs" / "1x16" / "ID"
+    create_run_dir(run_dir)
+    spec = build_launch(plan.baseline, run_dir, plan.file)
+    record = {**start_record(plan, spec, None).model_dump(mode="json"), **changes}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    return run_dir, record
+
+
 def test_resume_record_arithmetic_over_two_resumes(tmp_path: Path) -> None:
     """wall_time_s and restarts are totals over every launch, however many resumes."""
     from ddpcli.host.supervisor import Outcome
     from ddpcli.host.sweep import finish_record, resume_from
 
-    plan = load_plan(write_toml(tmp_path, FILE))
-    run_dir = tmp_path / "runs" / "1x16" / "ID"
-    create_run_dir(run_dir)
-    spec = build_launch(plan.baseline, run_dir, plan.file, python="/py")
-    record = {"name": "1x16", "status": "failed", "plan": plan.baseline.as_json(), "argv": spec.argv,
-              "env_added": spec.env_added, "wall_time_s": 10.0, "restarts": 1, "timeout_s": 99.0}  # fmt: skip
+    run_dir, record = recorded_run(tmp_path, status="failed", wall_time_s=10.0, restarts=1, timeout_s=99.0)
     for wall_time, restarts, expected_wall, expected_restarts in ((20.0, 0, 30.0, 1), (30.0, 2, 60.0, 3)):
         (run_dir / "run.json").write_text(json.dumps(record))
         resumed_spec, resumed = resume_from(run_dir)
         assert resumed_spec.env_added["DDPCLI_RESUME"] == "1" and resumed_spec.run.timeout_s == 99.0
-        record = finish_record(resumed, Outcome("failed", 1, wall_time, restarts=restarts))
-        assert (record["wall_time_s"], record["restarts"]) == (expected_wall, expected_restarts)
+        finished = finish_record(resumed, Outcome("failed", 1, wall_time, restarts=restarts))
+        assert (finished.wall_time_s, finished.restarts) == (expected_wall, expected_restarts)
+        record = finished.model_dump(mode="json")
     assert record["resumes"] == 2
 
 
+def test_resume_of_a_copied_run_directory_runs_in_the_copy(tmp_path: Path) -> None:
+    """A copied or moved run resumes where it was named: its own log dir, DDPCLI_RUN_DIR and {run_dir} args."""
+    import shutil
+
+    from ddpcli.host.sweep import resume_from
+
+    run_dir, _ = recorded_run(tmp_path, status="interrupted")
+    copy = tmp_path / "elsewhere" / "1x16" / "ID"
+    shutil.copytree(run_dir, copy)
+    spec, record = resume_from(copy)
+    assert spec.run_dir == copy.resolve() and spec.log_dir == copy.resolve() / "logs"
+    assert spec.env_added["DDPCLI_RUN_DIR"] == str(copy.resolve())
+    assert str(run_dir) not in " ".join(spec.argv) and f"{copy.resolve()}/extra" in spec.argv
+    assert record.argv == spec.argv
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"plan": {"nnodes": "2"}}, "plan.nnodes"),
+    ({"resumes": "x"}, "resumes"),
+    ({"argv": "touch X"}, "argv"),
+    ({"launch": {"module": 3}}, "module"),
+    ({"run_id": None}, "run_id"),
+])  # fmt: skip
+def test_resume_refuses_a_record_of_the_wrong_shape(tmp_path: Path, changes: dict, field: str) -> None:
+    run_dir, record = recorded_run(tmp_path, status="failed")
+    if "plan" in changes:
+        changes = {"plan": {**record["plan"], **changes["plan"]}}
+    if "launch" in changes:
+        changes = {"launch": {**record["launch"], **changes["launch"]}}
+    (run_dir / "run.json").write_text(json.dumps({**record, **changes}))
+    result = runner.invoke(app, ["launch", "--resume", str(run_dir), "--dry-run"])
+    assert result.exit_code == 2 and "cannot be resumed" in result.stderr and field in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
 def test_resume_errors_and_dry_run(tmp_path: Path) -> None:
-    plan = load_plan(write_toml(tmp_path, FILE))
-    run_dir = tmp_path / "runs" / "1x16" / "ID"
-    create_run_dir(run_dir)
+    run_dir, record = recorded_run(tmp_path)
     (run_dir / "run.json").write_text(json.dumps({"status": "failed"}))
     result = runner.invoke(app, ["launch", "--resume", str(run_dir)])
-    assert result.exit_code == 2 and "lacks what a resume needs" in result.stderr
-    spec = build_launch(plan.baseline, run_dir, plan.file, python="/py")
-    record = {"status": "failed", "plan": plan.baseline.as_json(), "argv": spec.argv, "env_added": spec.env_added}
-    (run_dir / "run.json").write_text(json.dumps(record))
+    assert result.exit_code == 2 and "cannot be resumed: run_id" in result.stderr
+    (run_dir / "run.json").write_text(json.dumps({**record, "status": "failed"}))
     result = runner.invoke(app, ["launch", "--resume", str(run_dir), "--only", "4x16"])
     assert result.exit_code == 2 and "--only cannot change it" in result.stderr
     result = runner.invoke(app, ["launch", "--resume", str(run_dir), "--dry-run"])
-    assert result.exit_code == 0 and shlex.split(result.stdout.splitlines()[1]) == spec.argv
+    assert result.exit_code == 0 and shlex.split(result.stdout.splitlines()[1]) == record["argv"]
     assert "#   DDPCLI_RESUME=1" in result.stdout
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"  # nothing ran, nothing changed
     (run_dir / "run.json").write_text(json.dumps({**record, "status": "completed"}))

@@ -20,7 +20,7 @@ from types import ModuleType
 import pytest
 
 from ddpcli.core import noise_scale as gns
-from ddpcli.core.records import METRICS_FILE, read_metrics
+from tests.conftest import merge_observations
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "noise_linear.py"
@@ -108,7 +108,7 @@ def torchrun_last_row(nproc: int, run_dir: Path, *args: str) -> dict:
     env = {**clean_env(), "DDPCLI_RUN_DIR": str(run_dir)}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert result.returncode == 0, result.stderr[-4000:]
-    return read_metrics(run_dir / METRICS_FILE).rows[-1]
+    return merge_observations(run_dir)[-1]
 
 
 def load_script() -> ModuleType:
@@ -135,7 +135,7 @@ def in_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Runner:
         if run_json is not None:
             monkeypatch.setenv("DDPCLI_RUN", json.dumps(run_json))
         main(list(args))
-        return read_metrics(run_dir / METRICS_FILE).rows
+        return merge_observations(run_dir)
 
     return run
 

@@ -28,7 +28,7 @@ from torch import nn
 from ddpcli import runtime
 from ddpcli.core.planning import ResolvedRun, load_plan
 from ddpcli.core.records import METRICS_FILE, PARAMS_FILE, read_metrics
-from tests.conftest import max_abs_diff
+from tests.conftest import max_abs_diff, merge_observations
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -242,14 +242,24 @@ def test_steps_group_micro_batches_within_epochs_and_reshuffle_each_epoch(local_
     assert loader.epoch == 3
 
 
-def test_log_writes_one_flushed_json_row_per_call(local_ctx: runtime.Context, tmp_path: Path) -> None:
-    local_ctx.batch_size = 8
-    first = local_ctx.log(1, loss=torch.tensor(0.5), lr=0.1, accuracy=torch.tensor(0.25))
-    assert (tmp_path / METRICS_FILE).read_text().count("\n") == 1  # already on disk
-    local_ctx.log(2, loss=torch.tensor(0.25), lr=0.1)
-    rows = read_metrics(tmp_path / METRICS_FILE).rows
-    assert rows[0] == first and list(first) == ["step", "samples", "time", "loss", "lr", "accuracy"]
-    assert [(row["step"], row["samples"], row["loss"]) for row in rows] == [(1, 8, 0.5), (2, 16, 0.25)]
+def test_log_keeps_tensors_on_the_device_until_the_rows_are_flushed(
+    local_ctx: runtime.Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ctx.log makes no collective and reads no tensor: rows wait in this rank's stream, merged after the run."""
+    read = []
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.Tensor, "tolist", lambda self: read.append(self) or [])
+        patch.setattr(torch.Tensor, "item", lambda self: read.append(self) or 0.0)
+        patch.setattr(dist, "all_reduce", lambda *args, **kwargs: read.append("all_reduce"))
+        local_ctx.batch_size = 8
+        first = local_ctx.log(1, loss=torch.tensor(0.5), lr=0.1, accuracy=torch.tensor(0.25))
+        local_ctx.log(2, loss=torch.tensor(0.25), lr=0.1)
+    assert read == [] and list(first) == ["step", "time", "samples", "loss", "lr", "accuracy"]
+    local_ctx.finish()
+    rows = merge_observations(tmp_path)
+    steps = [(row["step"], row["samples"], row["loss"], row["lr"]) for row in rows]
+    assert steps == [(1, 8, 0.5, 0.1), (2, 16, 0.25, 0.1)]
+    assert rows[0]["accuracy"] == 0.25
 
 
 def test_finish_saves_the_unwrapped_state_dict(local_ctx: runtime.Context, tmp_path: Path) -> None:

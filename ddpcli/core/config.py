@@ -90,6 +90,8 @@ class RunFields(_Strict):
     """torchrun restarts of the worker group after a failure (default 0)."""
     noise_scale: bool | Annotated[float, Field(gt=0)] | None = None
     """true: measure the gradient noise scale during the run. A number: a known B_simple for `plan`."""
+    observe: bool | None = None
+    """Record what the script really did (batches, steps, lr, samplers; default true). false runs it bare."""
 
     @field_validator("lr", mode="before")
     @classmethod

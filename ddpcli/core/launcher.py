@@ -23,6 +23,10 @@ from ddpcli.core.records import LOGS_DIR
 RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
+# torchrun's entry point when a run is observed: `python -m ddpcli.worker.observer (SCRIPT | -m MODULE) ARGS...`.
+OBSERVER_ENTRY = ("-m", "ddpcli.worker.observer")
+
+
 @dataclass(frozen=True)
 class Rendezvous:
     """Where the nodes of a multi-node run meet (torchrun's c10d rendezvous); None fields mean single node."""
@@ -127,8 +131,11 @@ def _topology_args(run: ResolvedRun, rendezvous: Rendezvous | None) -> list[str]
 
 
 def _entry_point(run: ResolvedRun, experiment_file: str) -> list[str]:
+    """`-m MODULE` or `SCRIPT`, behind the observer (which then runs it as python would) unless observe = false."""
     if run.module:
-        return ["-m", run.module]
-    if run.script:
-        return [run.script]
-    raise ConfigError(experiment_file, run.name, "needs `module` or `script` to launch")
+        target = ["-m", run.module]
+    elif run.script:
+        target = [run.script]
+    else:
+        raise ConfigError(experiment_file, run.name, "needs `module` or `script` to launch")
+    return [*OBSERVER_ENTRY, *target] if run.observe else target

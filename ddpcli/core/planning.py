@@ -35,6 +35,10 @@ EXCLUSIVE = {"module": "script", "script": "module", "epochs": "max_steps", "max
 # Also in each run's JSON: what the training script needs to reproduce the plan (data, order, stopping).
 EXTRA_KEYS = ("min_nnodes", "seed", "dataset_size", "epochs", "max_steps", "optimizer", "drop_last")
 
+# Also in run.json (`launch`), not in the plan's JSON: how to start the run.
+# (timeout_s is run.json's own top-level field.)
+LAUNCH_KEYS = ("module", "script", "args", "env", "max_restarts", "noise_scale", "observe")
+
 AUTO_SCALING = {"sgd": "linear", "adam": "sqrt", "adamw": "sqrt", "other": "none"}
 
 
@@ -75,6 +79,11 @@ class ResolvedRun:
     max_restarts: int = 0
     noise_scale: bool = False
     known_noise_scale: float | None = None
+    observe: bool = True
+
+    def launch_fields(self) -> dict[str, Any]:
+        """How to start this run, beyond its plan: what a resume rebuilds the command from (run.json `launch`)."""
+        return {key: getattr(self, key) for key in LAUNCH_KEYS}
 
     @property
     def is_elastic(self) -> bool:
@@ -241,6 +250,7 @@ def _resolve_run(
         max_restarts=fields.get("max_restarts", 0),
         noise_scale=fields.get("noise_scale") is True,  # a number is a known B_simple for plan, not a request
         known_noise_scale=_known_noise_scale(fields.get("noise_scale")),
+        observe=fields.get("observe") is not False,
     )
     # Local import: notes.py reads ResolvedRun, and keeping the wording apart keeps this module about numbers.
     from ddpcli.core.notes import run_notes

@@ -152,3 +152,13 @@ def finite_or_none(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
+    """metrics.jsonl as a whole (merged from every rank after the run), atomically, as strict JSON lines."""
+    with tempfile.NamedTemporaryFile(
+        "w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False, encoding="utf-8"
+    ) as handle:
+        handle.writelines(json.dumps(row, allow_nan=False) + "\n" for row in rows)
+        temp = Path(handle.name)
+    os.replace(temp, path)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ddpcli.core.launcher import LaunchSpec
-from ddpcli.core.records import METRICS_FILE, iter_new_metrics, read_json
+from ddpcli.core.observation import OBSERVED_DIR, PROGRESS_KINDS, rank_file_name
+from ddpcli.core.records import iter_new_metrics, read_json
 
 POLL_INTERVAL_S = 0.2
 STOP_GRACE_S = 10.0
@@ -64,7 +65,8 @@ def run_to_end(
             spec.argv, env={**os.environ, **spec.env_added}, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        watch = Watch(process, spec.run_dir / METRICS_FILE, on_rows, find_group_rank=spec.run.is_multi_node)
+        progress = spec.run_dir / OBSERVED_DIR / rank_file_name(0)
+        watch = Watch(process, progress, on_rows, find_group_rank=spec.run.is_multi_node)
         try:
             status = watch.until_done(started, timeout_s, stop)
         finally:  # whatever goes wrong here, torchrun (in a session of its own) must not outlive us
@@ -81,7 +83,7 @@ def run_to_end(
 
 
 class Watch:
-    """Polls a running torchrun: new metrics rows, this node's group rank, the end of the process."""
+    """Polls a running torchrun: rank 0's new step rows, this node's group rank, the end of the process."""
 
     def __init__(
         self,
@@ -99,6 +101,7 @@ class Watch:
 
     def poll(self) -> None:
         rows, self.offset = iter_new_metrics(self.metrics, self.offset)
+        rows = [row for row in rows if row.get("kind") in PROGRESS_KINDS]
         if rows:
             self.on_rows(rows)
         if self.find_group_rank and self.group_rank is None:

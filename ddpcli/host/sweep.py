@@ -9,43 +9,41 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
+import os
 import platform
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import TypeAdapter, ValidationError
+
 from ddpcli.core.errors import UserError
+from ddpcli.core.findings import run_findings
 from ddpcli.core.launcher import LaunchSpec, Rendezvous, build_launch
+from ddpcli.core.observation import merged_metrics, read_observations, summarize
 from ddpcli.core.planning import EXTRA_KEYS, PLAN_KEYS, Plan, ResolvedRun
-from ddpcli.core.records import (
-    LOGS_DIR,
-    PARAMS_FILE,
-    RUN_FILE,
-    SCHEMA_VERSION,
-    new_run_id,
-    read_json,
-    utc_now,
-    write_json_atomic,
-)
+from ddpcli.core.records import METRICS_FILE, PARAMS_FILE, RUN_FILE, new_run_id, utc_now, write_metrics
+from ddpcli.core.run_record import FailedRank, RunRecord, validation_message
 from ddpcli.host.supervisor import Outcome, StopRequest, run_dir_marker, run_to_end, worker_pids
 
 
 class Reporter(Protocol):
     def run_started(self, spec: LaunchSpec) -> None: ...
     def metrics(self, spec: LaunchSpec, rows: list[dict[str, Any]]) -> None: ...
-    def run_ended(self, spec: LaunchSpec, record: dict[str, Any]) -> None: ...
+    def run_ended(self, spec: LaunchSpec, record: RunRecord) -> None: ...
 
 
 @dataclass(frozen=True)
 class RunResult:
     spec: LaunchSpec
-    record: dict[str, Any]
+    record: RunRecord
 
     @property
     def status(self) -> str:
-        return str(self.record["status"])
+        return self.record.status
 
 
 @dataclass(frozen=True)
@@ -93,59 +91,90 @@ def run_sweep(
 
 def run_one(
     spec: LaunchSpec,
-    record: dict[str, Any],
+    record: RunRecord,
     options: SweepOptions,
     reporter: Reporter,
     stop: StopRequest,
     resuming: bool = False,
-) -> dict[str, Any]:
+) -> RunRecord:
     writer = RecordWriter(spec)
     writer.start(record, resuming)
     reporter.run_started(spec)
     timeout_s = options.timeout_s if options.timeout_s is not None else spec.run.timeout_s
     outcome = run_to_end(spec, timeout_s, stop, on_rows=lambda rows: reporter.metrics(spec, rows))
-    record = finish_record(record, outcome)
+    record = observe(finish_record(record, outcome), spec.run_dir)
     writer.finish(record, outcome.group_rank)
     reporter.run_ended(spec, record)
     return record
 
 
-def resume_from(run_dir: Path) -> tuple[LaunchSpec, dict[str, Any]]:
-    """The spec and record to run an unfinished run again in its own directory, from its last checkpoint.
+def observe(record: RunRecord, run_dir: Path) -> RunRecord:
+    """The record with what the run did (`observed`, `findings`), and metrics.jsonl merged from every rank."""
+    ranks = read_observations(run_dir)
+    observed = summarize(ranks)
+    if observed is None:
+        return record
+    rows = merged_metrics(ranks)
+    if rows:
+        write_metrics(run_dir / METRICS_FILE, rows)
+    findings = run_findings(record.plan, observed, ranks, completed=record.status == "completed")
+    return record.model_copy(update={"observed": observed, "findings": findings})
 
-    The recorded command is reused as it was (the experiment file may have changed since); DDPCLI_RESUME=1
-    tells `runtime.resume()` to load the checkpoint even though torchrun starts afresh.
+
+def resume_from(run_dir: Path) -> tuple[LaunchSpec, RunRecord]:
+    """The spec and record to run an unfinished run again in the directory named, from its last checkpoint.
+
+    The command is rebuilt from the recorded plan through the same code that built it (so a copied or moved run
+    directory resumes in its new place, never the original); the record is validated first, and a field of the
+    wrong type is refused with its name. DDPCLI_RESUME=1 tells `runtime.resume()` to load the checkpoint.
     """
     run_dir = run_dir.resolve()
     try:
-        record = read_json(run_dir / RUN_FILE)
+        record = RunRecord.load(run_dir)
+        run = _run_from_record(record)
     except (OSError, ValueError) as error:
-        raise UserError(f"{run_dir} is not a run directory with a readable run.json ({error})") from None
-    if record.get("status") == "completed":
+        message = validation_message(error) if isinstance(error, ValidationError) else str(error)
+        raise UserError(f"{run_dir / RUN_FILE} cannot be resumed: {message}") from None
+    if record.status == "completed":
         raise UserError(f"{run_dir}: the run already completed; nothing to resume")
     if worker_pids(run_dir_marker(run_dir)):
         raise UserError(f"{run_dir}: processes of this run are still running; stop them first")
-    try:
-        plan = record["plan"]
-        run = ResolvedRun(**{key: plan[key] for key in (*PLAN_KEYS, *EXTRA_KEYS)}, timeout_s=record.get("timeout_s"))
-        argv, env = list(record["argv"]), {**record["env_added"], "DDPCLI_RESUME": "1"}
-    except (KeyError, TypeError) as error:
-        raise UserError(
-            f"{run_dir}/{RUN_FILE} lacks what a resume needs ({error}); it was not written by ddpcli launch"
-        ) from None
     if run.is_multi_node:
         raise UserError(f"{run_dir}: --resume handles single-node runs; rerun the multi-node command instead")
-    spec = LaunchSpec(run=run, run_dir=run_dir, argv=argv, env_added=env, log_dir=run_dir / LOGS_DIR)
-    resumed = {
-        **record,
+    spec = build_launch(run, run_dir, record.experiment_file or str(run_dir / RUN_FILE))
+    spec = replace(spec, env_added={**spec.env_added, "DDPCLI_RESUME": "1"})
+    resumed = record.model_copy(update={
         "status": "running",
-        "env_added": env,
-        "resumes": record.get("resumes", 0) + 1,
+        "argv": spec.argv,
+        "env_added": spec.env_added,
+        "resumes": record.resumes + 1,
+        "supervisor_pid": os.getpid(),
         # wall_time_s and restarts are already totals over every launch so far; this launch adds to them.
-        "previous_wall_time_s": record.get("wall_time_s") or 0,
-        "previous_restarts": record.get("restarts", 0),
-    }
+        "previous_wall_time_s": record.wall_time_s or 0.0,
+        "previous_restarts": record.restarts,
+    })  # fmt: skip
     return spec, resumed
+
+
+_RUN_ADAPTER: TypeAdapter[ResolvedRun] = TypeAdapter(ResolvedRun)
+
+
+def _run_from_record(record: RunRecord) -> ResolvedRun:
+    """The ResolvedRun a record was launched from: its plan and its launch settings, each field type-checked."""
+    missing = [key for key in (*PLAN_KEYS, *EXTRA_KEYS) if key not in record.plan]
+    if missing or not record.launch:
+        what = f"plan.{missing[0]}" if missing else "launch"
+        raise ValueError(f"{what} is missing (a record of an older ddpcli, or not written by ddpcli launch)")
+    fields = {key: record.plan[key] for key in (*PLAN_KEYS, *EXTRA_KEYS)}
+    try:  # JSON mode: strict types (no "2" for 2) while a dataclass may still be given as an object
+        return _RUN_ADAPTER.validate_json(
+            json.dumps({**fields, **record.launch, "timeout_s": record.timeout_s}), strict=True
+        )
+    except ValidationError as error:
+        first = error.errors()[0]
+        key = str(first["loc"][0]) if first["loc"] else ""
+        where = "plan" if key in fields else "launch" if key in record.launch else ""
+        raise ValueError(f"{where + '.' if where else ''}{key}: {first['msg']}") from None
 
 
 class RecordWriter:
@@ -159,9 +188,9 @@ class RecordWriter:
         self.pending = self.run_dir / f"node-{spec.node_key}.json"
         self.log_dir = spec.log_dir
 
-    def start(self, record: dict[str, Any], resuming: bool = False) -> None:
+    def start(self, record: RunRecord, resuming: bool = False) -> None:
         if resuming:
-            write_json_atomic(self.run_dir / RUN_FILE, record)
+            record.write(self.run_dir / RUN_FILE)
         elif self.multi_node:
             try:
                 self.run_dir.mkdir(parents=True, exist_ok=True)  # the other nodes may have made it already
@@ -172,25 +201,25 @@ class RecordWriter:
                     f"run directory {self.run_dir} holds a finished run of rendezvous id {self.run_dir.name!r}; "
                     "ddpcli never overwrites a run: use a new --rdzv-id"
                 )
-            write_json_atomic(self.pending, record)
+            record.write(self.pending)
         else:
             create_run_dir(self.run_dir)
-            write_json_atomic(self.run_dir / RUN_FILE, record)
+            record.write(self.run_dir / RUN_FILE)
 
-    def finish(self, record: dict[str, Any], group_rank: int | None) -> None:
+    def finish(self, record: RunRecord, group_rank: int | None) -> None:
         if not self.multi_node:
-            write_json_atomic(self.run_dir / RUN_FILE, record)
+            record.write(self.run_dir / RUN_FILE)
             return
         if group_rank is None:  # the rendezvous never completed: keep the provisional name
-            write_json_atomic(self.pending, record)
+            record.write(self.pending)
             return
-        write_json_atomic(self.run_dir / f"node-{group_rank}.json", {**record, "group_rank": group_rank})
+        record.model_copy(update={"group_rank": group_rank}).write(self.run_dir / f"node-{group_rank}.json")
         self.pending.unlink(missing_ok=True)
         node_logs = self.log_dir.with_name(f"node-{group_rank}")
         if self.log_dir.is_dir() and not node_logs.exists():
             self.log_dir.rename(node_logs)  # logs/<host>-<pid>/ -> logs/node-<group rank>/
         if group_rank == 0:
-            write_json_atomic(self.run_dir / RUN_FILE, record)
+            record.write(self.run_dir / RUN_FILE)
 
 
 def create_run_dir(run_dir: Path) -> None:
@@ -204,41 +233,37 @@ def create_run_dir(run_dir: Path) -> None:
         raise UserError(f"cannot create run directory {run_dir}: {error}") from None
 
 
-def start_record(plan: Plan, spec: LaunchSpec, file_sha256: str | None) -> dict[str, Any]:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": spec.run_dir.name,
-        "name": spec.run.name,
-        "status": "running",
-        "plan": spec.run.as_json(),
-        "argv": spec.argv,
-        "env_added": spec.env_added,
-        "started_at": utc_now().isoformat(),
-        "ended_at": None,
-        "wall_time_s": None,
-        "exit_code": None,
-        "failed_ranks": [],
-        "restarts": 0,
-        "hostname": socket.gethostname(),
-        "python": platform.python_version(),
-        "torch_version": _torch_version(),
-        "experiment_file": str(Path(plan.file).resolve()),
-        "experiment_file_sha256": file_sha256,
-        "timeout_s": spec.run.timeout_s,
-    }
+def start_record(plan: Plan, spec: LaunchSpec, file_sha256: str | None) -> RunRecord:
+    run = spec.run
+    return RunRecord(
+        run_id=spec.run_dir.name,
+        name=run.name,
+        plan=run.as_json(),
+        launch=run.launch_fields(),
+        argv=spec.argv,
+        env_added=spec.env_added,
+        started_at=utc_now().isoformat(),
+        hostname=socket.gethostname(),
+        python=platform.python_version(),
+        torch_version=_torch_version(),
+        experiment_file=str(Path(plan.file).resolve()),
+        experiment_file_sha256=file_sha256,
+        timeout_s=run.timeout_s,
+        supervisor_pid=os.getpid(),
+        observe=run.observe,
+    )
 
 
-def finish_record(record: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+def finish_record(record: RunRecord, outcome: Outcome) -> RunRecord:
     """The record once torchrun is gone; a resumed run adds up the time and restarts of all its launches."""
-    return {
-        **record,
+    return record.model_copy(update={
         "status": outcome.status,
         "ended_at": utc_now().isoformat(),
-        "wall_time_s": round(outcome.wall_time_s + record.get("previous_wall_time_s", 0), 3),
+        "wall_time_s": round(outcome.wall_time_s + record.previous_wall_time_s, 3),
         "exit_code": outcome.exit_code,
-        "failed_ranks": outcome.failed_ranks,
-        "restarts": outcome.restarts + record.get("previous_restarts", 0),
-    }
+        "failed_ranks": [FailedRank.model_validate(entry) for entry in outcome.failed_ranks],
+        "restarts": outcome.restarts + record.previous_restarts,
+    })  # fmt: skip
 
 
 def _torch_version() -> str | None:

@@ -20,6 +20,7 @@ from ddpcli.core.config import is_safe_name
 from ddpcli.core.errors import UserError
 from ddpcli.core.launcher import LaunchSpec, Rendezvous
 from ddpcli.core.planning import Plan, load_plan
+from ddpcli.core.run_record import RunRecord
 from ddpcli.host.supervisor import StopRequest
 from ddpcli.host.sweep import RunResult, SweepOptions, prepare, resume_from, run_one, run_sweep
 
@@ -109,6 +110,7 @@ def _resume(run_dir: Path, timeout: float | None, dry_run: bool) -> None:
 
 def _finish(results: list[RunResult]) -> None:
     stdout.print(launch_summary_table(results))
+    _report_findings(results)
     _report_failures(results)
     if any(result.status == "interrupted" for result in results):
         raise typer.Exit(EXIT_INTERRUPTED)
@@ -147,7 +149,8 @@ def _stop_on_signals(stop: StopRequest) -> Iterator[None]:
 
 
 class RichReporter:
-    """One progress bar per run, fed from metrics.jsonl as it grows: steps done, last loss, samples/s."""
+    """One progress bar per run, fed from rank 0's observations as they are flushed: steps done, last loss (rank
+    0's), samples/s."""
 
     def __init__(self, console: Console) -> None:
         self.progress = Progress(
@@ -173,9 +176,9 @@ class RichReporter:
             info += f"  {samples / seconds:,.0f} samples/s"
         self.progress.update(self.tasks[spec.run_dir.name], completed=last.get("step", 0), info=info)
 
-    def run_ended(self, spec: LaunchSpec, record: dict[str, Any]) -> None:
+    def run_ended(self, spec: LaunchSpec, record: RunRecord) -> None:
         task = self.tasks[spec.run_dir.name]
-        status = record["status"]
+        status = record.status
         if status == "completed":
             self.progress.update(task, completed=spec.run.total_steps, info="[green]completed[/]")
         else:
@@ -188,16 +191,28 @@ def _report_failures(results: list[RunResult]) -> None:
         if result.status == "completed":
             continue
         stderr.print(
-            f"[bold red]{escape(record['name'])} {result.status}[/] (exit code {record['exit_code']}); "
+            f"[bold red]{escape(record.name)} {result.status}[/] (exit code {record.exit_code}); "
             f"logs in {escape(display_path(result.spec.run_dir / 'logs'))}",
             soft_wrap=True,
         )
-        for failure in record["failed_ranks"][:1] or []:
+        for failure in record.failed_ranks[:1]:
             stderr.print(
-                f"  rank {failure['rank']} exited {failure['exit_code']}: {escape(failure['error'])}", soft_wrap=True
+                f"  rank {failure.rank} exited {failure.exit_code}: {escape(failure.error or '')}", soft_wrap=True
             )
-            if failure["log_tail"]:
-                stderr.print(escape(_indent(failure["log_tail"])), soft_wrap=True)
+            if failure.log_tail:
+                stderr.print(escape(_indent(failure.log_tail)), soft_wrap=True)
+
+
+def _report_findings(results: list[RunResult]) -> None:
+    """What each run did that its plan did not say (ddpcli.core.findings), under the table."""
+    for result in results:
+        findings = result.record.findings
+        if not findings:
+            continue
+        stdout.print(f"[bold]{escape(result.record.name)}[/]: what the observer found", soft_wrap=True)
+        for finding in findings:
+            colour = {"error": "red", "warning": "yellow"}.get(finding.severity, "dim")
+            stdout.print(f"  [{colour}]{finding.code}[/] {escape(finding.message)}", soft_wrap=True, highlight=False)
 
 
 def _indent(text: str) -> str:

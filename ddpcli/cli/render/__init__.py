@@ -110,13 +110,13 @@ def launch_summary_table(results: Sequence[RunResult]) -> Table:
         loss = last.get("loss") if last else None
         style = "green" if result.status == "completed" else "red"
         detail = display_path(result.spec.run_dir)
-        if record["failed_ranks"]:
-            failure = record["failed_ranks"][0]
-            detail += f"\nrank {failure['rank']} exit {failure['exit_code']}: {failure['error']}"
+        if record.failed_ranks:
+            failure = record.failed_ranks[0]
+            detail += f"\nrank {failure.rank} exit {failure.exit_code}: {failure.error}"
         table.add_row(
             escape(result.spec.run.name),
             f"[{style}]{result.status}[/]",
-            f"{record['wall_time_s']:.1f}s" if record.get("wall_time_s") is not None else "-",
+            f"{record.wall_time_s:.1f}s" if record.wall_time_s is not None else "-",
             fmt_number(loss) if isinstance(loss, float) else "-",
             escape(detail),
         )

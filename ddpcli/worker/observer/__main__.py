@@ -1,0 +1,3 @@
+from ddpcli.worker.observer.entry import main
+
+main()

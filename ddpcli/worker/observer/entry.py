@@ -1,0 +1,105 @@
+"""Run a script or module as `python SCRIPT` / `python -m MODULE` would, under the observer, and exit cleanly.
+
+Same `__main__`, `sys.argv`, `sys.path[0]` and exit code as plain python; inside torchrun's error recording, so a
+failing rank of any script gets its traceback in error.json. After the script, the observer writes its last rows
+and the final parameters, atexit handlers run, and the process ends with `os._exit`: the interpreter's own
+teardown, where gloo's threads abort a worker in about one run of four (see process_group.py), never runs.
+"""
+
+import atexit
+import contextlib
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+USAGE = "usage: python -m ddpcli.worker.observer (SCRIPT | -m MODULE) [ARGS...]"
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str | None  # a script
+    module: str | None
+    args: list[str]
+
+
+def parse(argv: Sequence[str]) -> Target:
+    if len(argv) >= 2 and argv[0] == "-m":
+        return Target(None, argv[1], list(argv[2:]))
+    if argv and not argv[0].startswith("-"):
+        return Target(argv[0], None, list(argv[1:]))
+    raise SystemExit(USAGE)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    target = parse(sys.argv[1:] if argv is None else argv)
+    observer = _install()
+    code = _run_recorded(target)
+    if observer is not None:
+        observer.finish()
+    _exit(code)
+
+
+def _install():  # -> Observer | None
+    if os.environ.get("DDPCLI_OBSERVE", "1") == "0":
+        from ddpcli.worker import process_group  # the clean-exit fix alone
+
+        process_group.hold_world_group()
+        return None
+    try:
+        from ddpcli.worker.observer.hooks import Observer
+
+        return Observer.install()
+    except Exception as error:  # observation must never stop a script from running
+        print(f"ddpcli observer: not installed ({type(error).__name__}: {error})", file=sys.stderr)
+        return None
+
+
+def _run_recorded(target: Target) -> int:
+    """The script's exit code: 0, SystemExit's code, or 1 after printing an exception's traceback as python does."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    try:
+        record(_run)(target)  # record() writes a failing rank's traceback to torchrun's error.json, then re-raises
+    except SystemExit as exit_:
+        return _exit_code(exit_.code)
+    except Exception:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _run(target: Target) -> None:
+    if target.module is not None:
+        sys.argv = [target.module, *target.args]  # runpy replaces argv[0] with the module's file, as python -m does
+        runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+        return
+    assert target.path is not None
+    sys.argv = [target.path, *target.args]
+    sys.path[0] = str(Path(target.path).resolve().parent)  # python SCRIPT puts the script's folder first
+    runpy.run_path(target.path, run_name="__main__")
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # SystemExit("message"): python prints it and exits with 1
+    return 1
+
+
+def _exit(code: int) -> None:
+    from ddpcli.worker import process_group
+
+    try:
+        atexit._run_exitfuncs()  # the script's own atexit handlers (loggers, trackers) still run
+        process_group.release_groups()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)

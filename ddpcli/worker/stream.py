@@ -1,0 +1,121 @@
+"""This rank's observation file, `<run_dir>/observed/rank-<rank>.jsonl`: what the observer and the runtime helper
+record, one JSON object a line, merged by `ddpcli launch` after the run (ddpcli.core.observation).
+
+Rows may hold tensors (a loss, an lr that is a tensor): they stay where they are until a flush, which copies all of
+them to the host in one transfer per device. So recording a step costs no device synchronisation; a flush (every
+FLUSH_ROWS rows or FLUSH_S seconds, and at the end) costs one. No collective ever: each rank writes its own file.
+"""
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+from ddpcli.core.observation import OBSERVED_DIR, rank_file_name
+
+FLUSH_ROWS = 256
+FLUSH_S = 2.0  # `ddpcli launch` follows rank 0's file for its progress bar
+
+
+class RankStream:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows: list[dict[str, Any]] = []
+        self._file: IO[str] | None = None
+        self._last_flush = time.monotonic()
+        self._flushing = False
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= FLUSH_ROWS or time.monotonic() - self._last_flush > FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._flushing or not self.rows:
+            return
+        self._flushing = True  # a signal handler may flush while a flush runs: let the first one finish
+        try:
+            rows, self.rows = self.rows, []
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.path.open("a", encoding="utf-8")
+            self._file.write("".join(json.dumps(row, allow_nan=False) + "\n" for row in _to_host(rows)))
+            self._file.flush()
+            self._last_flush = time.monotonic()
+        finally:
+            self._flushing = False
+
+    def close(self) -> None:
+        self.flush()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _to_host(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with every tensor replaced by Python numbers, read in one transfer per device."""
+    found: list[torch.Tensor] = []
+    _collect(rows, found)
+    if not found:
+        return rows
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for tensor in found:
+        by_device.setdefault(tensor.device, []).append(tensor)
+    values: dict[int, Any] = {}
+    for tensors in by_device.values():
+        flat = torch.cat([tensor.detach().reshape(-1).double() for tensor in tensors]).tolist()
+        position = 0
+        for tensor in tensors:
+            size = tensor.numel()
+            part = flat[position : position + size]
+            values[id(tensor)] = part[0] if tensor.dim() == 0 else part
+            position += size
+    return [_replace(row, values) for row in rows]
+
+
+def _collect(value: Any, found: list[torch.Tensor]) -> None:
+    if isinstance(value, torch.Tensor):
+        found.append(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect(item, found)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, found)
+
+
+def _replace(value: Any, values: dict[int, Any]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return _finite(values[id(value)])
+    if isinstance(value, dict):
+        return {key: _replace(item, values) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_replace(item, values) for item in value]
+    return _finite(value)
+
+
+def _finite(value: Any) -> Any:
+    """Strict JSON has no NaN or Infinity: a non-finite number is written as the string "nan", "inf" or "-inf"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
+
+
+_streams: dict[Path, RankStream] = {}
+
+
+def rank_stream() -> RankStream | None:
+    """This process's stream, shared by the observer and the runtime; None outside `ddpcli launch`."""
+    run_dir = os.environ.get("DDPCLI_RUN_DIR")
+    if not run_dir:
+        return None
+    path = Path(run_dir) / OBSERVED_DIR / rank_file_name(int(os.environ.get("RANK", "0")))
+    if path not in _streams:
+        _streams[path] = RankStream(path)
+    return _streams[path]
