@@ -276,7 +276,8 @@ def test_torchrun_never_outlives_an_error_in_the_watch_loop(tmp_path: Path) -> N
     plan = load_plan(write_toml(tmp_path, FILE))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    (run_dir / "observed").mkdir()
+    (run_dir / "observed" / "rank-0.jsonl").write_text('{"kind": "step", "step": 1}\n')
     spec = LaunchSpec(run=plan.baseline, run_dir=run_dir, argv=[sys.executable, "-c", "import time; time.sleep(60)"],
                       env_added={"DDPCLI_RUN_DIR": str(run_dir)}, log_dir=run_dir / "logs")  # fmt: skip
 
