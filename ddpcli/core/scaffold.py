@@ -365,12 +365,10 @@ def _experiments(request: InitRequest, wiring: _Wiring) -> list[tuple[dict[str, 
     runs: list[tuple[dict[str, object], str]] = []
     global_batch = wiring.batch * wiring.accum
     for size in request.world_sizes:
-        runs.append(
-            (
-                {"name": run_name(size, wiring.batch, wiring.accum), "nproc_per_node": size},
-                f"keeps the per-device batch {wiring.batch}: global {global_batch * size}, lr scaled",
-            )
-        )
+        same: dict[str, object] = {"name": run_name(size, wiring.batch, wiring.accum), "nproc_per_node": size}
+        if wiring.accum != 1:  # an experiment never inherits the baseline's accumulation: say it again
+            same |= {"per_device_batch_size": wiring.batch, "grad_accum_steps": wiring.accum}
+        runs.append((same, f"keeps the per-device batch {wiring.batch}: global {global_batch * size}, lr scaled"))
         split = keep_global_batch(global_batch, size, wiring.batch, wiring.accum, wiring.batch_wired,
                                   wiring.accum_wired)  # fmt: skip
         if split is None:

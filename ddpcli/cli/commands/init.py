@@ -33,7 +33,9 @@ EXAMPLE = "experiments.toml"  # ddpcli/examples/experiments.toml: the repository
 def init_command(
     script: Annotated[
         Path | None,
-        typer.Argument(help="Your training script (a .py file). Or give a module with -m.", show_default=False),
+        typer.Argument(
+            metavar="SCRIPT", help="Your training script (a .py file). Or give a module with -m.", show_default=False
+        ),
     ] = None,
     module: Annotated[
         str | None,
@@ -53,6 +55,7 @@ def init_command(
         list[str] | None,
         typer.Option(
             "--nproc-per-node",
+            metavar="N,...",
             help="World sizes to try, comma-separated or repeated (`2,4`). Default: 2 and 4, or the GPUs "
             "`nvidia-smi -L` lists.",
             show_default=False,
