@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import typer
 
 from ddpcli import __version__
-from ddpcli.cli.commands import compare, launch, plan, slurm
+from ddpcli.cli.commands import compare, init, launch, plan, slurm
 
 app = typer.Typer(
     name="ddpcli",
@@ -22,6 +22,7 @@ app.command("plan")(plan.plan_command)
 app.command("launch")(launch.launch_command)
 app.command("compare")(compare.compare_command)
 app.command("slurm")(slurm.slurm_command)
+app.command("init")(init.init_command)
 
 
 def _version(value: bool) -> None:

@@ -187,7 +187,12 @@ def load_experiment_file(path: Path) -> ExperimentFile:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(path, None, "no such file") from None
+        raise ConfigError(
+            path,
+            None,
+            "no such file; write one with `ddpcli init SCRIPT` (from your training script) "
+            "or `ddpcli init --example` (the bundled example)",
+        ) from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(path, None, f"cannot read it: {error}") from None
     return parse_experiment_text(text, path)

@@ -1,0 +1,179 @@
+"""`ddpcli init`: from the training script a user already has to an experiment file that plans and launches."""
+
+from __future__ import annotations
+
+import math
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from ddpcli.cli.console import stderr, user_errors
+from ddpcli.core.errors import UserError
+from ddpcli.core.planning import resolve_plan
+from ddpcli.core.scaffold import (
+    MODULE_NAME,
+    InitRequest,
+    Scaffold,
+    build_experiment,
+    default_world_sizes,
+    find_flags,
+    parse_help,
+    parse_world_sizes,
+)
+from ddpcli.host.script_help import DEFAULT_TIMEOUT_S, gpu_count, read_help
+
+EXAMPLE = "experiments.toml"  # ddpcli/examples/experiments.toml: the repository root's file, shipped in the wheel
+
+
+@user_errors
+def init_command(
+    script: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="SCRIPT", help="Your training script (a .py file). Or give a module with -m.", show_default=False
+        ),
+    ] = None,
+    module: Annotated[
+        str | None,
+        typer.Option(
+            "--module", "-m", help="A module run as `python -m MODULE` (e.g. `mypkg.train`) instead of a script."
+        ),
+    ] = None,
+    per_device_batch_size: Annotated[
+        int | None,
+        typer.Option(min=1, help="The one-device batch that worked. Default: the script's batch flag default."),
+    ] = None,
+    lr: Annotated[
+        float | None,
+        typer.Option(help="The one-device learning rate. Default: the script's lr default."),
+    ] = None,
+    nproc_per_node: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--nproc-per-node",
+            metavar="N,...",
+            help="World sizes to try, comma-separated or repeated (`2,4`). Default: 2 and 4, or the GPUs "
+            "`nvidia-smi -L` lists.",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The experiment file to write.")] = Path(
+        "experiments.toml"
+    ),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the output file if it exists.")] = False,
+    to_stdout: Annotated[bool, typer.Option("--print", help="Print the file to stdout instead of writing it.")] = False,
+    example: Annotated[
+        bool,
+        typer.Option("--example", help="Write the bundled example's experiment file (no script needed)."),
+    ] = False,
+    help_timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds the script's --help may take (it may import torch).")
+    ] = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Write an experiment file for your own training script, read from its `--help`, without training.
+
+    `ddpcli init train.py && ddpcli plan && ddpcli launch`
+
+    It runs `python train.py --help` (same Python, no shell, cwd the script's folder; for `-m` the output file's
+    folder), finds the usual spellings of the per-device batch (`--batch-size`, `--batch_size`, `--bs`,
+    `--per_device_train_batch_size`, ...), gradient accumulation, lr, warmup, steps or epochs, seed and output
+    directory (argparse, click, typer and HfArgumentParser scripts), and wires each to its `{placeholder}` in
+    `args`, with the script's defaults (or your `--per-device-batch-size` / `--lr`) as the 1-process baseline.
+    For each world size it adds one run that keeps the per-device batch (global batch grows, lr scaled) and one
+    that keeps the global batch (smaller per-device batch, or less accumulation).
+
+    A flag it cannot find or cannot wire is listed at the top of the file and on stderr; the runs then use the
+    script's own value. A script whose source mentions no argument parsing is not run at all.
+
+    `ddpcli init --example` writes the bundled example's file instead. An existing file is never overwritten
+    without `--force`; `--print` writes to stdout.
+    """
+    if example:
+        if script is not None or module is not None or per_device_batch_size or lr or nproc_per_node:
+            raise UserError("--example writes the bundled file: give no script, -m, batch, lr or --nproc-per-node")
+        _emit(bundled_example(), output, force, to_stdout)
+        if not to_stdout:
+            stderr.print(f"wrote {escape(str(output))} (the bundled example); next: {_next_steps(output)}")
+        return
+    if lr is not None and not (math.isfinite(lr) and lr > 0):
+        raise UserError(f"--lr {lr}: expected a positive finite number")
+    if (script is None) == (module is None):
+        raise UserError("give your training script (ddpcli init train.py) or a module (-m pkg.train), one of them")
+    if module is not None and not MODULE_NAME.match(module):
+        raise UserError(f"-m {module!r}: expected a dotted module name such as mypkg.train")
+    _refuse_overwrite(output, force, to_stdout)
+    out_dir = output.parent.resolve()
+    if not out_dir.is_dir():
+        raise UserError(f"{output}: no such directory {output.parent}")
+    world_sizes = parse_world_sizes(nproc_per_node) if nproc_per_node else default_world_sizes(gpu_count())
+    if script is not None:
+        help_cwd = script.resolve().parent if script.is_file() else out_dir
+        written_script: str | None = _relative(script, out_dir)
+    else:
+        help_cwd, written_script = out_dir, None
+    script_help = read_help(script, module, help_cwd, help_timeout)
+    flags = find_flags(parse_help(script_help.text)) if script_help.text is not None else None
+    request = InitRequest(
+        script=written_script,
+        module=module,
+        help_command=script_help.command,
+        per_device_batch_size=per_device_batch_size,
+        lr=lr,
+        world_sizes=world_sizes,
+    )
+    scaffold = build_experiment(request, flags)
+    _check_plans(scaffold, output)
+    for warning in scaffold.warnings:
+        stderr.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    _emit(scaffold.text, output, force, to_stdout)
+    if not to_stdout:
+        stderr.print(
+            f"wrote {escape(str(output))}: {', '.join(scaffold.run_names)} "
+            f"(read from `{escape(script_help.command)}` in {script_help.seconds:.1f} s); next: {_next_steps(output)}",
+            soft_wrap=True,
+        )
+
+
+def bundled_example() -> str:
+    """The experiment file for ddpcli.examples.regression, shipped inside the package (no checkout needed)."""
+    return resources.files("ddpcli.examples").joinpath(EXAMPLE).read_text(encoding="utf-8")
+
+
+def _refuse_overwrite(output: Path, force: bool, to_stdout: bool) -> None:
+    if not to_stdout and not force and output.exists():
+        raise UserError(f"{output} exists; pass --force to overwrite it, -o for another file, or --print")
+
+
+def _emit(text: str, output: Path, force: bool, to_stdout: bool) -> None:
+    if to_stdout:
+        print(text, end="")
+        return
+    _refuse_overwrite(output, force, to_stdout)
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise UserError(f"{output}: cannot write it: {error.strerror or error}") from None
+
+
+def _check_plans(scaffold: Scaffold, output: Path) -> None:
+    """The text must be what `ddpcli plan` accepts; a failure here is a bug in init, shown with the text's error."""
+    from ddpcli.core.config import parse_experiment_text
+
+    resolve_plan(parse_experiment_text(scaffold.text, output), output)
+
+
+def _relative(script: Path, out_dir: Path) -> str:
+    """The script's path as the experiment file names it: relative to the file's folder when the script is in that
+    folder's tree (the two then move together), else absolute."""
+    resolved = script.resolve()
+    return os.path.relpath(resolved, out_dir) if resolved.is_relative_to(out_dir) else str(resolved)
+
+
+def _next_steps(output: Path) -> str:
+    if output == Path("experiments.toml"):
+        return "ddpcli plan && ddpcli launch"
+    return f"ddpcli plan {escape(str(output))} && ddpcli launch {escape(str(output))}"

@@ -1,0 +1,17 @@
+"""A typer command (rich help boxes when rich is installed)."""
+
+import typer
+
+
+def train(
+    batch_size: int = typer.Option(64, help="Batch per device."),
+    learning_rate: float = typer.Option(0.001, help="Learning rate."),
+    warmup: int = typer.Option(100, help="Warmup steps."),
+    iterations: int = typer.Option(1000, help="Optimizer steps."),
+    name: str = typer.Option("run", help="A label."),
+) -> None:
+    raise SystemExit("training must not run under ddpcli init")
+
+
+if __name__ == "__main__":
+    typer.run(train)
