@@ -33,6 +33,7 @@ import dataclasses
 import gc
 import itertools
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -382,7 +383,11 @@ class Context:
         if self._metrics is None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._metrics = (self.run_dir / METRICS_FILE).open("a", encoding="utf-8")
-        self._metrics.write(json.dumps(row) + "\n")
+        # Strict JSON: a non-finite value (a diverged loss) is written as null, not as NaN, which JSON lacks.
+        strict = {
+            key: None if isinstance(value, float) and not math.isfinite(value) else value for key, value in row.items()
+        }
+        self._metrics.write(json.dumps(strict, allow_nan=False) + "\n")
         self._metrics.flush()  # `ddpcli launch` follows the file while the run goes on
 
 
