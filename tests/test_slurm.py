@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
@@ -131,6 +133,42 @@ def test_srun_argv_as_bash_parses_it(tmp_path: Path) -> None:
         "--nnodes", "2", "--runs-dir", "/scratch/my runs",
         "--rdzv-endpoint", f"n1:{port}", "--rdzv-id", "4242",
     ]  # fmt: skip
+
+
+SCRIPT_FIELDS = ["name", "partition", "account", "time", "job_log", "python", "experiment_file", "runs_dir"]
+SHELL_TEXT = st.text(
+    alphabet=st.sampled_from(list("ab-/:%.\n '\"$()`;\\#&|<>*?~{}!é\t\0")) | st.characters(), max_size=16
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.sampled_from(SCRIPT_FIELDS), value=SHELL_TEXT)
+def test_every_script_field_is_refused_or_arrives_intact(tmp_path: Path, field: str, value: str) -> None:
+    """Each value written into the script, with newlines, quotes, $(), backticks or ';': a one-line error, or a
+    script bash parses in which the value stays a comment, a whole directive or one intact srun argument."""
+    try:
+        run = _run(nnodes=2, name=value) if field == "name" else _run(nnodes=2)
+        given_value: Any = Path(value) if field in {"experiment_file", "runs_dir"} else value
+        script = sbatch_script(run, _options(**({} if field == "name" else {field: given_value})))
+    except UserError as error:
+        assert "\n" not in str(error)
+        return
+    _bash_syntax_ok(script)
+    header = script.split("\nset -euo pipefail\n")[0]
+    assert all(line.startswith("#") for line in header.splitlines())  # nothing before `set` runs
+    directive = {"name": "job-name", "job_log": "output"}.get(field, field)
+    if field in {"name", "partition", "account", "time", "job_log"}:
+        assert f"#SBATCH --{directive}={value}\n" in script
+    argv = _job_argv(script, tmp_path)
+    launch = argv[argv.index("-m") - 1 :]
+    expected = {
+        "name": launch[launch.index("--only") + 1],
+        "python": launch[0],
+        "experiment_file": launch[4],
+        "runs_dir": launch[launch.index("--runs-dir") + 1] if "--runs-dir" in launch else None,
+    }
+    if field in expected:
+        assert expected[field] == (str(Path(value)) if field in {"experiment_file", "runs_dir"} else value)
 
 
 def test_fixed_port(tmp_path: Path) -> None:

@@ -7,13 +7,14 @@ silently ignored setting. Nothing here imports torch or rich: `ddpcli plan` must
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ddpcli.core.errors import ConfigError
 
@@ -22,15 +23,22 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+# Every pattern here is used with fullmatch: `$` also matches before a final newline, and "b\n" would pass.
+SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def is_safe_name(value: str) -> bool:
     """Usable as one directory name: letters, digits, '.', '_', '-', and not '.' or '..'."""
-    return bool(SAFE_NAME.match(value)) and value not in {".", ".."}
+    return SAFE_NAME.fullmatch(value) is not None and value not in {".", ".."}
 
 
-ELASTIC_NNODES = re.compile(r"^(\d+):(\d+)$")
+ELASTIC_NNODES = re.compile(r"([0-9]+):([0-9]+)")  # ASCII digits: \d also takes other scripts' digits
+# Sanity bounds, so that a typo (a world size or a batch size in the wrong field) is an error, not a plan for a
+# billion processes. One process per accelerator or CPU core: the largest single machines have a few hundred
+# cores and 8-16 accelerators, so 1024 per node leaves room. The largest clusters have about 10,000 nodes
+# (Frontier: 9,408), so 100,000 does too.
+MAX_NPROC_PER_NODE = 1024
+MAX_NNODES = 100_000
 BATCH_FIELDS = ("per_device_batch_size", "grad_accum_steps", "global_batch_size")
 # Fields an experiment never inherits: they are derived from the baseline by the scaling rules instead.
 DERIVED_FIELDS = (*BATCH_FIELDS, "lr", "warmup_steps")
@@ -39,6 +47,44 @@ Optimizer = Literal["sgd", "adam", "adamw", "other"]
 Scaling = Literal["auto", "linear", "sqrt", "none"]
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+def _no_nul(value: str) -> str:
+    if "\0" in value:
+        raise ValueError(f"{value!r} holds a NUL byte, which no command line, path or environment variable can")
+    return value
+
+
+def _env_name(value: str) -> str:
+    if not value or "=" in value or "\0" in value:
+        raise ValueError(f"{value!r} is not an environment variable name (it must be non-empty, without '=' or NUL)")
+    return value
+
+
+def _module_name(value: str) -> str:
+    if not all(part.isidentifier() for part in value.split(".")):
+        raise ValueError(f"{value!r} is not a Python module name (dotted identifiers, as `python -m` takes)")
+    return value
+
+
+def nnodes_problem(value: object) -> str | None:
+    """What is wrong with a node count (N or "MIN:MAX"), or None; shared by the file and `launch --nnodes`."""
+    expected = f'a whole number from 1 to {MAX_NNODES}, or "MIN:MAX" with 1 <= MIN <= MAX <= {MAX_NNODES}'
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return f"must be {expected}, got {value!r}"
+    if isinstance(value, int):
+        return None if 1 <= value <= MAX_NNODES else f"must be {expected}, got {value!r}"
+    match = ELASTIC_NNODES.fullmatch(value)
+    if not match or not 1 <= int(match[1]) <= int(match[2]) <= MAX_NNODES:
+        return f"must be {expected}, got {value!r}"
+    return None
+
+
+# Strings that end up in an argv, a path or the environment: a NUL byte would only fail at the start of the run.
+Text = Annotated[str, AfterValidator(_no_nul)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+ModuleName = Annotated[str, AfterValidator(_no_nul), AfterValidator(_module_name)]
 
 
 class _Strict(BaseModel):
@@ -48,18 +94,18 @@ class _Strict(BaseModel):
 class RunFields(_Strict):
     """Settings of one run; each may appear in [defaults], [baseline] or an [[experiments]] entry."""
 
-    module: str | None = None
+    module: ModuleName | None = None
     """Python module to run with `python -m` (e.g. `ddpcli.examples.regression`). Exclusive with `script`."""
-    script: str | None = None
+    script: Text | None = None
     """Path of the training script, relative to the experiment file. Exclusive with `module`."""
-    args: list[str] | None = None
+    args: list[Text] | None = None
     """Arguments for the script; `{placeholders}` are filled from the resolved run (see `ddpcli plan --json`)."""
-    env: dict[str, str] | None = None
-    """Extra environment variables for every worker."""
+    env: dict[EnvName, Text] | None = None
+    """Extra environment variables for every worker (names without `=`; no NUL byte anywhere)."""
     nnodes: PositiveInt | str | None = None
-    """Number of nodes (default 1), or `"MIN:MAX"` for an elastic job."""
-    nproc_per_node: PositiveInt | None = None
-    """Processes (GPUs) on each node (default 1). The world size is nnodes x nproc_per_node."""
+    """Number of nodes (default 1, at most 100,000), or `"MIN:MAX"` for an elastic job."""
+    nproc_per_node: Annotated[int, Field(ge=1, le=MAX_NPROC_PER_NODE)] | None = None
+    """Processes (GPUs) on each node (default 1, at most 1024). The world size is nnodes x nproc_per_node."""
     per_device_batch_size: PositiveInt | None = None
     """Samples each process takes per forward/backward (the DataLoader's batch_size)."""
     grad_accum_steps: PositiveInt | None = None
@@ -84,11 +130,11 @@ class RunFields(_Strict):
     """Optimizer steps to train; exclusive with epochs."""
     seed: int | None = None
     """Seed for model initialisation and data order (default 0), identical on every rank."""
-    timeout_s: Annotated[float, Field(gt=0)] | None = None
+    timeout_s: PositiveFinite | None = None
     """Wall-clock limit of one run in seconds; a run past it is stopped and marked timed_out."""
     max_restarts: NonNegativeInt | None = None
     """torchrun restarts of the worker group after a failure (default 0)."""
-    noise_scale: bool | Annotated[float, Field(gt=0)] | None = None
+    noise_scale: bool | PositiveFinite | None = None
     """true: measure the gradient noise scale during the run. A number: a known B_simple for `plan`."""
     observe: bool | None = None
     """Record what the script really did (batches, steps, lr, samplers; default true). false runs it bare."""
@@ -102,14 +148,28 @@ class RunFields(_Strict):
             raise ValueError(f"must be a positive finite number, got {value}")
         return float(value)
 
-    @field_validator("nnodes")
+    # nnodes and noise_scale are unions: pydantic would report only the first member's complaint ("should be a
+    # valid boolean" for noise_scale = inf), so these validators check every form and say what is expected.
+    @field_validator("nnodes", mode="before")
     @classmethod
-    def _nnodes_form(cls, value: int | str | None) -> int | str | None:
-        if isinstance(value, str):
-            match = ELASTIC_NNODES.match(value)
-            if not match or not 1 <= int(match[1]) <= int(match[2]):
-                raise ValueError(f'must be a positive integer or "MIN:MAX" with 1 <= MIN <= MAX, got {value!r}')
+    def _nnodes_form(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if not isinstance(value, int | str):
+            raise ValueError(nnodes_problem(value) or "")
+        problem = nnodes_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
+
+    @field_validator("noise_scale", mode="before")
+    @classmethod
+    def _noise_scale_form(cls, value: Any) -> Any:
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, int | float) and math.isfinite(value) and value > 0:
+            return float(value)
+        raise ValueError(f"must be true, false or a positive finite number (a known noise scale), got {value!r}")
 
     @field_validator("timeout_s", mode="before")
     @classmethod
@@ -128,14 +188,14 @@ class RunFields(_Strict):
 class Defaults(RunFields):
     """[defaults]: applies to the baseline and every experiment unless they set the field themselves."""
 
-    runs_dir: str = "runs"
+    runs_dir: Text = "runs"
     """Where run directories go, relative to the experiment file."""
 
 
 class RunEntry(RunFields):
     """[baseline] or one [[experiments]] entry."""
 
-    name: str
+    name: Text
     """Run name; it becomes a directory name, so letters, digits, '.', '_' and '-' only."""
 
     @field_validator("name")
@@ -149,11 +209,11 @@ class RunEntry(RunFields):
 class Cluster(_Strict):
     """[cluster]: the rendezvous every node of a multi-node run joins (torchrun's c10d)."""
 
-    rdzv_endpoint: str | None = None
+    rdzv_endpoint: Text | None = None
     """host:port of the rendezvous, reachable from every node (usually the first node)."""
-    rdzv_id: str | None = None
+    rdzv_id: Text | None = None
     """Job id shared by all nodes; also names the run directory so every node agrees on it."""
-    rdzv_backend: str = "c10d"
+    rdzv_backend: Text = "c10d"
     """torchrun rendezvous backend."""
 
     @field_validator("rdzv_id")
@@ -171,15 +231,6 @@ class ExperimentFile(_Strict):
     baseline: RunEntry
     experiments: list[RunEntry] = Field(default_factory=list)
     cluster: Cluster = Field(default_factory=Cluster)
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> ExperimentFile:
-        seen = {self.baseline.name}
-        for entry in self.experiments:
-            if entry.name in seen:
-                raise ValueError(f"duplicate run name {entry.name!r}")
-            seen.add(entry.name)
-        return self
 
 
 def load_experiment_file(path: Path) -> ExperimentFile:
@@ -208,9 +259,21 @@ def parse_experiment_text(text: str, path: Path) -> ExperimentFile:
 
 def validate_experiment_data(data: dict[str, Any], path: Path) -> ExperimentFile:
     try:
-        return ExperimentFile.model_validate(data)
+        experiment_file = ExperimentFile.model_validate(data)
     except ValidationError as error:
         raise _config_error(path, data, error) from None
+    _check_unique_names(experiment_file, path)
+    return experiment_file
+
+
+def _check_unique_names(experiment_file: ExperimentFile, path: Path) -> None:
+    """Names become directories and `--only` selects by them: two runs may not share one."""
+    seen = {experiment_file.baseline.name: "baseline"}
+    for index, entry in enumerate(experiment_file.experiments):
+        where = f"experiments[{index}].name"
+        if entry.name in seen:
+            raise ConfigError(path, where, f"duplicate run name {entry.name!r} (also {seen[entry.name]}'s name)")
+        seen[entry.name] = where
 
 
 def _config_error(path: Path, data: dict[str, Any], error: ValidationError) -> ConfigError:
@@ -238,14 +301,22 @@ def _model_level_path(loc: tuple[Any, ...]) -> str | None:
     return format_field_path(loc) or None
 
 
+PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def format_field_path(location: tuple[Any, ...]) -> str:
-    """("experiments", 1, "lr") -> "experiments[1].lr"."""
+    """("experiments", 1, "lr") -> "experiments[1].lr"; a key that is not a bare TOML key is quoted, so that a
+    newline or a blank in a key cannot break the one-line message: ("baseline", "env", "A=B") ->
+    'baseline.env."A=B"'. pydantic's "[key]" marker (the key itself is wrong) is dropped: the path ends at it."""
     text = ""
     for part in location:
         if isinstance(part, int):
             text += f"[{part}]"
+        elif part == "[key]":
+            continue
         else:
-            text += f".{part}" if text else str(part)
+            key = str(part) if PLAIN_KEY.fullmatch(str(part)) else json.dumps(str(part), allow_nan=False)
+            text += f".{key}" if text else key
     return text
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import string
 import sys
@@ -21,6 +22,7 @@ from ddpcli.core.records import LOGS_DIR
 # With --max-restarts, gloo workers of a restarted group can fail or hang in init_process_group on stale
 # addresses in the shared rendezvous TCPStore (pytorch/pytorch#135712); a store of their own avoids it.
 RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+MAX_SPEC_DIGITS = 3  # widths and precisions in `{lr:.2f}` up to 999
 
 
 # torchrun's entry point when a run is observed: `python -m ddpcli.worker.observer (SCRIPT | -m MODULE) ARGS...`.
@@ -47,28 +49,57 @@ class LaunchSpec:
 
 
 def placeholder_values(run: ResolvedRun, run_dir: Path) -> dict[str, object]:
-    """Every key of the plan's RUN object, plus run_dir: what `{placeholders}` in `args` may name."""
-    return {**run.as_json(), "run_dir": str(run_dir)}
+    """Every scalar key of the plan's RUN object, plus run_dir: what `{placeholders}` in `args` may name. `notes`
+    is prose for people, not a value for a command line."""
+    return {**{key: value for key, value in run.as_json().items() if key != "notes"}, "run_dir": str(run_dir)}
 
 
-def fill_placeholders(args: list[str], values: dict[str, object], where: str) -> list[str]:
-    """`{total_steps}` -> "128". Unknown or empty placeholders are errors that name the run and the key."""
+def check_placeholders(run: ResolvedRun, path: Path | str, where: str) -> None:
+    """Fill the run's args with a stand-in run directory, so that `plan` finds what `launch` would refuse."""
+    fill_placeholders(run.args, placeholder_values(run, Path("RUN_DIR")), str(path), f"{where}.")
+
+
+def fill_placeholders(args: list[str], values: dict[str, object], where: str, field_prefix: str = "") -> list[str]:
+    """`{total_steps}` -> "128", `{lr:.2f}` -> "0.20" (Python format specs). Unknown or empty placeholders are
+    errors that name the run and the argument."""
+    return [_fill_one(arg, values, where, f"{field_prefix}args[{index}]") for index, arg in enumerate(args)]
+
+
+def _fill_one(arg: str, values: dict[str, object], where: str, field: str) -> str:
+    try:
+        pieces = list(string.Formatter().parse(arg))
+    except ValueError as error:  # a stray "{" or "}": say so instead of a traceback
+        raise ConfigError(where, field, f"{arg!r}: {error} (write {{{{ or }}}} for a brace)") from None
     filled = []
-    for index, arg in enumerate(args):
-        try:
-            fields = [(key, spec, conversion) for _, key, spec, conversion in string.Formatter().parse(arg)]
-        except ValueError as error:  # a stray "{" or "}": say so instead of a traceback
-            raise ConfigError(where, f"args[{index}]", f"{arg!r}: {error} (write {{{{ or }}}} for a brace)") from None
-        for key, spec, conversion in fields:
-            if key is None:
-                continue
-            if spec or conversion or key not in values:
-                known = ", ".join(sorted(key for key in values if key != "notes"))
-                raise ConfigError(where, f"args[{index}]", f"unknown placeholder {{{key}}}; known: {known}")
-            if values[key] is None:
-                raise ConfigError(where, f"args[{index}]", f"placeholder {{{key}}} has no value for this run")
-        filled.append(arg.format_map({key: _as_arg(value) for key, value in values.items()}))
-    return filled
+    for literal, key, spec, conversion in pieces:
+        filled.append(literal)
+        if key is None:
+            continue
+        if key not in values:
+            known = ", ".join(sorted(values))
+            raise ConfigError(where, field, f"unknown placeholder {{{key}}}; known: {known}")
+        if conversion:
+            raise ConfigError(
+                where, field, f"{{{key}!{conversion}}}: conversions are not supported (a format spec is: {{{key}:.2f}})"
+            )
+        if values[key] is None:
+            raise ConfigError(where, field, f"placeholder {{{key}}} has no value for this run")
+        filled.append(_formatted(values[key], spec or "", f"{{{key}:{spec}}}", where, field))
+    return "".join(filled)
+
+
+def _formatted(value: object, spec: str, written: str, where: str, field: str) -> str:
+    if not spec:
+        return _as_arg(value)
+    # A nested "{width}" is not filled, and a width of 10**9 would build a gigabyte-long argument.
+    if "{" in spec or any(len(digits) > MAX_SPEC_DIGITS for digits in re.findall(r"[0-9]+", spec)):
+        raise ConfigError(
+            where, field, f"{written}: nested placeholders and widths or precisions over 999 are not supported"
+        )
+    try:
+        return format(_as_arg(value) if isinstance(value, bool) else value, spec)
+    except ValueError as error:
+        raise ConfigError(where, field, f"{written}: {error}") from None
 
 
 def _as_arg(value: object) -> str:
@@ -109,7 +140,11 @@ def build_launch(
         **run.env,
         "DDPCLI_RUN_DIR": str(run_dir),
         **({"DDPCLI_NODE_KEY": node_key} if node_key else {}),
-        "DDPCLI_RUN": json.dumps({**values, "noise_scale": run.noise_scale}, separators=(",", ":")),
+        "DDPCLI_RUN": json.dumps(
+            {**run.as_json(), "run_dir": str(run_dir), "noise_scale": run.noise_scale},
+            separators=(",", ":"),
+            allow_nan=False,
+        ),
     }
     if run.max_restarts:
         env = {**RESTART_ENV, **env}

@@ -14,7 +14,7 @@ LINEAR_RULE_LIMIT = 32  # Goyal et al. 2017 saw linear scaling hold to 8k from 2
 
 
 def run_notes(run: ResolvedRun, baseline: ResolvedRun | None) -> list[str]:
-    notes = [_what_a_step_is(run), *_node_notes(run)]
+    notes = [_epoch_shorter_than_a_step(run) or _what_a_step_is(run), *_node_notes(run)]
     if baseline is None:
         return notes + _data_notes(run)
     notes += _scaling_notes(run, baseline)
@@ -38,6 +38,30 @@ def _what_a_step_is(run: ResolvedRun) -> str:
         f"averages the gradients, so each optimizer step uses the mean gradient of "
         f"{run.global_batch_size} samples: the same as batch {run.global_batch_size} on one device for "
         "a mean-reduced loss."
+    )
+
+
+def _epoch_shorter_than_a_step(run: ResolvedRun) -> str | None:
+    """When a process's share of the epoch is less than one step's worth, a step is not the batch planned: it
+    is whatever the sampler gave each process (the DataLoader yields a short last batch, the sampler pads)."""
+    step_samples = run.per_device_batch_size * run.grad_accum_steps
+    if run.dataset_size is None or run.samples_per_rank is None or run.samples_per_rank >= step_samples:
+        return None
+    used = run.samples_per_rank * run.world_size
+    who = "the one process gets" if run.world_size == 1 else f"each of {run.world_size} processes gets"
+    share = f"{run.samples_per_rank} sample{'s' if run.samples_per_rank != 1 else ''}"
+    repeats = (
+        f" ({run.dataset_size} distinct; DistributedSampler repeats {run.padded_samples})" if run.padded_samples else ""
+    )
+    scaled = (
+        f", and the lr scaled for a batch of {run.global_batch_size} is scaled for a batch that never happens"
+        if run.scaling in {"linear", "sqrt"} and run.batch_scale != 1
+        else ""
+    )
+    return (
+        f"dataset_size {run.dataset_size} is smaller than one global batch of {run.global_batch_size}: {who} "
+        f"{share} per epoch, not {step_samples}, so each optimizer step uses the mean gradient of {used} "
+        f"samples{repeats}{scaled}."
     )
 
 

@@ -8,6 +8,7 @@ almost no fewer steps. Pure arithmetic over ddpcli.core.noise_scale; no torch, n
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,11 @@ def noise_scale_of(run_dir: Path) -> float:
             f"--noise-scale-from {run_dir}: its metrics.jsonl has no noise_scale; launch it with noise_scale = true "
             "(at world size 1 it also needs grad_accum_steps >= 2)"
         )
+    if value <= 0:  # the runtime logs only positive values; a hand-edited or foreign file may hold anything
+        raise UserError(
+            f"--noise-scale-from {run_dir}: its last noise_scale is {value:g}, not a positive number, so it names no "
+            "critical batch"
+        )
     return value
 
 
@@ -58,6 +64,8 @@ def batch_outlook(run: ResolvedRun, baseline: ResolvedRun, critical_batch: float
     b_crit = critical_batch if critical_batch is not None else run.known_noise_scale
     if b_crit is None:
         return None
+    if not math.isfinite(run.global_batch_size / b_crit):
+        raise UserError(f"noise scale {b_crit:g} is too small to compare with global batch {run.global_batch_size}")
     return BatchOutlook.of(run.global_batch_size, baseline.global_batch_size, b_crit)
 
 

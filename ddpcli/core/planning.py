@@ -21,9 +21,10 @@ from ddpcli.core.config import (
     RunEntry,
     RunFields,
     load_experiment_file,
+    nnodes_problem,
     validate_experiment_data,
 )
-from ddpcli.core.errors import ConfigError
+from ddpcli.core.errors import ConfigError, UserError
 
 # The keys of one run in `ddpcli plan --json`, in order. Other commands and people's scripts read these names.
 PLAN_KEYS = (
@@ -145,12 +146,17 @@ def load_plan(path: Path, nnodes: int | str | None = None, names: list[str] | No
 def with_nnodes(
     experiment_file: ExperimentFile, nnodes: int | str, names: list[str] | None, path: Path
 ) -> ExperimentFile:
-    """A copy with `nnodes` set on the named entries, validated like a value written in the file."""
+    """A copy with `nnodes` set on the named entries. The value is checked first, as the flag it is: a mistake
+    in `--nnodes` is not one in the file."""
+    value = int(nnodes) if isinstance(nnodes, str) and nnodes.isascii() and nnodes.isdigit() else nnodes
+    problem = nnodes_problem(value)
+    if problem:
+        raise UserError(f"--nnodes {nnodes}: {problem}")
     data = experiment_file.model_dump(exclude_unset=True)
     entries = [data["baseline"], *data.get("experiments", [])]
     for entry in entries:
         if not names or entry["name"] in names:
-            entry["nnodes"] = int(nnodes) if isinstance(nnodes, str) and nnodes.isdigit() else nnodes
+            entry["nnodes"] = value
     return validate_experiment_data(data, path)
 
 
@@ -219,6 +225,12 @@ def _resolve_run(
         batch_scale = global_batch / baseline.global_batch_size
         optimizer = fields.get("optimizer", "sgd")
         scaling, lr = _scaled_lr(fields, baseline.lr, batch_scale, optimizer)
+        if not math.isfinite(lr) or lr <= 0:
+            raise fail(
+                "lr",
+                f"{scaling} scaling gives lr {baseline.lr:g} x {lr_factor(scaling, batch_scale):g} = {lr:g}, not a "
+                "usable learning rate; set lr on this run",
+            )
         warmup_steps = fields.get("warmup_steps", samples_kept_warmup(baseline, global_batch))
 
     epoch = _epoch_arithmetic(fields, world_size, per_device, accum, fail)
@@ -252,8 +264,14 @@ def _resolve_run(
         known_noise_scale=_known_noise_scale(fields.get("noise_scale")),
         observe=fields.get("observe") is not False,
     )
-    # Local import: notes.py reads ResolvedRun, and keeping the wording apart keeps this module about numbers.
+    if run.known_noise_scale is not None and not math.isfinite(global_batch / run.known_noise_scale):
+        raise fail("noise_scale", f"{run.known_noise_scale:g} is too small to compare with global batch {global_batch}")
+    # Local imports: notes.py and launcher.py read ResolvedRun. Notes are kept apart to keep this module about
+    # numbers; the placeholders are checked here so that `plan` finds what `launch` would refuse.
+    from ddpcli.core.launcher import check_placeholders
     from ddpcli.core.notes import run_notes
+
+    check_placeholders(run, path, where)
 
     run.notes.extend(run_notes(run, baseline))
     return run
@@ -273,7 +291,7 @@ def _nnodes(value: int | str) -> tuple[int, int]:
     """Returns (max, min) nodes; the plan's world size uses the maximum."""
     if isinstance(value, int):
         return value, value
-    match = ELASTIC_NNODES.match(value)
+    match = ELASTIC_NNODES.fullmatch(value)
     assert match, "validated by the config model"
     return int(match[2]), int(match[1])
 
@@ -324,6 +342,10 @@ def _resolve_batch(
     return per_device, accum, per_device * accum * world_size
 
 
+def _ceil_div(numerator: int, denominator: int) -> int:
+    return -(-numerator // denominator)
+
+
 def _exact_quotient(numerator: int, denominator: int) -> int | None:
     quotient, remainder = divmod(numerator, denominator)
     return quotient if remainder == 0 and quotient >= 1 else None
@@ -335,8 +357,12 @@ def _scaled_lr(fields: dict[str, Any], baseline_lr: float, batch_scale: float, o
     rule = fields.get("scaling", "auto")
     if rule == "auto":
         rule = AUTO_SCALING[optimizer]
-    factor = {"linear": batch_scale, "sqrt": math.sqrt(batch_scale), "none": 1.0}[rule]
-    return rule, baseline_lr * factor
+    return rule, baseline_lr * lr_factor(rule, batch_scale)
+
+
+def lr_factor(rule: str, batch_scale: float) -> float:
+    """What the baseline's lr is multiplied by under a scaling rule."""
+    return {"linear": batch_scale, "sqrt": math.sqrt(batch_scale)}.get(rule, 1.0)
 
 
 def _epoch_arithmetic(
@@ -355,14 +381,21 @@ def _epoch_arithmetic(
             steps_per_epoch=None,
             total_steps=max_steps,
         )
+    # Integers only: size / world_size in floats is wrong beyond 2**53 (9007199254740993 gave padded_samples -1).
     if fields.get("drop_last", False):
         samples_per_rank = size // world_size
         padded, dropped = 0, size - samples_per_rank * world_size
         steps_per_epoch = (samples_per_rank // per_device) // accum
     else:
-        samples_per_rank = math.ceil(size / world_size)
+        samples_per_rank = _ceil_div(size, world_size)
         padded, dropped = samples_per_rank * world_size - size, 0
-        steps_per_epoch = math.ceil(math.ceil(samples_per_rank / per_device) / accum)
+        steps_per_epoch = _ceil_div(_ceil_div(samples_per_rank, per_device), accum)
+    if samples_per_rank == 0:
+        raise fail(
+            "dataset_size",
+            f"dataset_size {size} is smaller than the world size {world_size}: with drop_last some processes "
+            "would get no sample at all",
+        )
     if steps_per_epoch == 0:
         raise fail(
             "dataset_size",

@@ -21,8 +21,9 @@ from ddpcli.core.planning import ResolvedRun
 PORT_BASE = 20000
 PORT_SPAN = 10000
 # sbatch reads `#SBATCH` lines itself, not through a shell: a value with blanks or quotes would be split or kept
-# verbatim depending on the SLURM version, and a newline would start a line of its own. Accept plain tokens only.
-DIRECTIVE_VALUE = re.compile(r"^[^\s'\"\\#]+$")
+# verbatim depending on the SLURM version, and a newline would start a line of its own. Accept plain tokens only
+# (matched whole: with `$`, "gpu\n" would pass).
+DIRECTIVE_VALUE = re.compile(r"[^\s'\"\\#]+")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class SlurmOptions:
 
 def sbatch_script(run: ResolvedRun, options: SlurmOptions) -> str:
     """The whole job script for `run`, ending with a newline."""
+    for flag, value in (("--python", options.python), ("the experiment file", str(options.experiment_file)),
+                        ("--runs-dir", str(options.runs_dir or ""))):  # fmt: skip
+        _check_writable(flag, value)
     lines = [
         "#!/bin/bash",
         *_directives(run, options),
@@ -98,19 +102,32 @@ def _directives(run: ResolvedRun, options: SlurmOptions) -> list[str]:
 
 def _directive(key: str, value: object) -> str:
     text = str(value)
-    if not DIRECTIVE_VALUE.match(text):
+    if not DIRECTIVE_VALUE.fullmatch(text) or not text.isprintable():
         raise UserError(f"sbatch --{key} {text!r}: must be one word, without blanks, quotes, '\\' or '#'")
+    _check_writable(f"--{key}", text)
     return f"#SBATCH --{key}={text}"
+
+
+def _check_writable(flag: str, text: str) -> None:
+    """Shell-quoting keeps any text intact except a NUL byte (bash cannot hold one) and text that is not UTF-8
+    (a file name of undecodable bytes): refuse those instead of writing a script that runs something else."""
+    if "\0" in text:
+        raise UserError(f"{flag} {text!r}: holds a NUL byte, which no shell script can")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{flag} {text!r}: is not valid UTF-8, so the job script could not hold it") from None
 
 
 def _explanation(run: ResolvedRun, options: SlurmOptions) -> list[str]:
     nodes = node_counts(run)[1]
-    return [
-        f"# Written by `ddpcli slurm`: run {run.name} of {_printable(str(options.experiment_file))}",
+    lines = [
+        f"# Written by `ddpcli slurm`: run {run.name} of {options.experiment_file}",
         f"# (nnodes {nodes}, nproc_per_node {run.nproc_per_node}). srun starts one `ddpcli launch`, hence one torchrun",
         "# agent, per node; the agents meet at a c10d rendezvous on the first node, keyed by the job id, which",
         f"# also names the run directory: <runs_dir>/{run.name}/<job id>/.",
     ]
+    return [_printable(line) for line in lines]
 
 
 def _printable(text: str) -> str:

@@ -57,12 +57,21 @@ class SweepOptions:
 
 
 def prepare(plan: Plan, runs: Sequence[ResolvedRun], options: SweepOptions) -> list[LaunchSpec]:
-    """Build every command before starting any, so a bad placeholder in the last run fails the sweep up front."""
+    """Build every command and check every run directory before starting any, so a bad placeholder or a taken
+    directory in the last run fails the sweep up front, not after the first runs ran."""
     specs = []
     for run in runs:
         run_dir = options.runs_dir.resolve() / run.name / _run_id(run, options)
+        _check_free(run, run_dir)
         specs.append(build_launch(run, run_dir, plan.file, options.rendezvous))
     return specs
+
+
+def _check_free(run: ResolvedRun, run_dir: Path) -> None:
+    # Nodes of a multi-node run share the directory (another node may have made it): only a finished run clashes.
+    taken = [run_dir] if not run.is_multi_node else [run_dir / RUN_FILE, run_dir / PARAMS_FILE]
+    if any(path.exists() for path in taken):
+        raise UserError(f"run directory {run_dir} already exists; ddpcli never overwrites a run")
 
 
 def _run_id(run: ResolvedRun, options: SweepOptions) -> str:
@@ -168,7 +177,7 @@ def _run_from_record(record: RunRecord) -> ResolvedRun:
     fields = {key: record.plan[key] for key in (*PLAN_KEYS, *EXTRA_KEYS)}
     try:  # JSON mode: strict types (no "2" for 2) while a dataclass may still be given as an object
         return _RUN_ADAPTER.validate_json(
-            json.dumps({**fields, **record.launch, "timeout_s": record.timeout_s}), strict=True
+            json.dumps({**fields, **record.launch, "timeout_s": record.timeout_s}, allow_nan=False), strict=True
         )
     except ValidationError as error:
         first = error.errors()[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +13,7 @@ from ddpcli.cli.commands import ExperimentFileArgument
 from ddpcli.cli.console import stdout, user_errors
 from ddpcli.cli.render import plan_table, print_notes
 from ddpcli.core.config import validate_experiment_data
-from ddpcli.core.errors import UserError
+from ddpcli.core.errors import ConfigError, UserError
 from ddpcli.core.outlook import BatchOutlook, batch_outlook, noise_scale_of, outlook_note
 from ddpcli.core.planning import Plan, ResolvedRun, load_plan, resolve_plan
 
@@ -97,12 +98,12 @@ def plan_command(
         )
     else:
         plan = load_plan(file or Path("experiments.toml"))
-        require_rendezvous(plan, plan.select(only), rdzv_endpoint)
+    plan = with_rendezvous_notes(plan, rdzv_endpoint or plan.cluster.rdzv_endpoint)
     runs = plan.select(only)
     critical_batch = noise_scale_of(noise_scale_from) if noise_scale_from is not None else None
     outlooks = {run.name: batch_outlook(run, plan.baseline, critical_batch) for run in plan.runs}
     if as_json:
-        print(json.dumps(plan_json(plan, runs, outlooks), indent=2))
+        print(json.dumps(plan_json(plan, runs, outlooks), indent=2, allow_nan=False))
         return
     stdout.print(plan_table(plan, runs, outlooks))
     print_notes(stdout, runs, outlooks)
@@ -126,15 +127,23 @@ def plan_json(plan: Plan, runs: list[ResolvedRun], outlooks: dict[str, BatchOutl
     }
 
 
-def require_rendezvous(plan: Plan, runs: list[ResolvedRun], endpoint: str | None) -> None:
-    """A multi-node run that no node could find is a plan that cannot run: say so now, not at launch."""
-    spanning = [run.name for run in runs if run.is_multi_node]
-    if spanning and not (endpoint or plan.cluster.rdzv_endpoint):
-        raise UserError(
-            f"{plan.file}: run {', '.join(map(repr, spanning))} spans several nodes but no rendezvous endpoint is "
-            'known: set rdzv_endpoint = "host:port" in [cluster], pass --rdzv-endpoint, or use `ddpcli slurm`, '
-            "which takes it from the job's first node"
-        )
+NO_ENDPOINT_NOTE = (
+    "No rendezvous endpoint is known yet, which planning does not need but a launch does: `ddpcli launch` takes "
+    'rdzv_endpoint = "host:port" (and rdzv_id) in [cluster] or --rdzv-endpoint and --rdzv-id, the same on every '
+    "node; `ddpcli slurm` fills both in from the job."
+)
+
+
+def with_rendezvous_notes(plan: Plan, endpoint: str | None) -> Plan:
+    """Multi-node runs with no endpoint yet get a note: previewing a 32 x 8 setting needs no cluster, and
+    `launch` refuses such a run itself."""
+    if endpoint:
+        return plan
+
+    def noted(run: ResolvedRun) -> ResolvedRun:
+        return replace(run, notes=[*run.notes, NO_ENDPOINT_NOTE]) if run.is_multi_node else run
+
+    return replace(plan, baseline=noted(plan.baseline), experiments=[noted(run) for run in plan.experiments])
 
 
 def _quick_plan(
@@ -166,4 +175,19 @@ def _quick_plan(
         "experiments": [{"name": "target", **target}],
     }
     source = Path("<command line>")
-    return resolve_plan(validate_experiment_data(data, source), source)
+    try:
+        return resolve_plan(validate_experiment_data(data, source), source)
+    except ConfigError as error:
+        raise _as_flag_error(error) from None
+
+
+def _as_flag_error(error: ConfigError) -> UserError:
+    """The quick form has no file: name the flag (`--optimizer`), not the field it became (`defaults.optimizer`)."""
+    field_name = (error.field_path or "").rsplit(".", 1)[-1]
+    if field_name in QUICK_FIELDS:
+        return UserError(f"--{field_name.replace('_', '-')}: {error.message}")
+    return error
+
+
+QUICK_FIELDS = {"per_device_batch_size", "lr", "nproc_per_node", "nnodes", "global_batch_size", "grad_accum_steps",
+                "optimizer", "warmup_steps", "dataset_size"}  # fmt: skip
