@@ -10,7 +10,7 @@ import io
 from types import ModuleType
 from typing import Any
 
-from rich.table import Table
+from rich.console import RenderableType
 from rich.text import Text
 
 from ddpcli.cli.render.format import MISSING, fixed, fmt_number, percent
@@ -28,7 +28,7 @@ COLUMNS = (
 SPLIT_AT = 10  # "wall s": training columns before it, speed and equivalence from it on
 
 
-def comparison_tables(comparison: Comparison, width: int) -> list[Table]:
+def comparison_tables(comparison: Comparison, width: int) -> list[RenderableType]:
     """One table when it fits in `width`; else training, then speed and equivalence, each split again if need be,
     every one keyed by run (see ddpcli.cli.render.layout: no value is ever cut)."""
     return fitted_tables(
@@ -37,7 +37,7 @@ def comparison_tables(comparison: Comparison, width: int) -> list[Table]:
         width,
         sections=[range(1, SPLIT_AT), range(SPLIT_AT, len(COLUMNS))],
         title=Text(f"Compare: baseline {comparison.baseline.label} ({comparison.baseline_reason})"),
-        caption=Text(_caption(comparison)),  # Text: paths in it are not markup
+        caption=_caption(comparison),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rich.table import Table
+from rich.console import RenderableType
 from rich.text import Text
 
 from ddpcli.cli.render.format import MISSING, fmt_number
@@ -30,7 +30,7 @@ class LaunchRow:
     failure: str | None = None  # "rank R exit C: error" of the first failed rank
 
 
-def launch_summary_tables(rows: Sequence[LaunchRow], width: int) -> list[Table]:
+def launch_summary_tables(rows: Sequence[LaunchRow], width: int) -> list[RenderableType]:
     """The runs of a sweep, their status, wall time and final loss; split by column when `width` is narrow."""
     cells = [_cells(row) for row in rows]
     return fitted_tables(COLUMNS, cells, width, title="Runs")

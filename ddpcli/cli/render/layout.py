@@ -41,39 +41,46 @@ def fitted_tables(
     *,
     sections: Sequence[Sequence[int]] | None = None,
     title: str | Text | None = None,
-    caption: str | Text | None = None,
-) -> list[Table]:
+    caption: str | None = None,
+) -> list[RenderableType]:
     """One table when every column fits in `width`, else several, each repeating column 0 (the key).
 
     `sections` are groups of column indices (without 0) that belong together, in order: a split happens between
-    sections first, then within one where a section alone is too wide. The title goes on the first table, the
-    caption under the last. Where even the key and one column do not fit, their values fold onto several lines
-    (never '…').
+    sections when that needs no more tables than packing the columns regardless of sections. The title goes on
+    the first table; the caption under one table, or after several as text as wide as the console. Where even
+    the key and one column do not fit, their values fold onto several lines (never '…').
     """
-    sections = sections or [range(1, len(columns))]
+    sections = [list(section) for section in sections or [range(1, len(columns))]]
     everything = [index for section in sections for index in section]
-    groups = [everything] if _fits(columns, rows, everything, width) else _groups(columns, rows, sections, width)
+    if _fits(columns, rows, everything, width):
+        groups = [everything]
+    else:
+        by_section = [group for section in sections for group in _pack(columns, rows, section, width)]
+        plain = _pack(columns, rows, everything, width)
+        groups = by_section if len(by_section) <= len(plain) else plain
     tables = [_table(columns, rows, group, fold=not _fits(columns, rows, group, width)) for group in groups]
     tables[0].title = title
-    tables[-1].caption = caption
-    return tables
+    if caption is None:
+        return list(tables)
+    text = Text(caption, style="table.caption")  # Text: a path in it is not markup
+    if len(tables) == 1:
+        tables[0].caption = text
+        return list(tables)
+    return [*tables, text]
 
 
-def _groups(
-    columns: Sequence[Column], rows: Sequence[Sequence[Cell]], sections: Sequence[Sequence[int]], width: int
+def _pack(
+    columns: Sequence[Column], rows: Sequence[Sequence[Cell]], indices: Sequence[int], width: int
 ) -> list[list[int]]:
-    """Columns packed greedily, section by section, into groups that fit with the key column."""
+    """Columns packed greedily, in order, into groups that fit with the key column."""
     groups: list[list[int]] = []
-    for section in sections:
-        current: list[int] = []
-        for index in section:
-            if current and not _fits(columns, rows, [*current, index], width):
-                groups.append(current)
-                current = []
-            current.append(index)
-        if current:
+    current: list[int] = []
+    for index in indices:
+        if current and not _fits(columns, rows, [*current, index], width):
             groups.append(current)
-    return groups or [[]]
+            current = []
+        current.append(index)
+    return [*groups, current] if current else groups or [[]]
 
 
 def _fits(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], group: Sequence[int], width: int) -> bool:

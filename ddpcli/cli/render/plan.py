@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
-from rich.table import Table
 
 from ddpcli.cli.render.format import MISSING, fmt_number
 from ddpcli.cli.render.layout import Column, fitted_tables, print_bullets
@@ -24,7 +23,7 @@ OUTLOOK_AT = 10  # index of the first outlook column: a narrow console shows the
 
 def plan_tables(
     plan: Plan, runs: Sequence[ResolvedRun], outlooks: Mapping[str, BatchOutlook | None] | None, width: int
-) -> list[Table]:
+) -> list[RenderableType]:
     """The plan as one table, or several keyed by run when `width` is too narrow for every column.
 
     Columns where every run has `-` (the outlook without a noise scale) are left out.
