@@ -235,3 +235,105 @@ def test_unwritable_csv_path_is_one_line(runs: Path, tmp_path: Path) -> None:
     assert code == 2 and "does not exist" in err  # checked before any work
     code, _, err = invoke(runs, "--json", "--csv", "/proc/rows.csv")  # the directory exists, writing fails
     assert code == 2 and "cannot write /proc/rows.csv" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Malformed files: a warning and a skipped row or an `unchecked` verdict, never a traceback (defect 7)
+
+DEEP = "[" * 100_000 + "]" * 100_000  # json raises RecursionError on it
+
+
+def strict_json(text: str) -> Any:
+    """json.loads that refuses NaN and Infinity, which strict JSON does not have."""
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def pair(root: Path, **four: Any) -> tuple[Path, Path]:
+    one = make_run(root, "1x64", per_device=64, lr=0.2, steps=25)
+    return one, make_run(root, "4x16", nproc=4, lr=0.2, steps=25, **four)
+
+
+def invoke_ok(*args: str | Path) -> tuple[list[dict[str, Any]], str]:
+    """compare --json that must exit 0 without an exception; its rows (strict JSON) and stderr."""
+    result = runner.invoke(app, ["compare", *map(str, args), "--json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 0, result.stderr
+    return strict_json(result.stdout), result.stderr
+
+
+@pytest.mark.parametrize("tail", [b"", b"\n"])
+def test_invalid_utf8_in_a_metrics_line_is_a_skipped_line(tmp_path: Path, tail: bytes) -> None:
+    _, four = pair(tmp_path)
+    with (four / "metrics.jsonl").open("ab") as handle:
+        handle.write(b'{"step": 26, "loss": "\xff\xfe"}' + tail)
+    rows, err = invoke_ok(tmp_path)
+    assert {row["name"]: row["steps"] for row in rows} == {"1x64": 25, "4x16": 25}
+    assert f"{four / 'metrics.jsonl'}:26:" in err
+
+
+def test_metrics_file_that_is_a_directory_is_a_warning(tmp_path: Path) -> None:
+    _, four = pair(tmp_path)
+    (four / "metrics.jsonl").unlink()
+    (four / "metrics.jsonl").mkdir()
+    rows, err = invoke_ok(tmp_path)
+    assert {row["name"]: row["steps"] for row in rows} == {"1x64": 25, "4x16": None}
+    assert f"{four / 'metrics.jsonl'}: cannot read it" in err
+
+
+def test_deeply_nested_run_json_skips_the_run(tmp_path: Path) -> None:
+    _, four = pair(tmp_path)
+    (four / "run.json").write_text(DEEP)
+    rows, err = invoke_ok(tmp_path)
+    assert [row["name"] for row in rows] == ["1x64"]
+    assert f"{four / 'run.json'}: cannot read it: nested too deeply" in err
+    code, _, err = invoke(four)  # the only run: one line, exit 2
+    assert code == 2 and "nested too deeply" in err and "Traceback" not in err
+
+
+def test_deeply_nested_metrics_line_is_a_skipped_line(tmp_path: Path) -> None:
+    _, four = pair(tmp_path)
+    with (four / "metrics.jsonl").open("a") as handle:
+        handle.write(DEEP + "\n")
+    rows, err = invoke_ok(tmp_path)
+    assert {row["name"]: row["steps"] for row in rows} == {"1x64": 25, "4x16": 25}
+    assert f"{four / 'metrics.jsonl'}:26:" in err
+
+
+def test_negative_noise_scale_is_not_a_measurement(tmp_path: Path) -> None:
+    _, four = pair(tmp_path)
+    with (four / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 26, "samples": 1664, "time": 0.5, "loss": 0.1, "noise_scale": -3.0}\n')
+    rows, err = invoke_ok(tmp_path)
+    four_row = next(row for row in rows if row["name"] == "4x16")
+    assert (four_row["noise_scale"], four_row["predicted_step_speedup"]) == (None, None)
+    assert "noise_scale -3" in err
+
+
+def test_huge_losses_give_a_sparkline_and_strict_json(tmp_path: Path) -> None:
+    make_run(tmp_path, "1x16", steps=20, loss=lambda k: 1.5e308 if k % 2 else -1.5e308)
+    code, out, err = invoke(tmp_path)
+    assert code == 0, err
+    assert "1.5e+308" in out
+    rows, _ = invoke_ok(tmp_path)
+    assert rows[0]["final_loss"] == -1.5e308
+
+
+def test_parameter_files_holding_lists_of_tensors(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    one, four = pair(tmp_path)
+    torch.save({"layers": [torch.zeros(2), torch.ones(3)]}, one / "final_params.pt")
+    torch.save({"layers": [torch.zeros(2), torch.ones(3)]}, four / "final_params.pt")
+    rows, _ = invoke_ok(tmp_path)
+    assert next(row for row in rows if row["name"] == "4x16")["verdict"] == "equivalent"
+    torch.save({"layers": [torch.zeros(2), torch.full((3,), 2.0)]}, four / "final_params.pt")
+    rows, _ = invoke_ok(tmp_path)
+    four_row = next(row for row in rows if row["name"] == "4x16")
+    assert (four_row["verdict"], four_row["max_param_diff"]) == ("diverged", 1.0)
+    torch.save({"layers": [torch.zeros(2)], "step": [1, 2]}, one / "final_params.pt")
+    torch.save({"layers": [torch.zeros(2)], "step": [1, 3]}, four / "final_params.pt")
+    rows, _ = invoke_ok(tmp_path)
+    assert next(row for row in rows if row["name"] == "4x16")["verdict"] == "diverged"
