@@ -7,10 +7,13 @@ import csv
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
@@ -337,3 +340,56 @@ def test_parameter_files_holding_lists_of_tensors(tmp_path: Path) -> None:
     torch.save({"layers": [torch.zeros(2)], "step": [1, 3]}, four / "final_params.pt")
     rows, _ = invoke_ok(tmp_path)
     assert next(row for row in rows if row["name"] == "4x16")["verdict"] == "diverged"
+
+
+NUMBERS = st.one_of(
+    st.integers(min_value=-(10**20), max_value=10**20), st.floats(allow_nan=True, allow_infinity=True), st.none()
+)
+JSON_VALUES = st.recursive(
+    st.one_of(NUMBERS, st.booleans(), st.text(max_size=8)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+RUN_KEYS = ("run_id", "name", "status", "wall_time_s", "exit_code", "failed_ranks", "restarts", "started_at", "argv")
+PLAN_KEYS = ("world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size", "lr", "total_steps")
+ROW_FIELDS = ("step", "samples", "time", "loss", "noise_scale")
+
+
+def run_json_texts() -> st.SearchStrategy[bytes]:
+    plan = st.fixed_dictionaries({}, optional={key: st.one_of(NUMBERS, JSON_VALUES) for key in PLAN_KEYS})
+    record = st.fixed_dictionaries(
+        {"plan": plan}, optional={key: JSON_VALUES for key in RUN_KEYS} | {"status": st.sampled_from(["completed"])}
+    )
+    return st.one_of(st.binary(max_size=40), record.map(lambda data: json.dumps(data).encode()))
+
+
+def metrics_texts() -> st.SearchStrategy[bytes]:
+    row = st.fixed_dictionaries({}, optional={key: NUMBERS for key in ROW_FIELDS}).map(lambda r: json.dumps(r).encode())
+    line = st.one_of(row, row, st.binary(max_size=20), JSON_VALUES.map(lambda v: json.dumps(v).encode()))
+    return st.one_of(
+        st.binary(max_size=60),
+        st.lists(line, max_size=8).map(b"\n".join),
+        st.lists(line, max_size=8).map(lambda lines: b"\n".join(lines) + b"\n"),
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run_json=run_json_texts(), metrics=metrics_texts(), alone=st.booleans())
+def test_random_run_files_never_crash_compare(run_json: bytes, metrics: bytes, alone: bool) -> None:
+    """Whatever run.json and metrics.jsonl hold: exit 0 or 2, no exception, strict JSON rows under --json."""
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        if not alone:
+            make_run(root, "1x16", steps=5)
+        run_dir = root / "random" / "20260101T000000Z-random"
+        run_dir.mkdir(parents=True)
+        (run_dir / "run.json").write_bytes(run_json)
+        (run_dir / "metrics.jsonl").write_bytes(metrics)
+        for args in ([root, "--json"], [root]):
+            result = runner.invoke(app, ["compare", *map(str, args)])
+            assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+            assert result.exit_code in (0, 2), result.stderr
+            if result.exit_code == 0 and "--json" in args:
+                assert isinstance(strict_json(result.stdout), list)
+            if result.exit_code == 2:
+                assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
