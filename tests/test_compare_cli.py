@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -393,3 +395,88 @@ def test_random_run_files_never_crash_compare(run_json: bytes, metrics: bytes, a
                 assert isinstance(strict_json(result.stdout), list)
             if result.exit_code == 2:
                 assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Messages that must not mislead (defect 14) and torch's NumPy warning (defect 13)
+
+
+@pytest.mark.parametrize("option", ["--csv", "--plot"])
+def test_output_path_under_a_file_says_so(runs: Path, tmp_path: Path, option: str) -> None:
+    if option == "--plot":
+        pytest.importorskip("matplotlib")
+    (tmp_path / "file").write_text("")
+    code, out, err = invoke(runs, option, tmp_path / "file" / "out")
+    assert (code, out) == (2, "")
+    assert err == f"error: {tmp_path / 'file' / 'out'}: {tmp_path / 'file'} is a file, not a directory\n"
+
+
+def test_shape_mismatch_is_not_blamed_on_the_loss(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    one, four = pair(tmp_path)
+    torch.save({"w": torch.zeros(2)}, one / "final_params.pt")
+    torch.save({"w": torch.zeros(3)}, four / "final_params.pt")
+    code, out, err = invoke(tmp_path)
+    assert code == 0, err
+    note = " ".join(out.split())  # the note wraps
+    assert "4x16 diverged from 1x64: w has shape (3,) here and (2,) in the other run." in note
+    assert "sum-reduced" not in note
+    assert "The two runs did not train the same model" in note
+
+
+def test_unreadable_parameter_file_is_one_line(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    one, four = pair(tmp_path)
+    torch.save({"w": torch.zeros(2)}, one / "final_params.pt")
+    torch.save(torch.nn.Linear(2, 2), four / "final_params.pt")  # a module, not a state_dict
+    code, out, err = invoke(tmp_path)
+    assert code == 0, err
+    note = " ".join(out.split())
+    assert (
+        f"4x16 could not be checked against 1x64: cannot read {four / 'final_params.pt'}: "
+        "torch.load(weights_only=True) refused it: Unsupported global: GLOBAL torch.nn.modules.linear.Linear "
+        "was not an allowed global by default."
+    ) in note
+    assert "PyTorch 2.6" not in out and "\x1b" not in out
+
+
+def test_nan_final_loss_is_shown_as_nan(tmp_path: Path) -> None:
+    make_run(tmp_path, "1x16", steps=10, loss=lambda k: math.nan if k == 10 else 1.0)
+    code, out, err = invoke(tmp_path)
+    assert code == 0, err
+    assert rows_by_name(out)["1x16"][9] == "nan"  # run * status procs batch global lr steps samples loss
+    rows, _ = invoke_ok(tmp_path)
+    assert rows[0]["final_loss"] is None  # strict JSON has no NaN
+
+
+def test_copies_of_a_run_get_distinct_labels(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path / "a", "1x16")
+    shutil.copytree(run_dir, tmp_path / "b" / "1x16" / run_dir.name)
+    shutil.copytree(run_dir, tmp_path / "a" / "1x16" / "copy")
+    rows, _ = invoke_ok(tmp_path / "a", tmp_path / "b", "--all")
+    assert len(rows) == 3
+    _, out, _ = invoke(tmp_path / "a", tmp_path / "b", "--all")
+    labels = {line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].startswith("1x16@")}
+    assert labels == {f"1x16@a/1x16/{run_dir.name}", "1x16@a/1x16/copy", f"1x16@b/1x16/{run_dir.name}"}
+
+
+NUMPY_PROBE = """
+import sys
+sys.modules["numpy"] = None  # numpy absent
+from ddpcli.cli.app import main
+main(["compare", *sys.argv[1:]])
+"""
+
+
+def test_compare_without_numpy_prints_no_numpy_warning(runs: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", NUMPY_PROBE, str(runs), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "equivalent" in result.stdout  # parameter files were read, so torch was imported
+    assert "NumPy" not in result.stderr

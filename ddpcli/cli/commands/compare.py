@@ -64,7 +64,9 @@ def compare_command(
     """
     pyplot = _pyplot() if plot_path is not None else None
     for path in (csv_path, plot_path):
-        if path is not None and not path.parent.is_dir():
+        if path is not None and path.parent.exists() and not path.parent.is_dir():
+            raise UserError(f"{path}: {path.parent} is a file, not a directory")
+        if path is not None and not path.parent.exists():
             raise UserError(f"{path}: its directory {path.parent} does not exist")
     records, warnings = collect_runs(paths or [_default_root()], include_all)
     comparison = compare_runs(

@@ -82,20 +82,32 @@ def _with_target(metrics: MetricsSummary, target: float | None) -> MetricsSummar
 
 
 def _labels(runs: Sequence[RunSummary]) -> dict[Path, str]:
-    """Distinct labels: the name; name@run_id when several runs share it; name@run directory when copies of a run
-    (a copied directory keeps its run.json, run_id included) share that too."""
+    """Distinct labels: the name; name@run_id when several runs share the name; when copies of a run (a copied
+    directory keeps its run.json, run_id included) share that too, name@ the shortest end of their directory paths
+    that tells them apart."""
     names = Counter(run.record.name for run in runs)
-    ids = Counter((run.record.name, run.record.run_id) for run in runs)
-    labels = {}
+    copies: dict[tuple[str, str], list[Path]] = {}
     for run in runs:
-        record = run.record
-        if names[record.name] == 1:
-            labels[record.run_dir] = record.name
-        elif ids[(record.name, record.run_id)] == 1:
-            labels[record.run_dir] = f"{record.name}@{record.run_id}"
+        copies.setdefault((run.record.name, run.record.run_id), []).append(run.record.run_dir)
+    labels = {}
+    for (name, run_id), run_dirs in copies.items():
+        if names[name] == 1:
+            labels[run_dirs[0]] = name
+        elif len(run_dirs) == 1:
+            labels[run_dirs[0]] = f"{name}@{run_id}"
         else:
-            labels[record.run_dir] = f"{record.name}@{record.run_dir}"
+            labels.update({run_dir: f"{name}@{tail}" for run_dir, tail in _distinct_tails(run_dirs).items()})
     return labels
+
+
+def _distinct_tails(paths: Sequence[Path]) -> dict[Path, str]:
+    """The last k parts of each path, for the smallest k that makes them all different."""
+    longest = max(len(path.parts) for path in paths)
+    for k in range(1, longest + 1):
+        tails = {path: "/".join(path.parts[-k:]) for path in paths}
+        if len(set(tails.values())) == len(paths):
+            return tails
+    return {path: str(path) for path in paths}
 
 
 def _row(
