@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
@@ -235,3 +240,243 @@ def test_unwritable_csv_path_is_one_line(runs: Path, tmp_path: Path) -> None:
     assert code == 2 and "does not exist" in err  # checked before any work
     code, _, err = invoke(runs, "--json", "--csv", "/proc/rows.csv")  # the directory exists, writing fails
     assert code == 2 and "cannot write /proc/rows.csv" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Malformed files: a warning and a skipped row or an `unchecked` verdict, never a traceback (defect 7)
+
+DEEP = "[" * 100_000 + "]" * 100_000  # json raises RecursionError on it
+
+
+def strict_json(text: str) -> Any:
+    """json.loads that refuses NaN and Infinity, which strict JSON does not have."""
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def pair(root: Path, **four: Any) -> tuple[Path, Path]:
+    one = make_run(root, "1x64", per_device=64, lr=0.2, steps=25)
+    return one, make_run(root, "4x16", nproc=4, lr=0.2, steps=25, **four)
+
+
+def invoke_ok(*args: str | Path) -> tuple[list[dict[str, Any]], str]:
+    """compare --json that must exit 0 without an exception; its rows (strict JSON) and stderr."""
+    result = runner.invoke(app, ["compare", *map(str, args), "--json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 0, result.stderr
+    return strict_json(result.stdout), result.stderr
+
+
+@pytest.mark.parametrize("tail", [b"", b"\n"])
+def test_invalid_utf8_in_a_metrics_line_is_a_skipped_line(tmp_path: Path, tail: bytes) -> None:
+    _, four = pair(tmp_path)
+    with (four / "metrics.jsonl").open("ab") as handle:
+        handle.write(b'{"step": 26, "loss": "\xff\xfe"}' + tail)
+    rows, err = invoke_ok(tmp_path)
+    assert {row["name"]: row["steps"] for row in rows} == {"1x64": 25, "4x16": 25}
+    assert f"{four / 'metrics.jsonl'}:26:" in err
+
+
+def test_metrics_file_that_is_a_directory_is_a_warning(tmp_path: Path) -> None:
+    _, four = pair(tmp_path)
+    (four / "metrics.jsonl").unlink()
+    (four / "metrics.jsonl").mkdir()
+    rows, err = invoke_ok(tmp_path)
+    assert {row["name"]: row["steps"] for row in rows} == {"1x64": 25, "4x16": None}
+    assert f"{four / 'metrics.jsonl'}: cannot read it" in err
+
+
+def test_deeply_nested_run_json_skips_the_run(tmp_path: Path) -> None:
+    _, four = pair(tmp_path)
+    (four / "run.json").write_text(DEEP)
+    rows, err = invoke_ok(tmp_path)
+    assert [row["name"] for row in rows] == ["1x64"]
+    assert f"{four / 'run.json'}: cannot read it: nested too deeply" in err
+    code, _, err = invoke(four)  # the only run: one line, exit 2
+    assert code == 2 and "nested too deeply" in err and "Traceback" not in err
+
+
+def test_deeply_nested_metrics_line_is_a_skipped_line(tmp_path: Path) -> None:
+    _, four = pair(tmp_path)
+    with (four / "metrics.jsonl").open("a") as handle:
+        handle.write(DEEP + "\n")
+    rows, err = invoke_ok(tmp_path)
+    assert {row["name"]: row["steps"] for row in rows} == {"1x64": 25, "4x16": 25}
+    assert f"{four / 'metrics.jsonl'}:26:" in err
+
+
+def test_negative_noise_scale_is_not_a_measurement(tmp_path: Path) -> None:
+    _, four = pair(tmp_path)
+    with (four / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 26, "samples": 1664, "time": 0.5, "loss": 0.1, "noise_scale": -3.0}\n')
+    rows, err = invoke_ok(tmp_path)
+    four_row = next(row for row in rows if row["name"] == "4x16")
+    assert (four_row["noise_scale"], four_row["predicted_step_speedup"]) == (None, None)
+    assert "noise_scale -3" in err
+
+
+def test_huge_losses_give_a_sparkline_and_strict_json(tmp_path: Path) -> None:
+    make_run(tmp_path, "1x16", steps=20, loss=lambda k: 1.5e308 if k % 2 else -1.5e308)
+    code, out, err = invoke(tmp_path)
+    assert code == 0, err
+    assert "1.5e+308" in out
+    rows, _ = invoke_ok(tmp_path)
+    assert rows[0]["final_loss"] == -1.5e308
+
+
+def test_parameter_files_holding_lists_of_tensors(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    one, four = pair(tmp_path)
+    torch.save({"layers": [torch.zeros(2), torch.ones(3)]}, one / "final_params.pt")
+    torch.save({"layers": [torch.zeros(2), torch.ones(3)]}, four / "final_params.pt")
+    rows, _ = invoke_ok(tmp_path)
+    assert next(row for row in rows if row["name"] == "4x16")["verdict"] == "equivalent"
+    torch.save({"layers": [torch.zeros(2), torch.full((3,), 2.0)]}, four / "final_params.pt")
+    rows, _ = invoke_ok(tmp_path)
+    four_row = next(row for row in rows if row["name"] == "4x16")
+    assert (four_row["verdict"], four_row["max_param_diff"]) == ("diverged", 1.0)
+    torch.save({"layers": [torch.zeros(2)], "step": [1, 2]}, one / "final_params.pt")
+    torch.save({"layers": [torch.zeros(2)], "step": [1, 3]}, four / "final_params.pt")
+    rows, _ = invoke_ok(tmp_path)
+    assert next(row for row in rows if row["name"] == "4x16")["verdict"] == "diverged"
+
+
+NUMBERS = st.one_of(
+    st.integers(min_value=-(10**20), max_value=10**20), st.floats(allow_nan=True, allow_infinity=True), st.none()
+)
+JSON_VALUES = st.recursive(
+    st.one_of(NUMBERS, st.booleans(), st.text(max_size=8)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+RUN_KEYS = ("run_id", "name", "status", "wall_time_s", "exit_code", "failed_ranks", "restarts", "started_at", "argv")
+PLAN_KEYS = ("world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size", "lr", "total_steps")
+ROW_FIELDS = ("step", "samples", "time", "loss", "noise_scale")
+
+
+def run_json_texts() -> st.SearchStrategy[bytes]:
+    plan = st.fixed_dictionaries({}, optional={key: st.one_of(NUMBERS, JSON_VALUES) for key in PLAN_KEYS})
+    record = st.fixed_dictionaries(
+        {"plan": plan}, optional={key: JSON_VALUES for key in RUN_KEYS} | {"status": st.sampled_from(["completed"])}
+    )
+    return st.one_of(st.binary(max_size=40), record.map(lambda data: json.dumps(data).encode()))
+
+
+def metrics_texts() -> st.SearchStrategy[bytes]:
+    row = st.fixed_dictionaries({}, optional={key: NUMBERS for key in ROW_FIELDS}).map(lambda r: json.dumps(r).encode())
+    line = st.one_of(row, row, st.binary(max_size=20), JSON_VALUES.map(lambda v: json.dumps(v).encode()))
+    return st.one_of(
+        st.binary(max_size=60),
+        st.lists(line, max_size=8).map(b"\n".join),
+        st.lists(line, max_size=8).map(lambda lines: b"\n".join(lines) + b"\n"),
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run_json=run_json_texts(), metrics=metrics_texts(), alone=st.booleans())
+def test_random_run_files_never_crash_compare(run_json: bytes, metrics: bytes, alone: bool) -> None:
+    """Whatever run.json and metrics.jsonl hold: exit 0 or 2, no exception, strict JSON rows under --json."""
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        if not alone:
+            make_run(root, "1x16", steps=5)
+        run_dir = root / "random" / "20260101T000000Z-random"
+        run_dir.mkdir(parents=True)
+        (run_dir / "run.json").write_bytes(run_json)
+        (run_dir / "metrics.jsonl").write_bytes(metrics)
+        for args in ([root, "--json"], [root]):
+            result = runner.invoke(app, ["compare", *map(str, args)])
+            assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+            assert result.exit_code in (0, 2), result.stderr
+            if result.exit_code == 0 and "--json" in args:
+                assert isinstance(strict_json(result.stdout), list)
+            if result.exit_code == 2:
+                assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Messages that must not mislead (defect 14) and torch's NumPy warning (defect 13)
+
+
+@pytest.mark.parametrize("option", ["--csv", "--plot"])
+def test_output_path_under_a_file_says_so(runs: Path, tmp_path: Path, option: str) -> None:
+    if option == "--plot":
+        pytest.importorskip("matplotlib")
+    (tmp_path / "file").write_text("")
+    code, out, err = invoke(runs, option, tmp_path / "file" / "out")
+    assert (code, out) == (2, "")
+    assert err == f"error: {tmp_path / 'file' / 'out'}: {tmp_path / 'file'} is a file, not a directory\n"
+
+
+def test_shape_mismatch_is_not_blamed_on_the_loss(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    one, four = pair(tmp_path)
+    torch.save({"w": torch.zeros(2)}, one / "final_params.pt")
+    torch.save({"w": torch.zeros(3)}, four / "final_params.pt")
+    code, out, err = invoke(tmp_path)
+    assert code == 0, err
+    note = " ".join(out.split())  # the note wraps
+    assert "4x16 diverged from 1x64: w has shape (3,) here and (2,) in the other run." in note
+    assert "sum-reduced" not in note
+    assert "The two runs did not train the same model" in note
+
+
+def test_unreadable_parameter_file_is_one_line(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    one, four = pair(tmp_path)
+    torch.save({"w": torch.zeros(2)}, one / "final_params.pt")
+    torch.save(torch.nn.Linear(2, 2), four / "final_params.pt")  # a module, not a state_dict
+    code, out, err = invoke(tmp_path)
+    assert code == 0, err
+    note = " ".join(out.split())
+    assert (
+        f"4x16 could not be checked against 1x64: cannot read {four / 'final_params.pt'}: "
+        "torch.load(weights_only=True) refused it: Unsupported global: GLOBAL torch.nn.modules.linear.Linear "
+        "was not an allowed global by default."
+    ) in note
+    assert "PyTorch 2.6" not in out and "\x1b" not in out
+
+
+def test_nan_final_loss_is_shown_as_nan(tmp_path: Path) -> None:
+    make_run(tmp_path, "1x16", steps=10, loss=lambda k: math.nan if k == 10 else 1.0)
+    code, out, err = invoke(tmp_path)
+    assert code == 0, err
+    assert rows_by_name(out)["1x16"][9] == "nan"  # run * status procs batch global lr steps samples loss
+    rows, _ = invoke_ok(tmp_path)
+    assert rows[0]["final_loss"] is None  # strict JSON has no NaN
+
+
+def test_copies_of_a_run_get_distinct_labels(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path / "a", "1x16")
+    shutil.copytree(run_dir, tmp_path / "b" / "1x16" / run_dir.name)
+    shutil.copytree(run_dir, tmp_path / "a" / "1x16" / "copy")
+    rows, _ = invoke_ok(tmp_path / "a", tmp_path / "b", "--all")
+    assert len(rows) == 3
+    _, out, _ = invoke(tmp_path / "a", tmp_path / "b", "--all")
+    labels = {line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].startswith("1x16@")}
+    assert labels == {f"1x16@a/1x16/{run_dir.name}", "1x16@a/1x16/copy", f"1x16@b/1x16/{run_dir.name}"}
+
+
+NUMPY_PROBE = """
+import sys
+sys.modules["numpy"] = None  # numpy absent
+from ddpcli.cli.app import main
+main(["compare", *sys.argv[1:]])
+"""
+
+
+def test_compare_without_numpy_prints_no_numpy_warning(runs: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", NUMPY_PROBE, str(runs), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "equivalent" in result.stdout  # parameter files were read, so torch was imported
+    assert "NumPy" not in result.stderr

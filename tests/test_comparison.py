@@ -405,7 +405,15 @@ def test_param_diff_and_verdicts(tmp_path: Path, torch_or_skip: Any) -> None:
     assert "only in this run: n; only in the other: m" in (param_diff(a, keys).mismatch or "")
     assert param_diff(a, shape).mismatch == "w has shape (2,) here and (3,) in the other run"
     assert "non-finite" in (param_diff(a, nan).mismatch or "")
-    assert (param_diff(a, junk).error or "").startswith("cannot read a parameter file")
+    assert (param_diff(a, junk).error or "").startswith(
+        f"cannot read {junk}: torch.load(weights_only=True) refused it: "
+    )
+    module = tmp_path / "module.pt"
+    torch_or_skip.save(torch_or_skip.nn.Linear(2, 2), module)  # not a state_dict: torch's long weights_only advice
+    assert param_diff(a, module).error == (
+        f"cannot read {module}: torch.load(weights_only=True) refused it: Unsupported global: "
+        "GLOBAL torch.nn.modules.linear.Linear was not an allowed global by default"
+    )
 
     assert cmp.verdict(param_diff(a, same), 1e-5) == cmp.EQUIVALENT
     assert cmp.verdict(param_diff(a, near), 1e-5) == cmp.EQUIVALENT  # 9.5e-7 <= 1e-5

@@ -35,3 +35,16 @@ def test_plan_never_imports_torch() -> None:
 def test_plan_json_and_help_never_import_torch() -> None:
     assert run_probe("plan", "--json")["torch"] == []
     assert run_probe("--help")["torch"] == []
+
+
+def test_plan_command_module_imports_no_host_and_no_other_renderer() -> None:
+    """The plan command and its renderer stand alone: nothing of ddpcli.host, no launch or compare renderer."""
+    probe = (
+        "import json, sys; import ddpcli.cli.commands.plan; "
+        "print(json.dumps(sorted(name for name in sys.modules if name.startswith(('ddpcli.host', "
+        "'ddpcli.cli.render.launch', 'ddpcli.cli.render.compare', 'ddpcli.cli.commands.launch', "
+        "'ddpcli.cli.commands.compare')))))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []

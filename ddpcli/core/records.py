@@ -55,21 +55,42 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(temp, path)
 
 
+def loads_json(text: str | bytes) -> Any:
+    """json.loads whose every failure on bad input is a ValueError with a one-line message.
+
+    json already raises ValueError for bad syntax and for bytes that are not UTF-8 (UnicodeDecodeError is one);
+    but nesting deeper than the parser's recursion limit (`[[[...]]]`) raises RecursionError, which readers that
+    catch ValueError would let through as a traceback.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to parse") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not UTF-8 (byte {error.start})") from None
+
+
 def read_json(path: Path) -> dict[str, Any]:
-    with path.open(encoding="utf-8") as handle:
-        data = json.load(handle)
+    """A JSON object file; OSError when it cannot be read, ValueError when it is not one JSON object."""
+    data = loads_json(path.read_bytes())
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+        raise ValueError("expected a JSON object")
     return data
 
 
 def parse_row(line: str | bytes) -> dict[str, Any] | None:
-    """One metrics line as a dict; None for a line that is not a complete JSON object (a crash mid-write)."""
+    """One metrics line as a dict; None for a line that is not a complete JSON object (a crash mid-write, a
+    damaged byte, anything else)."""
     try:
-        row = json.loads(line)
-    except json.JSONDecodeError:
+        row = loads_json(line)
+    except ValueError:
         return None
     return row if isinstance(row, dict) else None
+
+
+def unreadable(path: Path, error: OSError) -> str:
+    """The one-line warning for a file that exists but cannot be read (a directory, no permission)."""
+    return f"{path}: cannot read it: {error.strerror or error}"
 
 
 @dataclass
@@ -81,21 +102,25 @@ class MetricsRead:
 def read_metrics(path: Path) -> MetricsRead:
     """All rows of a metrics.jsonl; a line that is not a JSON object (a crash mid-write) is skipped and reported."""
     result = MetricsRead()
-    if not path.exists():
+    try:
+        data = path.read_bytes()  # bytes: a line that is not UTF-8 is one bad line, not a bad file
+    except FileNotFoundError:
         return result
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                result.skipped.append(f"{path}:{number}: not a complete JSON line, skipped")
-                continue
-            if isinstance(row, dict):
-                result.rows.append(row)
-            else:
-                result.skipped.append(f"{path}:{number}: not a JSON object, skipped")
+    except OSError as error:
+        result.skipped.append(unreadable(path, error))
+        return result
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = loads_json(line)
+        except ValueError:
+            result.skipped.append(f"{path}:{number}: not a complete JSON line, skipped")
+            continue
+        if isinstance(row, dict):
+            result.rows.append(row)
+        else:
+            result.skipped.append(f"{path}:{number}: not a JSON object, skipped")
     return result
 
 
@@ -107,7 +132,7 @@ def iter_new_metrics(path: Path, offset: int) -> tuple[list[dict[str, Any]], int
                 offset = 0  # rewritten shorter (a resume drops the rows after its checkpoint): read it afresh
             handle.seek(offset)
             chunk = handle.read()
-    except FileNotFoundError:
+    except OSError:
         return [], offset
     complete = chunk[: chunk.rfind(b"\n") + 1]
     rows = [row for row in map(parse_row, complete.splitlines()) if row is not None]
@@ -121,7 +146,7 @@ def last_metrics_row(path: Path, key: str | None = None, window: int = 1 << 20) 
         with path.open("rb") as handle:
             handle.seek(max(handle.seek(0, os.SEEK_END) - window, 0))
             lines = handle.read().splitlines()
-    except FileNotFoundError:
+    except OSError:  # missing, a directory, no permission: no row (compare's metrics reader says why)
         return None
     for row in map(parse_row, reversed(lines)):
         if row is not None and (key is None or finite_or_none(row.get(key)) is not None):
@@ -131,8 +156,18 @@ def last_metrics_row(path: Path, key: str | None = None, window: int = 1 << 20) 
 
 def final_noise_scale(run_dir: Path) -> float | None:
     """The run's last logged gradient noise scale (an EMA, so the last value is the best), or None."""
-    row = last_metrics_row(run_dir / METRICS_FILE, key="noise_scale")
-    return finite_or_none(row["noise_scale"]) if row else None
+    return noise_scale_reading(run_dir)[0]
+
+
+def noise_scale_reading(run_dir: Path) -> tuple[float | None, str | None]:
+    """(the last logged noise scale, None), or (None, why it is not used): a noise scale is a batch size, so a
+    value <= 0 (a broken estimate, a damaged file) is no measurement."""
+    path = run_dir / METRICS_FILE
+    row = last_metrics_row(path, key="noise_scale")
+    value = finite_or_none(row["noise_scale"]) if row else None
+    if value is not None and value <= 0:
+        return None, f"{path}: noise_scale {value:g} in its last measurement is not positive, not used"
+    return value, None
 
 
 def is_run_dir(path: Path) -> bool:

@@ -15,11 +15,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ddpcli.cli.console import stderr, stdout, user_errors
-from ddpcli.cli.render import display_path, launch_summary_table
+from ddpcli.cli.render.format import display_path
+from ddpcli.cli.render.launch import LaunchRow, launch_summary_tables
 from ddpcli.core.config import is_safe_name
 from ddpcli.core.errors import UserError
 from ddpcli.core.launcher import LaunchSpec, Rendezvous
 from ddpcli.core.planning import Plan, load_plan
+from ddpcli.core.records import METRICS_FILE, finite_or_none, last_metrics_row
 from ddpcli.core.run_record import RunRecord
 from ddpcli.host.supervisor import StopRequest
 from ddpcli.host.sweep import RunResult, SweepOptions, prepare, resume_from, run_one, run_sweep
@@ -109,13 +111,30 @@ def _resume(run_dir: Path, timeout: float | None, dry_run: bool) -> None:
 
 
 def _finish(results: list[RunResult]) -> None:
-    stdout.print(launch_summary_table(results))
+    for table in launch_summary_tables([_summary_row(result) for result in results], stdout.width):
+        stdout.print(table)
     _report_findings(results)
     _report_failures(results)
     if any(result.status == "interrupted" for result in results):
         raise typer.Exit(EXIT_INTERRUPTED)
     if any(result.status != "completed" for result in results):
         raise typer.Exit(EXIT_FAILED)
+
+
+def _summary_row(result: RunResult) -> LaunchRow:
+    """What the summary shows of a run: its record, and the last loss its metrics.jsonl holds."""
+    record = result.record
+    last = last_metrics_row(result.spec.run_dir / METRICS_FILE)
+    loss = last.get("loss") if last else None
+    failure = record.failed_ranks[0] if record.failed_ranks else None
+    return LaunchRow(
+        name=result.spec.run.name,
+        status=result.status,
+        wall_time_s=finite_or_none(record.wall_time_s),
+        final_loss=float(loss) if isinstance(loss, int | float) and not isinstance(loss, bool) else None,
+        run_dir=display_path(result.spec.run_dir),
+        failure=f"rank {failure.rank} exit {failure.exit_code}: {failure.error}" if failure else None,
+    )
 
 
 def _rendezvous(plan: Plan, endpoint: str | None, run_id: str | None) -> Rendezvous:

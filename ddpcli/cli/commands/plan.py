@@ -11,7 +11,7 @@ import typer
 
 from ddpcli.cli.commands import ExperimentFileArgument
 from ddpcli.cli.console import stdout, user_errors
-from ddpcli.cli.render import plan_table, print_notes
+from ddpcli.cli.render.plan import plan_tables, print_notes
 from ddpcli.core.config import validate_experiment_data
 from ddpcli.core.errors import ConfigError, UserError
 from ddpcli.core.outlook import BatchOutlook, batch_outlook, noise_scale_of, outlook_note
@@ -105,7 +105,8 @@ def plan_command(
     if as_json:
         print(json.dumps(plan_json(plan, runs, outlooks), indent=2, allow_nan=False))
         return
-    stdout.print(plan_table(plan, runs, outlooks))
+    for table in plan_tables(plan, runs, outlooks, stdout.width):
+        stdout.print(table)
     print_notes(stdout, runs, outlooks)
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ddpcli.core.records import finite_or_none
+from ddpcli.core.records import finite_or_none, loads_json
 
 Row = dict[str, Any]
 Point = tuple[float, float | None]  # (samples, loss); loss None where the row has no finite loss
@@ -80,7 +80,7 @@ class LazyCurve:
         if cached is not None:
             return cached
         try:
-            row = json.loads(self._data[start : self._stop(start)])
+            row = loads_json(self._data[start : self._stop(start)])
         except ValueError:
             raise NeedsFullParse from None
         if not isinstance(row, dict) or finite_or_none(row.get("samples")) is None:
@@ -160,4 +160,8 @@ def _lerp(x: float, left: Point, right: Point) -> float | None:
     (x0, y0), (x1, y1) = left, right
     if y0 is None or y1 is None:
         return None
-    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    t = (x - x0) / (x1 - x0)
+    value = y0 + (y1 - y0) * t
+    if not math.isfinite(value):  # y1 - y0 overflowed (losses near the float limit): the weighted form does not
+        value = y0 * (1 - t) + y1 * t
+    return finite_or_none(value)

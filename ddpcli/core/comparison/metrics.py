@@ -9,15 +9,15 @@ the bytes, checks their shape cheaply and parses only the rows it needs, found b
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ddpcli.core.comparison.curve import Curve, LazyCurve, NeedsFullParse, ParsedCurve, Row, loss_at, resample
 from ddpcli.core.comparison.runs import RunRecord, read_run_record
-from ddpcli.core.records import final_noise_scale, finite_or_none, read_metrics
+from ddpcli.core.records import finite_or_none, loads_json, noise_scale_reading, read_metrics, unreadable
 
 SPARK_POINTS = 64  # loss read at this many evenly spaced sample counts for the sparkline, 4 per character
 PLOT_POINTS = 2000  # and at this many for --plot: plenty for a figure, cheap to find
@@ -30,7 +30,7 @@ class MetricsSummary:
     rows: int = 0
     steps: int | None = None
     samples_seen: int | float | None = None
-    final_loss: float | None = None
+    final_loss: float | None = None  # NaN or inf when training blew up (shown as such; null in JSON)
     last_time: float | None = None
     first_samples: float | None = None
     first_time: float | None = None
@@ -47,8 +47,8 @@ class MetricsSummary:
             return None
         first_samples, first_time = self.first_samples, self.first_time
         if self.rows >= 2 and first_samples is not None and first_time is not None and self.last_time > first_time:
-            return (self.samples_seen - first_samples) / (self.last_time - first_time)
-        return self.samples_seen / self.last_time if self.last_time > 0 else None
+            return finite_or_none((self.samples_seen - first_samples) / (self.last_time - first_time))
+        return finite_or_none(self.samples_seen / self.last_time) if self.last_time > 0 else None
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,10 @@ def summarize_run(record: RunRecord, target_samples: float | None = None, *, plo
         full_parse=record.restarts > 0,
         global_batch_size=record.global_batch_size,
     )
-    return RunSummary(record, metrics, final_noise_scale(record.run_dir))
+    noise_scale, problem = noise_scale_reading(record.run_dir)
+    if problem:
+        metrics = replace(metrics, skipped=[*metrics.skipped, problem])
+    return RunSummary(record, metrics, noise_scale)
 
 
 def summarize_metrics(
@@ -108,6 +111,8 @@ def _summarize_fast(path: Path, target_samples: float | None, plot_points: int) 
         data = path.read_bytes()
     except FileNotFoundError:
         return MetricsSummary()
+    except OSError as error:  # a directory, no permission
+        return MetricsSummary(skipped=[unreadable(path, error)])
     end = data.rfind(b"\n") + 1
     tail = data[end:]  # after the last newline: b"" normally, a partial row after a crash
     skipped: list[str] = []
@@ -131,7 +136,7 @@ def _summarize_fast(path: Path, target_samples: float | None, plot_points: int) 
 
 def _complete_row(line: bytes) -> bool:
     try:
-        return isinstance(json.loads(line), dict)
+        return isinstance(loads_json(line), dict)
     except ValueError:
         return False
 
@@ -144,7 +149,7 @@ def _summarize(
         rows=rows,
         steps=_whole_or_none(last.get("step")),
         samples_seen=_int_if_whole(last.get("samples")),
-        final_loss=finite_or_none(last.get("loss")),
+        final_loss=_number_or_none(last.get("loss")),
         last_time=finite_or_none(last.get("time")),
         first_samples=finite_or_none(first.get("samples")),
         first_time=finite_or_none(first.get("time")),
@@ -178,6 +183,16 @@ def resolve_restarts(rows: Iterable[Row]) -> list[Row]:
             kept.pop()
         kept.append(row)
     return kept
+
+
+def _number_or_none(value: Any) -> float | None:
+    """A JSON number as a float, NaN and inf included (a loss that blew up is not a missing loss)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float range
+        return math.inf if value > 0 else -math.inf
 
 
 def _int_if_whole(value: Any) -> int | float | None:

@@ -87,6 +87,10 @@ def divergence_note(row: ComparisonRow, atol: float) -> str:
             f"(atol {atol:g})."
         )
     causes = divergence_causes(run, partner)
+    if diff.mismatch:
+        # Different tensors or shapes: not the same model at all, which no loss reduction or data order explains;
+        # non-finite values: training blew up, which the mismatch already says.
+        return " ".join([head, *(f"{cause}." for cause in causes or [_structural(diff.mismatch)])])
     if not causes and diff.max_abs_diff is not None and diff.max_abs_diff <= 100 * atol:
         causes = [
             "The difference is small: summing gradients across processes rounds in a different order than one "
@@ -95,6 +99,16 @@ def divergence_note(row: ComparisonRow, atol: float) -> str:
     if not causes:
         causes = [_unexplained(run, partner)]
     return " ".join([head, *(f"{cause}." for cause in causes)])
+
+
+def _structural(mismatch: str) -> str:
+    """The cause to name when two parameter files do not even hold the same model."""
+    if "non-finite" in mismatch:
+        return "A learning rate too high for this batch, or a loss that overflowed, is the usual cause"
+    return (
+        "The two runs did not train the same model: compare their scripts and arguments (run.json's argv), "
+        "or the code that builds the model"
+    )
 
 
 def _unexplained(run: RunRecord, partner: RunRecord) -> str:

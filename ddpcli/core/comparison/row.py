@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,11 @@ class ComparisonRow:
         return sparkline(self.run.metrics.loss_points)
 
     def as_json(self) -> dict[str, Any]:
-        """The row of --json and --csv: exactly ROW_KEYS, null where a value does not apply or is unknown."""
+        """The row of --json and --csv: exactly ROW_KEYS, null where a value does not apply, is unknown or is not
+        finite (a NaN loss: strict JSON has no NaN)."""
+        return {key: _strict(value) for key, value in self._values().items()}
+
+    def _values(self) -> dict[str, Any]:
         record, metrics = self.run.record, self.run.metrics
         return {
             "name": record.name,
@@ -73,21 +78,33 @@ class ComparisonRow:
         }
 
 
+def _strict(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
-    """Unicode blocks for a loss curve: `values` averaged into `width` buckets, scaled to the run's own range."""
+    """Unicode blocks for a loss curve: `values` averaged into `width` buckets, scaled to the run's own range.
+
+    Finite values only (None and non-finite ones leave a gap). Means and ranges are taken of halves, so values
+    near the float limit (1.5e308 and -1.5e308) do not overflow to inf and then NaN.
+    """
     if not values:
         return ""
     width = min(width, len(values))
     buckets: list[float | None] = []
     for i in range(width):
-        chunk = [v for v in values[i * len(values) // width : (i + 1) * len(values) // width] if v is not None]
-        buckets.append(sum(chunk) / len(chunk) if chunk else None)
+        chunk = [v for v in values[i * len(values) // width : (i + 1) * len(values) // width] if _finite(v)]
+        buckets.append(sum(v / len(chunk) for v in chunk) if chunk else None)  # type: ignore[operator]
     finite = [value for value in buckets if value is not None]
     if not finite:
         return " " * width
-    low, high = min(finite), max(finite)
+    low, high = min(finite) / 2, max(finite) / 2
     top = len(SPARK_BLOCKS) - 1
     return "".join(
-        " " if value is None else SPARK_BLOCKS[round((value - low) / (high - low) * top) if high > low else 0]
+        " " if value is None else SPARK_BLOCKS[round((value / 2 - low) / (high - low) * top) if high > low else 0]
         for value in buckets
     )
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

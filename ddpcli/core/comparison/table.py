@@ -15,6 +15,7 @@ from ddpcli.core.comparison.notes import comparison_notes
 from ddpcli.core.comparison.row import ComparisonRow
 from ddpcli.core.comparison.runs import NO_FILE, RunRecord, size_key
 from ddpcli.core.outlook import BatchOutlook
+from ddpcli.core.records import finite_or_none
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def speedup(samples_per_s: float | None, baseline_samples_per_s: float | None) -
     """Throughput ratio against the baseline."""
     if samples_per_s is None or not baseline_samples_per_s:
         return None
-    return samples_per_s / baseline_samples_per_s
+    return finite_or_none(samples_per_s / baseline_samples_per_s)
 
 
 def scaling_efficiency(
@@ -72,7 +73,7 @@ def scaling_efficiency(
     """Speedup per unit of extra hardware: 1.0 means N processes ran N times as fast as the baseline's."""
     if speedup_value is None or not world_size or not baseline_world_size:
         return None
-    return speedup_value / (world_size / baseline_world_size)
+    return finite_or_none(speedup_value / (world_size / baseline_world_size))
 
 
 def _with_target(metrics: MetricsSummary, target: float | None) -> MetricsSummary:
@@ -81,13 +82,32 @@ def _with_target(metrics: MetricsSummary, target: float | None) -> MetricsSummar
 
 
 def _labels(runs: Sequence[RunSummary]) -> dict[Path, str]:
-    counts = Counter(run.record.name for run in runs)
-    return {
-        run.record.run_dir: run.record.name
-        if counts[run.record.name] == 1
-        else f"{run.record.name}@{run.record.run_id}"
-        for run in runs
-    }
+    """Distinct labels: the name; name@run_id when several runs share the name; when copies of a run (a copied
+    directory keeps its run.json, run_id included) share that too, name@ the shortest end of their directory paths
+    that tells them apart."""
+    names = Counter(run.record.name for run in runs)
+    copies: dict[tuple[str, str], list[Path]] = {}
+    for run in runs:
+        copies.setdefault((run.record.name, run.record.run_id), []).append(run.record.run_dir)
+    labels = {}
+    for (name, run_id), run_dirs in copies.items():
+        if names[name] == 1:
+            labels[run_dirs[0]] = name
+        elif len(run_dirs) == 1:
+            labels[run_dirs[0]] = f"{name}@{run_id}"
+        else:
+            labels.update({run_dir: f"{name}@{tail}" for run_dir, tail in _distinct_tails(run_dirs).items()})
+    return labels
+
+
+def _distinct_tails(paths: Sequence[Path]) -> dict[Path, str]:
+    """The last k parts of each path, for the smallest k that makes them all different."""
+    longest = max(len(path.parts) for path in paths)
+    for k in range(1, longest + 1):
+        tails = {path: "/".join(path.parts[-k:]) for path in paths}
+        if len(set(tails.values())) == len(paths):
+            return tails
+    return {path: str(path) for path in paths}
 
 
 def _row(
@@ -122,7 +142,7 @@ def batch_implications(run: RunSummary, base: RunSummary) -> tuple[float | None,
     """(step speed-up of the run's global batch over the baseline's, data efficiency), from the run's noise
     scale taken as its critical batch; (None, None) when it was not measured."""
     b_crit, batch, base_batch = run.noise_scale, run.record.global_batch_size, base.record.global_batch_size
-    if not b_crit or not batch or not base_batch:
+    if not b_crit or not batch or not base_batch or min(b_crit, batch, base_batch) <= 0:
         return None, None
     outlook = BatchOutlook.of(batch, base_batch, b_crit)
     return outlook.predicted_step_speedup, outlook.data_efficiency

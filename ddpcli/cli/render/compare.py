@@ -1,0 +1,131 @@
+"""`ddpcli compare`'s tables, CSV text and plot figure, from a finished ddpcli.core.comparison.Comparison.
+
+Nothing here writes a file: the command writes the CSV text and saves the figure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from types import ModuleType
+from typing import Any
+
+from rich.console import RenderableType
+from rich.text import Text
+
+from ddpcli.cli.render.format import MISSING, fixed, fmt_number, percent
+from ddpcli.cli.render.layout import Column, fitted_tables
+from ddpcli.core.comparison import DIVERGED, EQUIVALENT, ROW_KEYS, Comparison, ComparisonRow
+
+STATUS_STYLE = {"completed": "green", "failed": "red", "timed_out": "red", "interrupted": "yellow"}
+VERDICT_STYLE = {EQUIVALENT: "green", DIVERGED: "red"}
+COLUMNS = (
+    Column("run", "left"), Column("status", "left"), Column("procs"), Column("batch"), Column("global"),
+    Column("lr"), Column("steps"), Column("samples"), Column("loss"), Column("loss at\nbase"), Column("wall\ns"),
+    Column("samples\n/s"), Column("speedup"), Column("eff"), Column("noise\nscale"),
+    Column("equivalence", "left", wraps=True), Column("loss curve", "left"),
+)  # fmt: skip
+SPLIT_AT = 10  # "wall s": training columns before it, speed and equivalence from it on
+
+
+def comparison_tables(comparison: Comparison, width: int) -> list[RenderableType]:
+    """One table when it fits in `width`; else training, then speed and equivalence, each split again if need be,
+    every one keyed by run (see ddpcli.cli.render.layout: no value is ever cut)."""
+    return fitted_tables(
+        COLUMNS,
+        [_cells(row) for row in comparison.rows],
+        width,
+        sections=[range(1, SPLIT_AT), range(SPLIT_AT, len(COLUMNS))],
+        title=Text(f"Compare: baseline {comparison.baseline.label} ({comparison.baseline_reason})"),
+        caption=_caption(comparison),
+    )
+
+
+def _cells(row: ComparisonRow) -> list[Text]:
+    record, metrics = row.run.record, row.run.metrics
+    batch = fmt_number(record.per_device_batch_size)
+    if record.grad_accum_steps and record.grad_accum_steps > 1:
+        batch += f"x{record.grad_accum_steps}acc"
+    cells = [
+        fmt_number(record.world_size),
+        batch,
+        fmt_number(record.global_batch_size),
+        fmt_number(record.lr),
+        fmt_number(metrics.steps),
+        fmt_number(metrics.samples_seen),
+        fmt_number(metrics.final_loss),
+        fmt_number(row.loss_at_baseline_samples),
+        fixed(record.wall_time_s, 1),
+        fixed(metrics.samples_per_s, 0),
+        MISSING if row.speedup is None else f"{row.speedup:.2f}x",
+        percent(row.scaling_efficiency),
+        fixed(row.run.noise_scale, 0),
+    ]
+    return [
+        Text(row.label + (" *" if row.is_baseline else ""), style="bold" if row.is_baseline else ""),
+        Text(record.status, style=STATUS_STYLE.get(record.status, "")),
+        *map(Text, cells),
+        _equivalence_cell(row),
+        Text(row.sparkline or MISSING),
+    ]
+
+
+def _equivalence_cell(row: ComparisonRow) -> Text:
+    if row.partner is None:
+        return Text(MISSING)
+    diff = row.param_diff
+    if row.verdict is None or diff is None:
+        return Text(f"unchecked vs {row.partner_label}", style="dim")
+    amount = f", {diff.max_abs_diff:.2g}" if diff.max_abs_diff is not None else ""
+    return Text(f"{row.verdict} vs {row.partner_label}{amount}", style=VERDICT_STYLE.get(row.verdict, ""))
+
+
+def _caption(comparison: Comparison) -> str:
+    base = comparison.baseline.run.metrics.samples_seen
+    lines = [
+        "* baseline. batch: per process (x accumulation). samples/s: from the first to the last metrics row. "
+        "eff: speedup / world-size ratio. noise scale: last measured B_simple (the critical batch, roughly).",
+        f"loss at base: loss at the baseline's {fmt_number(base)} samples seen (- : the run did not get there). "
+        f"equivalence: max |param diff| against the single-process run with the same global batch, lr and steps "
+        f"(atol {comparison.atol:g}).",
+    ]
+    if len(comparison.experiment_files) > 1:
+        lines.append(
+            f"Runs from {len(comparison.experiment_files)} experiment files: {', '.join(comparison.experiment_files)}."
+        )
+    return "\n".join(lines)
+
+
+def csv_text(comparison: Comparison) -> str:
+    """The --json rows as CSV (empty cell for null), for spreadsheets."""
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=ROW_KEYS)
+    writer.writeheader()
+    for row in comparison.rows:
+        writer.writerow(row.as_json())
+    return buffer.getvalue()
+
+
+def loss_figure(comparison: Comparison, pyplot: ModuleType) -> Any:
+    """Loss against samples seen, one line per run (up to PLOT_POINTS evenly spaced rows each): a matplotlib
+    Figure for the caller to save (and close)."""
+    figure, axes = pyplot.subplots(figsize=(9, 5.5))
+    for row in comparison.rows:
+        points = row.run.metrics.plot_points
+        if not points:
+            continue
+        xs, ys = zip(*points, strict=True)
+        axes.plot(
+            xs,
+            ys,
+            label=row.label + (" (baseline)" if row.is_baseline else ""),
+            linewidth=2.0 if row.is_baseline else 1.2,
+        )
+    axes.set_xlabel("samples seen")
+    axes.set_ylabel("loss")
+    axes.set_title("Loss against samples seen")
+    axes.grid(True, alpha=0.3)
+    if axes.lines:
+        axes.legend()
+    figure.tight_layout()
+    return figure

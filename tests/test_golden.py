@@ -1,0 +1,200 @@
+"""Exact output of the plan table, the launch summary and the compare table, at 80 and 120 columns, colour off,
+from fixed inputs: a fixed experiment file, and run directories written here with fixed run.json and
+metrics.jsonl contents (no torchrun). And, at any width and piped, no table cuts a number or a run name.
+
+The expected text lives in tests/golden/<name>-<width>.txt. After an intended change of the output, regenerate
+every golden file with ONE command, then review the diff:
+
+    DDPCLI_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py -p no:cacheprovider
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ddpcli.cli.commands.launch import _summary_row
+from ddpcli.cli.render.compare import comparison_tables
+from ddpcli.cli.render.launch import launch_summary_tables
+from ddpcli.cli.render.layout import print_bullets
+from ddpcli.cli.render.plan import plan_tables, print_notes
+from ddpcli.core import comparison as cmp
+from ddpcli.core.launcher import Rendezvous
+from ddpcli.core.outlook import batch_outlook
+from ddpcli.core.planning import load_plan
+from ddpcli.core.run_record import FailedRank, RunRecord
+from ddpcli.host.sweep import RunResult, SweepOptions, prepare
+from tests.conftest import REPO
+from tests.test_comparison import make_run
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("DDPCLI_UPDATE_GOLDEN") == "1"
+WIDTHS = (80, 120)
+EXPERIMENTS = GOLDEN / "experiments.toml"  # the fixed experiment file (noise_scale = 100: outlook columns)
+
+
+def render(width: int, tables: list[RenderableType], notes: tuple[str, list[str]] | None = None) -> str:
+    """What a terminal of `width` columns shows, without colour (rich's own Console, writing to a string)."""
+    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False, legacy_windows=False)
+    for table in tables:
+        console.print(table)
+    if notes:
+        print_bullets(console, *notes)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in a fresh directory holding the fixed experiment file: relative paths in the output stay fixed."""
+    (tmp_path / "experiments.toml").write_text(EXPERIMENTS.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def plan_output(width: int) -> tuple[str, list[RenderableType]]:
+    plan = load_plan(Path("experiments.toml"))
+    outlooks = {run.name: batch_outlook(run, plan.baseline, None) for run in plan.runs}
+    tables = plan_tables(plan, plan.runs, outlooks, width)
+    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False, legacy_windows=False)
+    for table in tables:
+        console.print(table)
+    print_notes(console, plan.runs, outlooks)
+    return console.file.getvalue(), tables  # type: ignore[attr-defined]
+
+
+def launch_results() -> list[RunResult]:
+    """The plan's runs as `launch` leaves them: fixed run ids, records and metrics (the last run failed)."""
+    plan = load_plan(Path("experiments.toml"))
+    options = SweepOptions(runs_dir=Path("runs"), rendezvous=Rendezvous(run_id="20260101T000000Z-golden"),
+                           name_by_rdzv_id=True)  # fmt: skip
+    results = []
+    for index, spec in enumerate(prepare(plan, plan.runs, options)):
+        failed = spec.run.name == "2x8x4acc"
+        record = RunRecord(
+            run_id=spec.run_dir.name,
+            name=spec.run.name,
+            status="failed" if failed else "completed",
+            wall_time_s=4.25 + index * 3.5,
+            exit_code=1 if failed else 0,
+            failed_ranks=[FailedRank(rank=1, exit_code=1, error="RuntimeError: CUDA out of memory", log_tail="")]
+            if failed
+            else [],
+        )
+        spec.run_dir.mkdir(parents=True, exist_ok=True)
+        record.write(spec.run_dir / "run.json")
+        rows = [{"step": step, "samples": step * 16, "loss": 1.0 / step + index / 1000} for step in range(1, 11)]
+        (spec.run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        results.append(RunResult(spec, record))
+    return results
+
+
+def launch_output(width: int) -> tuple[str, list[RenderableType]]:
+    tables = launch_summary_tables([_summary_row(result) for result in launch_results()], width)
+    return render(width, tables), tables
+
+
+def fake_param_diff(path_a: Path, path_b: Path) -> cmp.ParamDiff:
+    """Fixed parameter differences by run name (no torch): 4x16 matches its twin, 8x8 does not."""
+    return cmp.ParamDiff(max_abs_diff={"4x16": 2.4e-7, "8x8-batchnorm": 1.0}[path_a.parent.parent.name])
+
+
+def compare_output(width: int) -> tuple[str, list[RenderableType]]:
+    root = Path("runs")
+    bn = ["torchrun", "--nproc-per-node=8", "-m", "train", "--batchnorm"]
+    make_run(root, "1x16", steps=100, step_time=0.016, loss=lambda k: 2.0 - k / 100)
+    make_run(root, "1x64", per_device=64, lr=0.2, steps=25, step_time=0.05)
+    make_run(root, "4x16", nproc=4, lr=0.2, steps=25, step_time=0.02)
+    make_run(root, "8x8-batchnorm", nproc=8, per_device=8, lr=0.2, steps=25, step_time=0.0125, argv=bn)
+    make_run(root, "2x8", nproc=2, per_device=8, steps=60, planned_steps=100, status="failed")
+    metrics = root / "4x16" / "20260101T000000Z-aaaaaa" / "metrics.jsonl"
+    *rows, last = metrics.read_text(encoding="utf-8").splitlines()
+    rows.append(json.dumps({**json.loads(last), "noise_scale": 123.4}))  # measured: the noise-scale note
+    metrics.write_text("".join(f"{row}\n" for row in rows), encoding="utf-8")
+    for name in ("1x64", "4x16", "8x8-batchnorm"):
+        (root / name / "20260101T000000Z-aaaaaa" / "final_params.pt").write_bytes(b"not read: fake_param_diff")
+    records, warnings = cmp.collect_runs([root])
+    comparison = cmp.compare_runs(records, param_diff=fake_param_diff)
+    assert not warnings and not comparison.warnings
+    tables = comparison_tables(comparison, width)
+    return render(width, tables, ("Notes", comparison.notes)), tables
+
+
+OUTPUTS = {"plan": plan_output, "launch": launch_output, "compare": compare_output}
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", sorted(OUTPUTS))
+def test_output_matches_the_golden_file(name: str, width: int, in_tmp: Path) -> None:
+    text, _ = OUTPUTS[name](width)
+    path = GOLDEN / f"{name}-{width}.txt"
+    if UPDATE:
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"{path} is missing: regenerate with DDPCLI_UPDATE_GOLDEN=1 (see this module's docstring)"
+    assert text == path.read_text(encoding="utf-8")
+
+
+def value_cells(tables: list[RenderableType]) -> Iterator[str]:
+    """The plain text of every cell in a column that never wraps: numbers, names, statuses."""
+    for table in tables:
+        if not isinstance(table, Table):
+            continue
+        for column in table.columns:
+            if column.no_wrap:
+                for cell in column.cells:
+                    yield cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 120, 200])
+@pytest.mark.parametrize("name", sorted(OUTPUTS))
+def test_no_table_cuts_a_value(name: str, width: int, in_tmp: Path) -> None:
+    text, tables = OUTPUTS[name](width)
+    assert "…" not in text
+    lines = text.splitlines()
+    assert all(len(line) <= width for line in lines)
+    for value in value_cells(tables):
+        assert any(value in line for line in lines), f"{value!r} is not whole at width {width}:\n{text}"
+
+
+@settings(max_examples=40, deadline=None)
+@given(width=st.integers(min_value=30, max_value=160))
+def test_the_plan_never_cuts_a_value_at_any_width(width: int) -> None:
+    text, tables = plan_output_of(EXPERIMENTS, width)
+    assert "…" not in text
+    lines = text.splitlines()
+    for value in value_cells(tables):
+        assert any(value in line for line in lines), f"{value!r} is not whole at width {width}:\n{text}"
+
+
+def plan_output_of(path: Path, width: int) -> tuple[str, list[RenderableType]]:
+    plan = load_plan(path)
+    outlooks = {run.name: batch_outlook(run, plan.baseline, None) for run in plan.runs}
+    tables = plan_tables(plan, plan.runs, outlooks, width)
+    return render(width, tables), tables
+
+
+@pytest.mark.parametrize("command", ["plan", "compare"])
+def test_piped_output_cuts_no_value(command: str, in_tmp: Path) -> None:
+    """Piped to a file, Rich assumes 80 columns: the narrow case every script and CI log gets."""
+    if command == "compare":
+        compare_output(80)  # writes the run directories
+    env = {key: value for key, value in os.environ.items() if key not in {"COLUMNS", "LINES"}}
+    env["PYTHONPATH"] = str(REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "ddpcli", command], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "…" not in result.stdout
+    assert max(map(len, result.stdout.splitlines())) <= 80
+    assert "0.05" in result.stdout and "1x64" in result.stdout
