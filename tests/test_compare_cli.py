@@ -63,14 +63,14 @@ def test_table(runs: Path) -> None:
     rows = rows_by_name(out)
     # run * status procs batch global lr steps samples loss loss@base wall samples/s speedup eff noise equivalence curve
     expected = {
-        "1x16": "1x16 * | completed 1 16 16 0.05 100 1,600 1 1 3.6 1,000 1.00x 100% - -",
-        "4x16": "4x16 | completed 4 16 64 0.2 25 1,600 0.04 0.04 2.5 3,200 3.20x 80% - equivalent vs 1x64, 2.4e-07",
-        "8x8": "8x8 | completed 8 8 64 0.2 25 1,600 0.04 0.04 2.3 5,120 5.12x 64% - diverged vs 1x64, 1",
+        "1x16": "1x16 *~ | completed 1 16 16 0.05 100 1,600 1 1 3.6 1,000 1.00x 100% - -",
+        "4x16": "4x16 ~ | completed 4 16 64 0.2 25 1,600 0.04 0.04 2.5 3,200 3.20x 80% - equivalent vs 1x64, 2.4e-07",
+        "8x8": "8x8 ~ | completed 8 8 64 0.2 25 1,600 0.04 0.04 2.3 5,120 5.12x 64% - diverged vs 1x64, 1",
     }
     for name, line in expected.items():
         cells = line.replace("| ", "").split(" ")
         assert rows[name][: len(cells)] == cells
-    assert rows["2x8"][1] == "failed"
+    assert rows["2x8"][2] == "failed"
     assert rows["1x16"][-1] == "██▇▇▆▆▅▅▄▄▃▃▂▂▁▁"  # loss falls linearly from 1.99 to 1.0: 8 levels, 16 chars
     assert "2x8 failed: rank 1 exited with code 1: RuntimeError: boom." in out
     assert "8x8 diverged from 1x64: parameters differ by up to 1 (atol 1e-05)." in out
@@ -83,7 +83,9 @@ def test_json_rows(runs: Path) -> None:
     assert code == 0, err
     rows = json.loads(out)
     assert [row["name"] for row in rows] == ["1x16", "1x64", "2x8", "4x16", "8x8"]
-    assert all(tuple(row) == cmp.ROW_KEYS for row in rows)
+    assert all(tuple(row) == (*cmp.ROW_KEYS, *cmp.JSON_KEYS) for row in rows)
+    assert all(row["values_from"] == "plan" and row["observed"] is None and row["findings"] == [] for row in rows)
+    assert all(row["plan_followed"] is None for row in rows)  # not observed: nobody knows
     by_name = {row["name"]: row for row in rows}
     four = by_name["4x16"]
     assert four["run_dir"] == str((runs / "4x16" / "20260101T000000Z-aaaaaa").resolve())
@@ -171,7 +173,7 @@ def test_failed_only_run_is_listed_with_its_status(tmp_path: Path) -> None:
     make_run(root, "4x16", nproc=4, lr=0.2, steps=3, run_id="20260101T000000Z-000003", status="timed_out")
     code, out, err = invoke(root)
     assert code == 0, err
-    assert rows_by_name(out)["4x16"][1] == "timed_out"
+    assert rows_by_name(out)["4x16"][2] == "timed_out"
     assert "4x16 timed out: stopped: past its timeout after 2 s." in out
     code, out, _ = invoke(root, "--all")
     assert "4x16@20260101T000000Z-000002" in out and "4x16@20260101T000000Z-000003" in out
@@ -480,3 +482,42 @@ def test_compare_without_numpy_prints_no_numpy_warning(runs: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "equivalent" in result.stdout  # parameter files were read, so torch was imported
     assert "NumPy" not in result.stderr
+
+
+def observed_as(per_device: int, world: int, lr: float, steps: int) -> dict[str, Any]:
+    return {
+        "world_size": world, "per_device_batch_size": per_device, "grad_accum_steps": 1,
+        "global_batch_size": per_device * world, "optimizer_steps": steps, "samples_seen": per_device * world * steps,
+        "lr_first": lr, "lr_peak": lr, "lr_last": lr,
+    }  # fmt: skip
+
+
+def test_compare_shows_what_ran_and_names_the_plan_it_did_not_follow(tmp_path: Path) -> None:
+    """The plan said 4 x 8 at lr 0.1; the script ran 4 x 16 at lr 0.2 (its own defaults): compare shows 16, 64 and
+    0.2, marks the run, and its divergence note names the finding instead of guessing."""
+    pytest.importorskip("torch")
+    root = tmp_path / "runs"
+    mismatch = {
+        "code": "plan_mismatch", "severity": "warning", "field": "per_device_batch_size", "planned": 8,
+        "observed": 16, "message": "the script ran batch per process 16; the plan said 8",
+    }  # fmt: skip
+    make_run(root, "1x16", steps=25, extra={"observed": observed_as(16, 1, 0.05, 25)}, params=state(w=[0.0]))
+    make_run(root, "1x64", per_device=64, lr=0.2, steps=25, params=state(w=[1.0]),
+             extra={"observed": observed_as(64, 1, 0.2, 25)})  # fmt: skip
+    make_run(root, "4x16", nproc=4, per_device=8, lr=0.1, steps=25, params=state(w=[1.5]),
+             extra={"observed": observed_as(16, 4, 0.2, 25), "findings": [mismatch]})  # fmt: skip
+    code, out, err = invoke(root)
+    assert code == 0, err
+    row = rows_by_name(out)["4x16"]
+    assert row[:8] == ["4x16", "!", "completed", "4", "16", "64", "0.2", "25"]
+    assert "diverged vs 1x64" in out  # partnered by what ran (64 at lr 0.2), not by the plan (32 at 0.1)
+    assert (
+        "4x16 diverged from 1x64: parameters differ by up to 0.5 (atol 1e-05). 4x16: the script ran batch per "
+        "process 16; the plan said 8 (plan_mismatch)." in " ".join(out.split())
+    )
+    code, out, _ = invoke(root, "--json")
+    four = next(row for row in json.loads(out) if row["name"] == "4x16")
+    assert (four["values_from"], four["plan_followed"], four["per_device_batch_size"]) == ("observed", False, 16)
+    assert four["findings"] == [mismatch] and four["observed"]["lr_peak"] == 0.2
+    one = next(row for row in json.loads(out) if row["name"] == "1x64")
+    assert (one["values_from"], one["plan_followed"]) == ("observed", True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -163,7 +164,7 @@ def test_speedup_and_efficiency_from_run_records(tmp_path: Path) -> None:
     assert row.speedup == pytest.approx(3.2)
     assert row.scaling_efficiency == pytest.approx(0.8)
     data = row.as_json()
-    assert tuple(data) == cmp.ROW_KEYS
+    assert tuple(data) == (*cmp.ROW_KEYS, *cmp.JSON_KEYS)
     assert data["samples_seen"] == 1600 and data["steps"] == 25 and data["global_batch_size"] == 64
     assert data["wall_time_s"] == pytest.approx(2.5)
 
@@ -495,6 +496,29 @@ def test_status_reasons(tmp_path: Path) -> None:
     assert reason("interrupted", exit_code=130) == "exit code 130"
     assert reason("timed_out", wall_time_s=61.2) == "stopped: past its timeout after 61 s"
     assert reason("running", ended_at=None) == "no end recorded: still running, or the launcher itself was killed"
+    assert (
+        reason("lost") == "its launcher is gone and nothing recorded an end: it was killed (e.g. its terminal closed)"
+    )
+
+
+def test_a_running_record_whose_launcher_is_gone_reads_as_lost(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(gone.stdout)  # that process has exited: its pid names no live launcher
+    for name, supervisor, host, expected in (
+        ("dead", pid, socket.gethostname(), "lost"),
+        ("alive", os.getpid(), socket.gethostname(), "running"),
+        ("elsewhere", pid, "another-host", "running"),
+        ("old", None, socket.gethostname(), "running"),
+    ):
+        run_dir = tmp_path / name / "ID"
+        run_dir.mkdir(parents=True)
+        record = {"run_id": "ID", "name": name, "status": "running", "supervisor_pid": supervisor, "hostname": host}
+        (run_dir / "run.json").write_text(json.dumps(record))
+        assert cmp.read_run_record(run_dir).status == expected, name
 
 
 def test_sparkline() -> None:

@@ -7,13 +7,12 @@ shown as unknown; unknown keys are kept, so a newer ddpcli's records still load)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ddpcli.core.records import RUN_FILE, write_json_atomic
+from ddpcli.core.records import RUN_FILE, read_json, write_json_atomic
 
 SCHEMA_VERSION = 2
 STATUSES = ("running", "completed", "failed", "interrupted", "timed_out")  # `lost` is derived, never written
@@ -102,12 +101,12 @@ class RunRecord(_Record):
     @classmethod
     def load(cls, run_dir: Path) -> RunRecord:
         """Strict: every field must have its type (what --resume rebuilds a command from)."""
-        return cls.model_validate(_read(run_dir / RUN_FILE), strict=True)
+        return cls.model_validate(read_json(run_dir / RUN_FILE), strict=True)
 
     @classmethod
     def load_tolerant(cls, run_dir: Path) -> RunRecord:
         """Lenient: a field of the wrong type is dropped (shown as unknown); name and id fall back to the path."""
-        data = _read(run_dir / RUN_FILE)
+        data = read_json(run_dir / RUN_FILE)
         data.setdefault("run_id", run_dir.name)
         data.setdefault("name", run_dir.parent.name)
         for _ in range(len(data) + 1):
@@ -122,19 +121,6 @@ class RunRecord(_Record):
                 data.setdefault("run_id", run_dir.name)
                 data.setdefault("name", run_dir.parent.name)
         raise ValueError(f"{run_dir / RUN_FILE}: no field could be read")  # pragma: no cover
-
-
-def _read(path: Path) -> dict[str, Any]:
-    """The JSON object in a file; ValueError for anything else (bad UTF-8, bad JSON, nesting too deep)."""
-    try:
-        data = json.loads(path.read_bytes())
-    except RecursionError:
-        raise ValueError(f"{path}: JSON nested too deeply") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 ({error.reason})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return data
 
 
 def validation_message(error: ValidationError) -> str:

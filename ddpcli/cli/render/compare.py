@@ -17,7 +17,7 @@ from ddpcli.cli.render.format import MISSING, fixed, fmt_number, percent
 from ddpcli.cli.render.layout import Column, fitted_tables
 from ddpcli.core.comparison import DIVERGED, EQUIVALENT, ROW_KEYS, Comparison, ComparisonRow
 
-STATUS_STYLE = {"completed": "green", "failed": "red", "timed_out": "red", "interrupted": "yellow"}
+STATUS_STYLE = {"completed": "green", "failed": "red", "timed_out": "red", "interrupted": "yellow", "lost": "red"}
 VERDICT_STYLE = {EQUIVALENT: "green", DIVERGED: "red"}
 COLUMNS = (
     Column("run", "left"), Column("status", "left"), Column("procs"), Column("batch"), Column("global"),
@@ -62,12 +62,23 @@ def _cells(row: ComparisonRow) -> list[Text]:
         fixed(row.run.noise_scale, 0),
     ]
     return [
-        Text(row.label + (" *" if row.is_baseline else ""), style="bold" if row.is_baseline else ""),
+        Text(row.label + _marks(row), style="bold" if row.is_baseline else ""),
         Text(record.status, style=STATUS_STYLE.get(record.status, "")),
         *map(Text, cells),
         _equivalence_cell(row),
         Text(row.sparkline or MISSING),
     ]
+
+
+def _marks(row: ComparisonRow) -> str:
+    """* the baseline; ! the script did not follow its plan; ~ not observed, so its numbers are the plan's."""
+    record = row.run.record
+    marks = "*" if row.is_baseline else ""
+    if not record.observed_from_run:
+        marks += "~"
+    elif record.plan_mismatches:
+        marks += "!"
+    return f" {marks}" if marks else ""
 
 
 def _equivalence_cell(row: ComparisonRow) -> Text:
@@ -83,7 +94,9 @@ def _equivalence_cell(row: ComparisonRow) -> Text:
 def _caption(comparison: Comparison) -> str:
     base = comparison.baseline.run.metrics.samples_seen
     lines = [
-        "* baseline. batch: per process (x accumulation). samples/s: from the first to the last metrics row. "
+        "* baseline. ! did not follow its plan (see the notes). batch, global, lr (peak) and steps: what each run "
+        "did, as observed; ~ not observed, so they are its plan's.",
+        "batch: per process (x accumulation). samples/s: from the first to the last metrics row. "
         "eff: speedup / world-size ratio. noise scale: last measured B_simple (the critical batch, roughly).",
         f"loss at base: loss at the baseline's {fmt_number(base)} samples seen (- : the run did not get there). "
         f"equivalence: max |param diff| against the single-process run with the same global batch, lr and steps "
@@ -99,7 +112,7 @@ def _caption(comparison: Comparison) -> str:
 def csv_text(comparison: Comparison) -> str:
     """The --json rows as CSV (empty cell for null), for spreadsheets."""
     buffer = io.StringIO(newline="")
-    writer = csv.DictWriter(buffer, fieldnames=ROW_KEYS)
+    writer = csv.DictWriter(buffer, fieldnames=ROW_KEYS, extrasaction="ignore")  # JSON's nested keys stay out
     writer.writeheader()
     for row in comparison.rows:
         writer.writerow(row.as_json())

@@ -52,7 +52,7 @@ from ddpcli.core.comparison.metrics import (
     summarize_run,
 )
 from ddpcli.core.comparison.notes import STATUS_WORDS, comparison_notes, divergence_causes, divergence_note
-from ddpcli.core.comparison.row import ROW_KEYS, SPARK_BLOCKS, SPARK_WIDTH, ComparisonRow, sparkline
+from ddpcli.core.comparison.row import JSON_KEYS, ROW_KEYS, SPARK_BLOCKS, SPARK_WIDTH, ComparisonRow, sparkline
 from ddpcli.core.comparison.runs import (
     BATCHNORM_FLAGS,
     NO_FILE,
@@ -70,6 +70,7 @@ __all__ = [
     "DEFAULT_ATOL",
     "DIVERGED",
     "EQUIVALENT",
+    "JSON_KEYS",
     "NO_FILE",
     "PLOT_POINTS",
     "ROW_KEYS",

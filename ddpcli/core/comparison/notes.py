@@ -8,9 +8,13 @@ from collections.abc import Sequence
 from ddpcli.core.comparison.equivalence import DIVERGED
 from ddpcli.core.comparison.row import ComparisonRow
 from ddpcli.core.comparison.runs import NO_FILE, RunRecord, status_reason
+from ddpcli.core.findings import explaining
 from ddpcli.core.outlook import far_above_critical
 
-STATUS_WORDS = {"failed": "failed", "interrupted": "was interrupted", "timed_out": "timed out", "running": "is running"}
+STATUS_WORDS = {
+    "failed": "failed", "interrupted": "was interrupted", "timed_out": "timed out", "running": "is running",
+    "lost": "was lost",
+}  # fmt: skip
 PLAN_CAUSES = (  # plan keys that break equivalence when they differ, and what each changes
     ("seed", "the seed (initial weights and data order)"),
     ("dataset_size", "dataset_size (the data)"),
@@ -29,10 +33,26 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
             what = STATUS_WORDS.get(row.run.record.status, f"is {row.run.record.status}")
             notes.append(f"{row.label} {what}: {reason}.")
     for row in rows:
+        notes += _finding_notes(row)
+    for row in rows:
         notes += _equivalence_notes(row, atol)
     for row in rows:
         notes += _noise_scale_notes(row)
     notes += _file_notes([row.run.record for row in rows])
+    return notes
+
+
+def _finding_notes(row: ComparisonRow) -> list[str]:
+    """What the observer found: first whether the script followed its plan, then the other warnings."""
+    record = row.run.record
+    told = explaining(record.findings) if row.verdict == DIVERGED else []  # the divergence note names these
+    mismatches = [finding.message for finding in record.plan_mismatches if finding not in told]
+    notes = [f"{row.label} did not follow its plan: {'; '.join(mismatches)}."] if mismatches else []
+    notes += [
+        f"{row.label}: {finding.message} ({finding.code})."
+        for finding in record.findings
+        if finding.code != "plan_mismatch" and finding.severity != "info" and finding not in told
+    ]
     return notes
 
 
@@ -129,9 +149,13 @@ def _unexplained(run: RunRecord, partner: RunRecord) -> str:
 
 def divergence_causes(run: RunRecord, partner: RunRecord) -> list[str]:
     """Differences recorded in run.json that break equivalence, each in words with its numbers."""
-    causes: list[str] = []
+    causes = [
+        f"{record.name}: {finding.message} ({finding.code})"
+        for record in (run, partner)
+        for finding in explaining(record.findings)
+    ]
     bn = _batchnorm_cause(run, partner)
-    if bn:
+    if bn and not any(finding.code == "batchnorm_not_synchronized" for finding in run.findings):
         causes.append(bn)
     for key, what in PLAN_CAUSES:
         mine, theirs = run.plan.get(key), partner.plan.get(key)

@@ -18,6 +18,9 @@ ROW_KEYS = (
     "speedup", "scaling_efficiency", "equivalent_to", "max_param_diff", "verdict", "noise_scale",
     "predicted_step_speedup", "data_efficiency",
 )  # fmt: skip
+# Also in each --json row: where the batch numbers come from ("observed" | "plan"), whether the script followed its
+# plan (null when it was not observed), and run.json's `observed` and `findings`.
+JSON_KEYS = ("values_from", "plan_followed", "observed", "findings")
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 16
 
@@ -46,9 +49,16 @@ class ComparisonRow:
         return sparkline(self.run.metrics.loss_points)
 
     def as_json(self) -> dict[str, Any]:
-        """The row of --json and --csv: exactly ROW_KEYS, null where a value does not apply, is unknown or is not
-        finite (a NaN loss: strict JSON has no NaN)."""
-        return {key: _strict(value) for key, value in self._values().items()}
+        """The row of --json and --csv: ROW_KEYS, null where a value does not apply, is unknown or is not finite (a
+        NaN loss: strict JSON has no NaN). --json adds JSON_KEYS: what the observer saw and found (the CSV, flat,
+        leaves them out)."""
+        record = self.run.record
+        row = {key: _strict(value) for key, value in self._values().items()}
+        row["values_from"] = "observed" if record.observed_from_run else "plan"
+        row["plan_followed"] = not record.plan_mismatches if record.observed_from_run else None
+        row["observed"] = record.observed.model_dump(mode="json") if record.observed is not None else None
+        row["findings"] = [finding.model_dump(mode="json", exclude_none=True) for finding in record.findings]
+        return row
 
     def _values(self) -> dict[str, Any]:
         record, metrics = self.run.record, self.run.metrics

@@ -3,68 +3,75 @@ and saying in one line why a run did not complete."""
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
+from ddpcli.core import run_record
 from ddpcli.core.errors import UserError
-from ddpcli.core.records import (
-    METRICS_FILE,
-    PARAMS_FILE,
-    RUN_FILE,
-    find_run_dirs,
-    finite_or_none,
-    is_run_dir,
-    read_json,
-)
+from ddpcli.core.records import METRICS_FILE, PARAMS_FILE, RUN_FILE, find_run_dirs, finite_or_none, is_run_dir
 
 NO_FILE = "(no experiment file)"
 BATCHNORM_FLAGS = frozenset({"--batchnorm", "--batch-norm", "--bn"})
 SYNC_BN_FLAGS = frozenset({"--sync-bn", "--sync-batchnorm", "--syncbn", "--sync-batch-norm"})
+LOST = "lost"
 
 
-@dataclass(frozen=True)
-class RunRecord:
-    """What run.json says about one run: enough to select runs and pick a baseline without touching metrics."""
+class RunRecord(run_record.RunRecord):
+    """run.json (the one model, ddpcli.core.run_record) plus where it was read, and the numbers compare shows.
 
-    run_dir: Path
-    run_id: str
-    name: str
-    status: str
-    plan: dict[str, Any]
-    argv: list[str] = field(default_factory=list)
-    experiment_file: str | None = None
-    experiment_file_sha256: str | None = None
-    wall_time_s: float | None = None
-    exit_code: int | None = None
-    failed_ranks: list[dict[str, Any]] = field(default_factory=list)
-    restarts: int = 0
-    started_at: str = ""  # ISO 8601 UTC from run.json; orders runs of one name
+    Batch numbers, lr and steps are what the run did (`observed`) where the observer saw it, else the plan's:
+    `planned(key)` gives the plan's value, `observed_from_run` says which it is.
+    """
+
+    run_dir: Path = Field(exclude=True)
+
+    @property
+    def observed_from_run(self) -> bool:
+        return self.observed is not None and self.observed.optimizer_steps not in (None, 0)
+
+    def planned(self, key: str) -> Any:
+        return self.plan.get(key)
+
+    def _batch(self, key: str) -> int | None:
+        seen = getattr(self.observed, key) if self.observed_from_run else None
+        return seen if seen is not None else _int_or_none(self.plan.get(key))
 
     @property
     def world_size(self) -> int | None:
-        return _int_or_none(self.plan.get("world_size"))
+        return self._batch("world_size")
 
     @property
     def per_device_batch_size(self) -> int | None:
-        return _int_or_none(self.plan.get("per_device_batch_size"))
+        return self._batch("per_device_batch_size")
 
     @property
     def grad_accum_steps(self) -> int | None:
-        return _int_or_none(self.plan.get("grad_accum_steps"))
+        return self._batch("grad_accum_steps")
 
     @property
     def global_batch_size(self) -> int | None:
-        return _int_or_none(self.plan.get("global_batch_size"))
+        return self._batch("global_batch_size")
 
     @property
     def total_steps(self) -> int | None:
+        if self.observed_from_run and self.status == "completed" and self.observed is not None:
+            return self.observed.optimizer_steps
         return _int_or_none(self.plan.get("total_steps"))
 
     @property
     def lr(self) -> float | None:
+        if self.observed_from_run and self.observed is not None and self.observed.lr_peak is not None:
+            return finite_or_none(self.observed.lr_peak)
         return finite_or_none(self.plan.get("lr"))
+
+    @property
+    def plan_mismatches(self) -> list[run_record.Finding]:
+        return [finding for finding in self.findings if finding.code == "plan_mismatch"]
 
     @property
     def metrics_path(self) -> Path:
@@ -81,38 +88,45 @@ class RunRecord:
 
     @property
     def uses_batchnorm(self) -> bool:
-        """The command line asks for BatchNorm (`--batchnorm`); False also when it just does not say."""
+        """The model has BatchNorm layers (observed), else the command line asks for them (`--batchnorm`)."""
+        if self.observed is not None and self.observed.batchnorm_layers is not None:
+            return self.observed.batchnorm_layers > 0
         return bool(self.flags & BATCHNORM_FLAGS)
 
     @property
     def uses_sync_bn(self) -> bool:
+        if self.observed is not None and self.observed.batchnorm_synchronized is not None:
+            return self.observed.batchnorm_synchronized
         return bool(self.flags & SYNC_BN_FLAGS)
 
 
 def read_run_record(run_dir: Path) -> RunRecord:
-    """Read run.json; a missing or malformed field is tolerated (shown as unknown), an unreadable file is not."""
+    """Read run.json; a missing or malformed field is tolerated (shown as unknown), an unreadable file is not.
+
+    A run whose record still says `running` while the ddpcli process that watched it is gone (on this host) is
+    shown as `lost`: its launcher was killed, and nothing will ever finish the record."""
     try:
-        data = read_json(run_dir / RUN_FILE)
+        record = run_record.RunRecord.load_tolerant(run_dir)
     except (OSError, ValueError) as error:
         raise UserError(f"{run_dir / RUN_FILE}: cannot read it: {error}") from None
-    plan = data.get("plan") if isinstance(data.get("plan"), dict) else {}
-    argv = data.get("argv") if isinstance(data.get("argv"), list) else []
-    failed = data.get("failed_ranks") if isinstance(data.get("failed_ranks"), list) else []
-    return RunRecord(
-        run_dir=run_dir,
-        run_id=_text(data.get("run_id")) or run_dir.name,
-        name=_text(data.get("name")) or _text(plan.get("name")) or run_dir.parent.name,
-        status=_text(data.get("status")) or "unknown",
-        plan=plan,
-        argv=[str(arg) for arg in argv],
-        experiment_file=_text(data.get("experiment_file")),
-        experiment_file_sha256=_text(data.get("experiment_file_sha256")),
-        wall_time_s=finite_or_none(data.get("wall_time_s")),
-        exit_code=_int_or_none(data.get("exit_code")),
-        failed_ranks=[entry for entry in failed if isinstance(entry, dict)],
-        restarts=_int_or_none(data.get("restarts")) or 0,
-        started_at=_text(data.get("started_at")) or "",
-    )
+    data = record.model_dump()
+    data["name"] = record.name or _text(record.plan.get("name")) or run_dir.parent.name
+    data["started_at"] = record.started_at or ""
+    if record.status == "running" and _supervisor_gone(record):
+        data["status"] = LOST
+    return RunRecord(**data, run_dir=run_dir)
+
+
+def _supervisor_gone(record: run_record.RunRecord) -> bool:
+    if record.supervisor_pid is None or record.hostname != socket.gethostname():
+        return False
+    try:
+        os.kill(record.supervisor_pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, someone else's
+        return False
+    return False
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -135,19 +149,27 @@ def status_reason(record: RunRecord) -> str | None:
         return None
     if record.failed_ranks:
         first = record.failed_ranks[0]
-        ranks = ", ".join(str(entry.get("rank", "?")) for entry in record.failed_ranks)
-        prefix = f"rank {ranks}" if len(record.failed_ranks) == 1 else f"ranks {ranks} failed; rank {first.get('rank')}"
-        detail = f"{prefix} exited with code {first.get('exit_code', '?')}"
-        error = _nonblank_line(first.get("error"), 0) or _nonblank_line(first.get("log_tail"), -1)
+        ranks = ", ".join(_or_unknown(entry.rank) for entry in record.failed_ranks)
+        prefix = f"rank {ranks}" if len(record.failed_ranks) == 1 else f"ranks {ranks} failed; rank {first.rank}"
+        detail = f"{prefix} exited with code {_or_unknown(first.exit_code)}"
+        error = _nonblank_line(first.error, 0) or _nonblank_line(first.log_tail, -1)
         return f"{detail}: {error}" if error else detail
     if record.status == "timed_out":
         after = f" after {record.wall_time_s:.0f} s" if record.wall_time_s is not None else ""
         return f"stopped: past its timeout{after}"
-    if record.status == "running":
+    if record.status == "running" and record.supervisor_pid is None:
         return "no end recorded: still running, or the launcher itself was killed"
+    if record.status == "running":
+        return "no end recorded: still running (its launcher is alive, or on another host)"
+    if record.status == LOST:
+        return "its launcher is gone and nothing recorded an end: it was killed (e.g. its terminal closed)"
     if record.exit_code is not None:
         return f"exit code {record.exit_code}"
     return None
+
+
+def _or_unknown(value: int | None) -> str:
+    return "?" if value is None else str(value)
 
 
 def _nonblank_line(value: Any, index: int, limit: int = 200) -> str | None:
