@@ -111,6 +111,7 @@ def test_fail_fast_stops_the_sweep(tmp_path: Path) -> None:
 
 
 def wait_for_metrics(root: Path, name: str, deadline_s: float = 60) -> Path:
+    """The run directory, once steps.py (which logs its own metrics.jsonl) has done a step."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         found = list((root / "runs" / name).glob("*/metrics.jsonl"))
@@ -120,7 +121,9 @@ def wait_for_metrics(root: Path, name: str, deadline_s: float = 60) -> Path:
     raise AssertionError("the run never started writing metrics")
 
 
-def test_sigint_interrupts_and_leaves_no_worker_behind(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_interrupts_and_leaves_no_worker_behind(tmp_path: Path, signum: int) -> None:
+    """Ctrl-C, kill and a closed terminal: the run is recorded as interrupted, every process is gone."""
     path = write_toml(tmp_path, FILE)
     launcher = subprocess.Popen(
         [sys.executable, "-m", "ddpcli", "launch", str(path), "--only", "slow", "--only", "two"],
@@ -131,9 +134,9 @@ def test_sigint_interrupts_and_leaves_no_worker_behind(tmp_path: Path) -> None:
     )
     run_dir = wait_for_metrics(tmp_path, "slow")
     assert worker_pids(f"DDPCLI_RUN_DIR={run_dir}".encode())  # the workers are there...
-    launcher.send_signal(signal.SIGINT)
+    launcher.send_signal(signum)
     _, err = launcher.communicate(timeout=60)
-    assert launcher.returncode == 130, err
+    assert launcher.returncode == 128 + signum, err
     record = read_json(run_dir / "run.json")
     assert record["status"] == "interrupted" and record["wall_time_s"] < 60
     assert worker_pids(f"DDPCLI_RUN_DIR={run_dir}".encode()) == []  # ...and now they are gone

@@ -89,6 +89,7 @@ class RunRecord(_Record):
     supervisor_pid: int | None = None  # the ddpcli process watching the run: gone while `running` means lost
     observe: bool = True
     observed: Observed | None = None
+    metrics_from_observations: bool = False  # ddpcli wrote metrics.jsonl from them (else the script wrote it)
     findings: list[Finding] = Field(default_factory=list)
     resumes: int = 0
     previous_wall_time_s: float = 0.0

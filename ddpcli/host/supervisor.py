@@ -42,10 +42,12 @@ class Outcome:
 class StopRequest:
     """Set from a signal handler; the supervision loop notices it within POLL_INTERVAL_S."""
 
-    reason: str | None = None  # "interrupted" once Ctrl-C or SIGTERM arrived
+    reason: str | None = None  # "interrupted" once a stop signal arrived
+    signum: int | None = None  # which one: the launcher exits with 128 + signum, as a shell would report it
 
-    def request(self, reason: str = "interrupted") -> None:
+    def request(self, reason: str = "interrupted", signum: int | None = None) -> None:
         self.reason = reason
+        self.signum = self.signum or signum
 
 
 def run_to_end(

@@ -123,11 +123,14 @@ def observe(record: RunRecord, run_dir: Path) -> RunRecord:
     observed = summarize(ranks)
     if observed is None:
         return record
-    rows = merged_metrics(ranks)
-    if rows:
-        write_metrics(run_dir / METRICS_FILE, rows)
+    rows, metrics = merged_metrics(ranks), run_dir / METRICS_FILE
+    ours = record.metrics_from_observations or not metrics.exists()  # a script that writes its own keeps it
+    if rows and ours:
+        write_metrics(metrics, rows)
     findings = run_findings(record.plan, observed, ranks, completed=record.status == "completed")
-    return record.model_copy(update={"observed": observed, "findings": findings})
+    return record.model_copy(
+        update={"observed": observed, "findings": findings, "metrics_from_observations": bool(rows and ours)}
+    )
 
 
 def resume_from(run_dir: Path) -> tuple[LaunchSpec, RunRecord]:

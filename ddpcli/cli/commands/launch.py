@@ -68,7 +68,8 @@ def launch_command(
     Multi-node: run the same command on every node, with the same --rdzv-endpoint and --rdzv-id (or a
     `[cluster]` table); the run directory is then `<runs_dir>/<name>/<rdzv_id>/`.
 
-    Exit code 0 when every run completed, 1 when any failed or timed out, 130 when interrupted.
+    Exit code 0 when every run completed, 1 when any failed or timed out, 128 + the signal's number when a
+    signal stopped it (130 for Ctrl-C, 143 for SIGTERM, 129 for a closed terminal).
     """
     if resume is not None:
         ignored = {"--only": only, "--runs-dir": runs_dir, "--nnodes": nnodes, "--rdzv-endpoint": rdzv_endpoint,
@@ -94,7 +95,7 @@ def launch_command(
     reporter = RichReporter(stdout)
     with _stop_on_signals(stop), reporter.progress:
         results = run_sweep(plan, specs, options, reporter, stop)
-    _finish(results)
+    _finish(results, stop)
 
 
 def _resume(run_dir: Path, timeout: float | None, dry_run: bool) -> None:
@@ -107,16 +108,16 @@ def _resume(run_dir: Path, timeout: float | None, dry_run: bool) -> None:
     reporter = RichReporter(stdout)
     with _stop_on_signals(stop), reporter.progress:
         record = run_one(spec, record, options, reporter, stop, resuming=True)
-    _finish([RunResult(spec, record)])
+    _finish([RunResult(spec, record)], stop)
 
 
-def _finish(results: list[RunResult]) -> None:
+def _finish(results: list[RunResult], stop: StopRequest) -> None:
     for table in launch_summary_tables([_summary_row(result) for result in results], stdout.width):
         stdout.print(table)
     _report_findings(results)
     _report_failures(results)
     if any(result.status == "interrupted" for result in results):
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(128 + stop.signum if stop.signum else EXIT_INTERRUPTED)
     if any(result.status != "completed" for result in results):
         raise typer.Exit(EXIT_FAILED)
 
@@ -155,11 +156,17 @@ def _print_dry_run(specs: list[LaunchSpec]) -> None:
         print()
 
 
+# Ctrl-C, `kill`, a closed terminal (SIGHUP) and Ctrl-\ (SIGQUIT): each stops the run cleanly. Left to their
+# default action, SIGHUP and SIGQUIT would kill ddpcli alone and orphan torchrun and its workers.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 @contextmanager
 def _stop_on_signals(stop: StopRequest) -> Iterator[None]:
-    """Ctrl-C or SIGTERM asks the sweep to stop the current run cleanly instead of killing the launcher."""
-    handler = lambda signum, frame: stop.request()  # noqa: E731
-    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    """A stop signal asks the sweep to stop the current run cleanly (torchrun and every worker with it) and to
+    record it as interrupted, instead of killing the launcher and leaving the job behind."""
+    handler = lambda signum, frame: stop.request(signum=signum)  # noqa: E731
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
     try:
         yield
     finally:
