@@ -15,6 +15,7 @@ import pytest
 from ddpcli.core import comparison as cmp
 from ddpcli.core.errors import UserError
 from ddpcli.core.records import write_json_atomic
+from ddpcli.host.params import param_diff
 
 # ---------------------------------------------------------------------------------------------------------------
 # Making run directories (also used by tests/test_compare_cli.py)
@@ -380,8 +381,6 @@ def torch_or_skip() -> Any:
 
 
 def test_param_diff_and_verdicts(tmp_path: Path, torch_or_skip: Any) -> None:
-    from ddpcli.host.params import param_diff
-
     def saved(name: str, value: dict[str, Any]) -> Path:
         path = tmp_path / f"{name}.pt"
         torch_or_skip.save(value, path)
@@ -432,7 +431,7 @@ def test_equivalent_and_diverged_rows_with_notes(tmp_path: Path, torch_or_skip: 
     make_run(tmp_path, "8x8", nproc=8, per_device=8, lr=0.2, steps=25, params=state(w=[1.0, 2.5]), argv=bn_args)
     make_run(tmp_path, "2x8", nproc=2, per_device=8, steps=100, status="failed")
     found, _ = cmp.collect_runs([tmp_path])
-    result = cmp.compare_runs(found)
+    result = cmp.compare_runs(found, param_diff=param_diff)
     assert [row.label for row in result.rows] == ["1x16", "1x64", "2x8", "4x16", "8x8"]
     assert result.baseline.run.record.run_dir == base
     four, eight, two = row_of(result, "4x16"), row_of(result, "8x8"), row_of(result, "2x8")

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from ddpcli.core.config import validate_experiment_data
 from ddpcli.core.errors import ConfigError
-from ddpcli.core.planning import EXTRA_KEYS, PLAN_KEYS, Plan, resolve_plan
+from ddpcli.core.planning import resolve_plan
+from ddpcli.core.run_types import EXTRA_KEYS, PLAN_KEYS, Plan
 
 SOURCE = Path("/tmp/exp/experiments.toml")
 

@@ -26,8 +26,9 @@ import torch.distributed as dist
 from torch import nn
 
 from ddpcli import runtime
-from ddpcli.core.planning import ResolvedRun, load_plan
+from ddpcli.core.planning import load_plan
 from ddpcli.core.records import METRICS_FILE, PARAMS_FILE, read_metrics
+from ddpcli.core.run_types import ResolvedRun
 from tests.conftest import max_abs_diff, merge_observations
 
 REPO = Path(__file__).resolve().parent.parent

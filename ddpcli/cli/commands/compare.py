@@ -17,6 +17,7 @@ from ddpcli.cli.render.layout import print_bullets
 from ddpcli.core.comparison import DEFAULT_ATOL, PLOT_POINTS, collect_runs, compare_runs
 from ddpcli.core.errors import UserError
 from ddpcli.core.planning import load_plan
+from ddpcli.host.params import param_diff
 
 EXPERIMENT_FILE = Path("experiments.toml")
 
@@ -70,7 +71,11 @@ def compare_command(
             raise UserError(f"{path}: its directory {path.parent} does not exist")
     records, warnings = collect_runs(paths or [_default_root()], include_all)
     comparison = compare_runs(
-        records, baseline=baseline, atol=atol, plot_points=PLOT_POINTS if plot_path is not None else 0
+        records,
+        baseline=baseline,
+        atol=atol,
+        param_diff=param_diff,
+        plot_points=PLOT_POINTS if plot_path is not None else 0,
     )
     for warning in [*warnings, *comparison.warnings]:
         stderr.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)

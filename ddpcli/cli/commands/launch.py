@@ -20,9 +20,10 @@ from ddpcli.cli.render.launch import LaunchRow, launch_summary_tables
 from ddpcli.core.config import is_safe_name
 from ddpcli.core.errors import UserError
 from ddpcli.core.launcher import LaunchSpec, Rendezvous
-from ddpcli.core.planning import Plan, load_plan
+from ddpcli.core.planning import load_plan
 from ddpcli.core.records import METRICS_FILE, finite_or_none, last_metrics_row
 from ddpcli.core.run_record import RunRecord
+from ddpcli.core.run_types import Plan
 from ddpcli.host.supervisor import StopRequest
 from ddpcli.host.sweep import RunResult, SweepOptions, prepare, resume_from, run_one, run_sweep
 

@@ -13,7 +13,8 @@ import typer
 from ddpcli.cli.commands import ExperimentFileArgument
 from ddpcli.cli.console import stderr, stdout, user_errors
 from ddpcli.core.errors import UserError
-from ddpcli.core.planning import Plan, ResolvedRun, load_plan
+from ddpcli.core.planning import load_plan
+from ddpcli.core.run_types import Plan, ResolvedRun
 from ddpcli.core.slurm import SlurmOptions, sbatch_script
 
 SBATCH_TIMEOUT_S = 60
