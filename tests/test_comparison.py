@@ -169,22 +169,6 @@ def test_speedup_and_efficiency_from_run_records(tmp_path: Path) -> None:
     assert data["wall_time_s"] == pytest.approx(2.5)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Interpolation
-
-
-def test_interpolate_exact_between_and_outside() -> None:
-    xs, ys = [10.0, 20.0, 40.0], [1.0, 0.5, 0.25]
-    assert cmp.interpolate(xs, ys, 20.0) == 0.5
-    assert cmp.interpolate(xs, ys, 30.0) == pytest.approx(0.375)
-    assert cmp.interpolate(xs, ys, 10.0) == 1.0
-    assert cmp.interpolate(xs, ys, 40.0) == 0.25
-    assert cmp.interpolate(xs, ys, 41.0) is None  # not reached
-    assert cmp.interpolate(xs, ys, 5.0) is None  # before the first logged row
-    assert cmp.interpolate(xs, [1.0, None, 0.25], 15.0) is None
-    assert cmp.interpolate([], [], 1.0) is None
-
-
 def test_loss_at_the_baseline_sample_count(tmp_path: Path) -> None:
     # Baseline: 100 steps x 16 = 1600 samples. 4x24 logs every 96 samples: 1536 (step 16) and 1632 (step 17).
     base = make_run(tmp_path, "1x16", steps=100, loss=lambda k: 2.0 - k / 100)

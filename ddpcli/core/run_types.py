@@ -113,13 +113,6 @@ class Plan:
             )
         return [run for run in self.runs if run.name in names]
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "baseline": self.baseline.as_json(),
-            "experiments": [run.as_json() for run in self.experiments],
-        }
-
 
 def samples_kept_warmup(baseline: ResolvedRun, global_batch: int) -> int:
     """ceil(baseline warmup x baseline global batch / global batch), in integers: the warmup steps that keep

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE as EXPERIMENT_FILE
 from ddpcli.cli.console import stderr, stdout, user_errors
 from ddpcli.cli.render.compare import comparison_tables, csv_text, loss_figure
 from ddpcli.cli.render.layout import print_bullets
@@ -18,8 +19,6 @@ from ddpcli.core.comparison import DEFAULT_ATOL, PLOT_POINTS, collect_runs, comp
 from ddpcli.core.errors import UserError
 from ddpcli.core.planning import load_plan
 from ddpcli.host.params import param_diff
-
-EXPERIMENT_FILE = Path("experiments.toml")
 
 
 @user_errors

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ddpcli.cli.commands import ExperimentFileArgument
+from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE, ExperimentFileArgument
 from ddpcli.cli.console import stdout, user_errors
 from ddpcli.cli.render.plan import plan_tables, print_notes
 from ddpcli.core.config import validate_experiment_data
@@ -99,7 +99,7 @@ def plan_command(
             dataset_size,
         )
     else:
-        plan = load_plan(file or Path("experiments.toml"))
+        plan = load_plan(file or DEFAULT_EXPERIMENT_FILE)
     plan = with_rendezvous_notes(plan, rdzv_endpoint or plan.cluster.rdzv_endpoint)
     runs = plan.select(only)
     critical_batch = measured_noise_scale(noise_scale_from) if noise_scale_from is not None else None
