@@ -20,9 +20,8 @@ from types import ModuleType
 import pytest
 
 from ddpcli.core import noise_scale as gns
-from tests.conftest import merge_observations
+from tests.conftest import REPO, merge_observations
 
-REPO = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "noise_linear.py"
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 TOLERANCE = 0.15
