@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # ddpcli without installing it
 from common import Timing, report
 
-from ddpcli.core.planning import ResolvedRun, load_plan
+from ddpcli.core.planning import load_plan
 from ddpcli.core.records import METRICS_FILE, read_metrics
+from ddpcli.core.run_types import ResolvedRun
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,33 @@ def write_toml(directory: Path, text: str, name: str = "experiments.toml") -> Pa
     path = directory / name
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# Runs `ddpcli <args>` in a fresh interpreter and reports its exit code and which modules it loaded.
+_PROBE = """
+import json, sys
+from ddpcli.cli.app import main
+code = 0
+try:
+    main(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("ddpcli", "torch"))
+print(json.dumps({"code": code, "modules": loaded}), file=sys.stderr)
+"""
+
+
+def probe_cli(*args: str | Path, cwd: Path = REPO) -> tuple[int, list[str]]:
+    """(exit code, ddpcli and torch modules loaded) of `ddpcli <args>` run in a fresh interpreter."""
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    report = json.loads(result.stderr.strip().splitlines()[-1])
+    return report["code"], report["modules"]
+
+
+def loads_torch(modules: list[str]) -> bool:
+    return any(name == "torch" or name.startswith("torch.") for name in modules)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from ddpcli.cli.app import app
 from ddpcli.cli.console import stdout
 from ddpcli.core import comparison as cmp
-from tests.conftest import REPO
+from tests.conftest import REPO, loads_torch, probe_cli
 from tests.test_comparison import make_run, state
 
 runner = CliRunner()
@@ -212,29 +212,13 @@ def test_narrow_console_splits_the_table(runs: Path, monkeypatch: Any) -> None:
     assert "equivalent vs 1x64" in out and "loss curve" in out
 
 
-PROBE = """
-import json, sys
-from ddpcli.cli.app import main
-try:
-    main(["compare", *sys.argv[1:]])
-except SystemExit as exit:
-    code = exit.code
-print(json.dumps({"torch": "torch" in sys.modules, "code": code}), file=sys.stderr)
-"""
-
-
-def probe_torch(*args: str) -> dict[str, Any]:
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
-    )
-    return json.loads(result.stderr.strip().splitlines()[-1])
-
-
 def test_torch_is_imported_only_to_read_parameter_files(tmp_path: Path, runs: Path) -> None:
     make_run(tmp_path / "plain", "1x64", per_device=64, lr=0.2, steps=25)
     make_run(tmp_path / "plain", "4x16", nproc=4, lr=0.2, steps=25)  # no final_params.pt anywhere
-    assert probe_torch(str(tmp_path / "plain"), "--json") == {"torch": False, "code": 0}
-    assert probe_torch(str(runs), "--json") == {"torch": True, "code": 0}
+    code, modules = probe_cli("compare", tmp_path / "plain", "--json")
+    assert (code, loads_torch(modules)) == (0, False)
+    code, modules = probe_cli("compare", runs, "--json")
+    assert (code, loads_torch(modules)) == (0, True)
 
 
 def test_unwritable_csv_path_is_one_line(runs: Path, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 from ddpcli.core import comparison as cmp
 from ddpcli.core.errors import UserError
 from ddpcli.core.records import write_json_atomic
+from ddpcli.host.params import param_diff
 
 # ---------------------------------------------------------------------------------------------------------------
 # Making run directories (also used by tests/test_compare_cli.py)
@@ -167,22 +168,6 @@ def test_speedup_and_efficiency_from_run_records(tmp_path: Path) -> None:
     assert tuple(data) == (*cmp.ROW_KEYS, *cmp.JSON_KEYS)
     assert data["samples_seen"] == 1600 and data["steps"] == 25 and data["global_batch_size"] == 64
     assert data["wall_time_s"] == pytest.approx(2.5)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Interpolation
-
-
-def test_interpolate_exact_between_and_outside() -> None:
-    xs, ys = [10.0, 20.0, 40.0], [1.0, 0.5, 0.25]
-    assert cmp.interpolate(xs, ys, 20.0) == 0.5
-    assert cmp.interpolate(xs, ys, 30.0) == pytest.approx(0.375)
-    assert cmp.interpolate(xs, ys, 10.0) == 1.0
-    assert cmp.interpolate(xs, ys, 40.0) == 0.25
-    assert cmp.interpolate(xs, ys, 41.0) is None  # not reached
-    assert cmp.interpolate(xs, ys, 5.0) is None  # before the first logged row
-    assert cmp.interpolate(xs, [1.0, None, 0.25], 15.0) is None
-    assert cmp.interpolate([], [], 1.0) is None
 
 
 def test_loss_at_the_baseline_sample_count(tmp_path: Path) -> None:
@@ -381,8 +366,6 @@ def torch_or_skip() -> Any:
 
 
 def test_param_diff_and_verdicts(tmp_path: Path, torch_or_skip: Any) -> None:
-    from ddpcli.host.params import param_diff
-
     def saved(name: str, value: dict[str, Any]) -> Path:
         path = tmp_path / f"{name}.pt"
         torch_or_skip.save(value, path)
@@ -433,7 +416,7 @@ def test_equivalent_and_diverged_rows_with_notes(tmp_path: Path, torch_or_skip: 
     make_run(tmp_path, "8x8", nproc=8, per_device=8, lr=0.2, steps=25, params=state(w=[1.0, 2.5]), argv=bn_args)
     make_run(tmp_path, "2x8", nproc=2, per_device=8, steps=100, status="failed")
     found, _ = cmp.collect_runs([tmp_path])
-    result = cmp.compare_runs(found)
+    result = cmp.compare_runs(found, param_diff=param_diff)
     assert [row.label for row in result.rows] == ["1x16", "1x64", "2x8", "4x16", "8x8"]
     assert result.baseline.run.record.run_dir == base
     four, eight, two = row_of(result, "4x16"), row_of(result, "8x8"), row_of(result, "2x8")
@@ -544,10 +527,11 @@ def test_curve_points_are_evenly_spaced_in_samples(tmp_path: Path) -> None:
     ]
 
 
-def test_comparison_module_imports_neither_torch_nor_rich() -> None:
+def test_comparison_module_imports_neither_torch_rich_pydantic_nor_planning() -> None:
     import subprocess
 
-    code = "import sys, ddpcli.core.comparison; print(sorted(m for m in ('torch', 'rich') if m in sys.modules))"
+    heavy = ("torch", "rich", "pydantic", "ddpcli.core.config", "ddpcli.core.planning", "ddpcli.host.params")
+    code = f"import sys, ddpcli.core.comparison; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from ddpcli.cli.app import app
 from ddpcli.core.config import parse_experiment_text
 from ddpcli.core.errors import UserError
-from ddpcli.core.planning import Plan, load_plan, resolve_plan
+from ddpcli.core.planning import load_plan, resolve_plan
+from ddpcli.core.run_types import Plan
 from ddpcli.core.scaffold import (
     InitRequest,
     build_experiment,

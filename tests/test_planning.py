@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from ddpcli.core.config import validate_experiment_data
 from ddpcli.core.errors import ConfigError
-from ddpcli.core.planning import EXTRA_KEYS, PLAN_KEYS, Plan, resolve_plan
+from ddpcli.core.planning import resolve_plan
+from ddpcli.core.run_types import EXTRA_KEYS, PLAN_KEYS, Plan
 
 SOURCE = Path("/tmp/exp/experiments.toml")
 
@@ -164,7 +165,11 @@ def test_env_tables_merge_and_script_is_relative_to_file() -> None:
 
 
 def test_plan_json_keys_are_the_contract() -> None:
-    data = plan_of(SEED, {"name": "4x16", "nproc_per_node": 4}).as_json()
+    """What `ddpcli plan --json` prints (ddpcli.cli.commands.plan.plan_json, the one place that builds it)."""
+    from ddpcli.cli.commands.plan import plan_json
+
+    plan = plan_of(SEED, {"name": "4x16", "nproc_per_node": 4})
+    data = plan_json(plan, plan.runs, {})
     assert set(data) == {"file", "baseline", "experiments"}
     assert list(data["baseline"]) == [*PLAN_KEYS, *EXTRA_KEYS]
 

@@ -26,11 +26,11 @@ import torch.distributed as dist
 from torch import nn
 
 from ddpcli import runtime
-from ddpcli.core.planning import ResolvedRun, load_plan
+from ddpcli.core.planning import load_plan
 from ddpcli.core.records import METRICS_FILE, PARAMS_FILE, read_metrics
-from tests.conftest import max_abs_diff, merge_observations
+from ddpcli.core.run_types import ResolvedRun
+from tests.conftest import REPO, max_abs_diff, merge_observations
 
-REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 EQUAL = 1e-5  # float sums in another order: ~1e-7 expected
@@ -224,8 +224,11 @@ def test_init_without_torchrun_is_world_size_one_without_a_process_group(local_c
     assert not dist.is_initialized()
     model = local_ctx.wrap(nn.Linear(2, 1))
     assert isinstance(model, runtime.LocalModel) and isinstance(model.module, nn.Linear)
-    with local_ctx.accumulate(model, 0, 2):
-        model(torch.ones(1, 2)).sum().backward()
+    for index, scale in enumerate((1.0, 2.0)):  # two micro-batches: the gradients add up across the block
+        with local_ctx.accumulate(model, index, 2):
+            model(torch.full((1, 2), scale)).sum().backward()
+    assert model.module.weight.grad.tolist() == [[3.0, 3.0]] and model.module.bias.grad.tolist() == [2.0]
+    assert local_ctx.accum_steps == 2
     assert local_ctx.sync_batchnorm(model) is model
 
 

@@ -26,8 +26,9 @@ from typer.testing import CliRunner
 from ddpcli.cli.app import app
 from ddpcli.core.config import validate_experiment_data
 from ddpcli.core.errors import UserError
-from ddpcli.core.planning import ResolvedRun, resolve_plan
+from ddpcli.core.planning import resolve_plan
 from ddpcli.core.records import PARAMS_FILE, RUN_FILE, read_json
+from ddpcli.core.run_types import ResolvedRun
 from ddpcli.core.slurm import PORT_BASE, PORT_SPAN, SlurmOptions, sbatch_script
 from tests.conftest import REPO, write_toml
 

@@ -1,50 +1,62 @@
-"""`ddpcli plan` must stay instant: it never imports torch (nor does importing the CLI)."""
+"""`ddpcli plan` must stay instant: it never imports torch, and loads only its own command module.
+
+The root group loads a command's module only when the command runs (ddpcli/cli/app.py), so `ddpcli plan` imports
+planning and the plan renderer but nothing of ddpcli.host (supervisor, sweep, parameter files) and no other command.
+"""
 
 from __future__ import annotations
 
+import inspect
 import json
-import subprocess
-import sys
 
-from tests.conftest import REPO
+import pytest
 
-PROBE = """
-import json, sys
-from ddpcli.cli.app import main
-try:
-    main(sys.argv[1:])
-except SystemExit as exit:
-    code = exit.code
-print(json.dumps({"torch": [name for name in sys.modules if name == "torch" or name.startswith("torch.")],
-                  "code": code}), file=sys.stderr)
-"""
+from ddpcli.cli.app import COMMANDS
+from tests.conftest import REPO, loads_torch, probe_cli
+
+OTHER_COMMANDS = [f"ddpcli.cli.commands.{name}" for name in COMMANDS if name != "plan"]
 
 
-def run_probe(*args: str) -> dict:
+def test_plan_never_imports_torch_host_or_another_command() -> None:
+    code, modules = probe_cli("plan", REPO / "experiments.toml")
+    assert code == 0
+    assert "ddpcli.cli.commands.plan" in modules  # the probe sees what was loaded
+    assert [name for name in modules if name.startswith(("torch", "ddpcli.host", *OTHER_COMMANDS))] == []
+
+
+def test_plan_json_from_the_default_file_loads_no_torch() -> None:
+    code, modules = probe_cli("plan", "--json")  # ./experiments.toml of the repository
+    assert code == 0 and not loads_torch(modules)
+
+
+def test_root_help_lists_every_command_without_loading_any() -> None:
+    code, modules = probe_cli("--help")
+    assert code == 0
+    assert [name for name in modules if name.startswith(("torch", "ddpcli.host", "ddpcli.cli.commands."))] == []
+
+
+def test_a_command_help_loads_only_that_command() -> None:
+    code, modules = probe_cli("slurm", "--help")
+    assert code == 0
+    assert [name for name in modules if name.startswith("ddpcli.cli.commands.")] == ["ddpcli.cli.commands.slurm"]
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_registry_help_is_the_first_paragraph_of_the_command_docstring(name: str) -> None:
+    """`ddpcli --help` shows the registry's line without importing the command: it must not drift from it."""
+    lazy = COMMANDS[name]
+    command = lazy.load(name)
+    assert command.name == name
+    assert lazy.short_help == inspect.cleandoc(command.help or "").split("\n\n")[0]
+
+
+def test_plan_json_through_the_lazy_group_is_the_plan() -> None:
+    import subprocess
+    import sys
+
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-m", "ddpcli", "plan", "--json"], cwd=REPO, capture_output=True, text=True, timeout=120
     )
-    return json.loads(result.stderr.strip().splitlines()[-1])
-
-
-def test_plan_never_imports_torch() -> None:
-    probe = run_probe("plan", str(REPO / "experiments.toml"))
-    assert probe == {"torch": [], "code": 0}
-
-
-def test_plan_json_and_help_never_import_torch() -> None:
-    assert run_probe("plan", "--json")["torch"] == []
-    assert run_probe("--help")["torch"] == []
-
-
-def test_plan_command_module_imports_no_host_and_no_other_renderer() -> None:
-    """The plan command and its renderer stand alone: nothing of ddpcli.host, no launch or compare renderer."""
-    probe = (
-        "import json, sys; import ddpcli.cli.commands.plan; "
-        "print(json.dumps(sorted(name for name in sys.modules if name.startswith(('ddpcli.host', "
-        "'ddpcli.cli.render.launch', 'ddpcli.cli.render.compare', 'ddpcli.cli.commands.launch', "
-        "'ddpcli.cli.commands.compare')))))"
-    )
-    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == []
+    plan = json.loads(result.stdout)
+    assert [run["name"] for run in [plan["baseline"], *plan["experiments"]]] == ["1x16", "4x16", "1x64", "4x4"]

@@ -1,28 +1,119 @@
-"""The `ddpcli` command: one root Typer app, one module per command under ddpcli/commands/."""
+"""The `ddpcli` command: one root Typer app whose commands are loaded only when they run.
+
+Each command lives in its own module under ddpcli/cli/commands/. The root group knows them by name (COMMANDS) and
+imports a module only when its command is invoked, as click's "Lazily Loading Subcommands" pattern (and hatch)
+do: `ddpcli plan` imports planning and the plan renderer, not the supervisor, the sweep or the comparison. The
+one-line help of each command is kept here so that `ddpcli --help` lists every command without importing any;
+tests/test_startup.py checks that it equals the first paragraph of the command's docstring.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from ddpcli import __version__
-from ddpcli.cli.commands import compare, init, launch, plan, slurm
+
+MARKUP_MODE = "markdown"
+
+
+@dataclass(frozen=True)
+class LazyCommand:
+    """Where a command's function lives, and the one line `ddpcli --help` shows for it."""
+
+    module: str
+    function: str
+    short_help: str
+
+    def load(self, name: str) -> Any:
+        """Import the module and build the command exactly as `app.command(name)(function)` would."""
+        function = getattr(importlib.import_module(self.module), self.function)
+        single = typer.Typer(rich_markup_mode=MARKUP_MODE, add_completion=False)
+        single.command(name)(function)
+        return typer.main.get_command(single)  # a Typer with one command and no callback is that command
+
+
+COMMANDS = {
+    "plan": LazyCommand(
+        "ddpcli.cli.commands.plan",
+        "plan_command",
+        "Resolve every run of an experiment file: world size, per-device batch, accumulation, global batch,\n"
+        "learning-rate scaling, warmup and steps per epoch, with notes in plain words. Never imports torch.",
+    ),
+    "launch": LazyCommand(
+        "ddpcli.cli.commands.launch",
+        "launch_command",
+        "Run the experiment file's runs (baseline first) through torchrun, one after another.",
+    ),
+    "compare": LazyCommand(
+        "ddpcli.cli.commands.compare",
+        "compare_command",
+        "Compare runs: throughput, speedup and scaling efficiency against a baseline, loss at equal samples\n"
+        "seen, and whether each multi-process run ends with the same parameters as its single-process equivalent.",
+    ),
+    "slurm": LazyCommand(
+        "ddpcli.cli.commands.slurm",
+        "slurm_command",
+        "Write an sbatch script for one run: srun starts one `ddpcli launch` per node, and the nodes meet\n"
+        "at a torchrun rendezvous on the first node. Printed by default; `--submit` queues it.",
+    ),
+    "init": LazyCommand(
+        "ddpcli.cli.commands.init",
+        "init_command",
+        "Write an experiment file for your own training script, read from its `--help`, without training.",
+    ),
+}
+
+
+class LazyGroup(TyperGroup):
+    """The root group: commands by name from COMMANDS, each module imported on first use.
+
+    While the group's own help is written, a command is a placeholder carrying only its one-line help, so that
+    listing the commands imports none of them.
+    """
+
+    # Commands and contexts are typer's click classes (typer vendors click since 0.16), hence `Any` in the hints.
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self._listing = False
+        self._loaded: dict[str, Any] = {}
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
+        lazy = COMMANDS.get(cmd_name)
+        if lazy is None:
+            return None
+        if self._listing:
+            return TyperCommand(cmd_name, short_help=lazy.short_help)
+        if cmd_name not in self._loaded:
+            self._loaded[cmd_name] = lazy.load(cmd_name)
+        return self._loaded[cmd_name]
+
+    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
     name="ddpcli",
+    cls=LazyGroup,
     help="Plan, launch and compare PyTorch DistributedDataParallel runs: what your batch size, learning rate "
     "and epoch become on N GPUs, proven with real torchrun jobs.",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="markdown",
+    rich_markup_mode=MARKUP_MODE,
     pretty_exceptions_show_locals=False,
 )
-app.command("plan")(plan.plan_command)
-app.command("launch")(launch.launch_command)
-app.command("compare")(compare.compare_command)
-app.command("slurm")(slurm.slurm_command)
-app.command("init")(init.init_command)
 
 
 def _version(value: bool) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import typer
@@ -17,6 +18,15 @@ R = TypeVar("R")
 
 stdout = Console(highlight=False)
 stderr = Console(stderr=True, highlight=False)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write an output file the user named; a path that cannot be written is theirs to fix (exit 2), not a
+    traceback. (compare's CSV and plot writer says the same words.)"""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise UserError(f"cannot write {path}: {error.strerror or error}") from None
 
 
 def user_errors(command: Callable[P, R]) -> Callable[P, R]:

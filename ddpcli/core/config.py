@@ -1,3 +1,5 @@
+# Over 300 lines on purpose: the pydantic models and the error wording that names the file and the field belong
+# together (each validator's message is part of the model). Splittable into config/models.py and config/errors.py.
 """The experiment file: pydantic models and a loader whose errors a user can act on.
 
 Every model forbids unknown keys, so a typo (`per_device_batchsize`) is an error with a suggestion instead of a

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpcli.core.errors import ConfigError, UserError
-from ddpcli.core.planning import ResolvedRun
 from ddpcli.core.records import LOGS_DIR
+from ddpcli.core.run_types import ResolvedRun
 
 # With --max-restarts, gloo workers of a restarted group can fail or hang in init_process_group on stale
 # addresses in the shared rendezvous TCPStore (pytorch/pytorch#135712); a store of their own avoids it.

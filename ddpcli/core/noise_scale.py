@@ -90,16 +90,6 @@ class NoiseScaleTracker:
 # Steps and examples trade off as (S/S_min - 1)(E/E_min - 1) = 1, with B_crit = E_min / S_min (their eq. 2.11).
 
 
-def steps_needed(min_steps: float, batch: float, b_crit: float) -> float:
-    """S = S_min (1 + B_crit / B): optimizer steps to reach a target loss at batch B."""
-    return min_steps * (1.0 + b_crit / batch)
-
-
-def examples_needed(min_examples: float, batch: float, b_crit: float) -> float:
-    """E = E_min (1 + B / B_crit): training examples to reach the same target at batch B."""
-    return min_examples * (1.0 + batch / b_crit)
-
-
 def step_speedup(batch: float, baseline_batch: float, b_crit: float) -> float:
     """How many times fewer steps batch B needs than the baseline batch B0: (1 + B_crit/B0) / (1 + B_crit/B).
 

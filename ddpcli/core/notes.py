@@ -7,8 +7,7 @@ square-root rule.
 
 from __future__ import annotations
 
-# planning imports this module inside a function (notes follow from numbers), so importing it here is no cycle.
-from ddpcli.core.planning import ResolvedRun, samples_kept_warmup
+from ddpcli.core.run_types import ResolvedRun, samples_kept_warmup
 
 LINEAR_RULE_LIMIT = 32  # Goyal et al. 2017 saw linear scaling hold to 8k from 256 (x32) and fail beyond.
 

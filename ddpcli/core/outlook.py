@@ -3,19 +3,18 @@
 With the critical batch B_crit taken as the simple noise scale B_simple, a run at global batch B needs
 (1 + B_crit/B0) / (1 + B_crit/B) times fewer optimizer steps than the baseline at B0, and uses a fraction
 1 / (1 + B/B_crit) of its samples as efficiently as a tiny batch would. Far above B_crit, more devices buy
-almost no fewer steps. Pure arithmetic over ddpcli.core.noise_scale; no torch, no rich.
+almost no fewer steps. Pure arithmetic over ddpcli.core.noise_scale: no files (a run directory's measured noise
+scale is read by ddpcli.core.records.measured_noise_scale), no torch, no rich.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 from ddpcli.core.errors import UserError
 from ddpcli.core.noise_scale import data_efficiency, step_speedup
-from ddpcli.core.planning import ResolvedRun
-from ddpcli.core.records import final_noise_scale, is_run_dir
+from ddpcli.core.run_types import ResolvedRun
 
 FAR_ABOVE_CRITICAL = 4  # a global batch this many times the critical batch wastes most of its samples
 
@@ -40,24 +39,6 @@ class BatchOutlook:
             "predicted_step_speedup": self.predicted_step_speedup,
             "data_efficiency": self.data_efficiency,
         }
-
-
-def noise_scale_of(run_dir: Path) -> float:
-    """The last noise scale a finished run measured; an error the user can act on when there is none."""
-    if not is_run_dir(run_dir):
-        raise UserError(f"--noise-scale-from {run_dir}: not a run directory (no run.json)")
-    value = final_noise_scale(run_dir)
-    if value is None:
-        raise UserError(
-            f"--noise-scale-from {run_dir}: its metrics.jsonl has no noise_scale; launch it with noise_scale = true "
-            "(at world size 1 it also needs grad_accum_steps >= 2)"
-        )
-    if value <= 0:  # the runtime logs only positive values; a hand-edited or foreign file may hold anything
-        raise UserError(
-            f"--noise-scale-from {run_dir}: its last noise_scale is {value:g}, not a positive number, so it names no "
-            "critical batch"
-        )
-    return value
 
 
 def batch_outlook(run: ResolvedRun, baseline: ResolvedRun, critical_batch: float | None) -> BatchOutlook | None:

@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ddpcli.core.errors import UserError
+
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
@@ -168,6 +170,24 @@ def noise_scale_reading(run_dir: Path) -> tuple[float | None, str | None]:
     if value is not None and value <= 0:
         return None, f"{path}: noise_scale {value:g} in its last measurement is not positive, not used"
     return value, None
+
+
+def measured_noise_scale(run_dir: Path) -> float:
+    """The last noise scale a finished run measured; an error the user can act on when there is none."""
+    if not is_run_dir(run_dir):
+        raise UserError(f"--noise-scale-from {run_dir}: not a run directory (no run.json)")
+    value = final_noise_scale(run_dir)
+    if value is None:
+        raise UserError(
+            f"--noise-scale-from {run_dir}: its metrics.jsonl has no noise_scale; launch it with noise_scale = true "
+            "(at world size 1 it also needs grad_accum_steps >= 2)"
+        )
+    if value <= 0:  # the runtime logs only positive values; a hand-edited or foreign file may hold anything
+        raise UserError(
+            f"--noise-scale-from {run_dir}: its last noise_scale is {value:g}, not a positive number, so it names no "
+            "critical batch"
+        )
+    return value
 
 
 def is_run_dir(path: Path) -> bool:

@@ -1,3 +1,6 @@
+# Over 300 lines on purpose, for now: help parsing, flag recognition, wiring and TOML rendering are one pipeline
+# read top to bottom. The split when it grows: scaffold/help.py (parse_help, find_flags), scaffold/wiring.py (the
+# _wire_* steps and the runs), scaffold/toml.py (header, tables, toml_value). See tests/test_init.py.
 """`ddpcli init`: from a training script's `--help` text to a commented experiment file that runs.
 
 Pure on purpose (no subprocess, torch, rich or typer): parse the help text into options, recognise the usual

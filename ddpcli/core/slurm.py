@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpcli.core.errors import UserError
-from ddpcli.core.planning import ResolvedRun
+from ddpcli.core.run_types import ResolvedRun
 
 # A port derived from the job id keeps two jobs that share a node apart; the range stays below Linux's ephemeral
 # ports (32768 and up), where an outgoing connection could already hold the number.

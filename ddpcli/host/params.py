@@ -1,7 +1,7 @@
 """The one place that reads final_params.pt, and so the only place `ddpcli compare` imports torch.
 
 torch is imported inside the functions: importing this module costs nothing, and `compare` calls it only when
-two parameter files really have to be compared (see ddpcli.core.comparison.equivalence.compare_params).
+two parameter files really have to be compared (`ddpcli compare` passes `param_diff` to ddpcli.core.comparison).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddpcli.core.comparison.equivalence import ParamDiff
+from ddpcli.core.param_diff import ParamDiff
 
 
 def load_state_dict(path: Path) -> dict[str, Any]:

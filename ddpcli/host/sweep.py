@@ -24,9 +24,9 @@ from ddpcli.core.errors import UserError
 from ddpcli.core.findings import run_findings
 from ddpcli.core.launcher import LaunchSpec, Rendezvous, build_launch
 from ddpcli.core.observation import merged_metrics, read_observations, summarize
-from ddpcli.core.planning import EXTRA_KEYS, PLAN_KEYS, Plan, ResolvedRun
 from ddpcli.core.records import METRICS_FILE, PARAMS_FILE, RUN_FILE, new_run_id, utc_now, write_metrics
 from ddpcli.core.run_record import FailedRank, RunRecord, validation_message
+from ddpcli.core.run_types import EXTRA_KEYS, PLAN_KEYS, Plan, ResolvedRun
 from ddpcli.host.supervisor import Outcome, StopRequest, run_dir_marker, run_to_end, worker_pids
 
 

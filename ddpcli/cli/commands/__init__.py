@@ -5,6 +5,9 @@ from typing import Annotated
 
 import typer
 
+# The file plan, launch, slurm and compare read when none is named, and the file init writes by default.
+DEFAULT_EXPERIMENT_FILE = Path("experiments.toml")
+
 # The experiment file argument that plan and slurm share (launch defaults it explicitly to the same file).
 ExperimentFileArgument = Annotated[
     Path | None, typer.Argument(help="Experiment file (TOML). Default: ./experiments.toml.", show_default=False)

@@ -11,14 +11,14 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE as EXPERIMENT_FILE
 from ddpcli.cli.console import stderr, stdout, user_errors
 from ddpcli.cli.render.compare import comparison_tables, csv_text, loss_figure
 from ddpcli.cli.render.layout import print_bullets
 from ddpcli.core.comparison import DEFAULT_ATOL, PLOT_POINTS, collect_runs, compare_runs
 from ddpcli.core.errors import UserError
 from ddpcli.core.planning import load_plan
-
-EXPERIMENT_FILE = Path("experiments.toml")
+from ddpcli.host.params import param_diff
 
 
 @user_errors
@@ -70,7 +70,11 @@ def compare_command(
             raise UserError(f"{path}: its directory {path.parent} does not exist")
     records, warnings = collect_runs(paths or [_default_root()], include_all)
     comparison = compare_runs(
-        records, baseline=baseline, atol=atol, plot_points=PLOT_POINTS if plot_path is not None else 0
+        records,
+        baseline=baseline,
+        atol=atol,
+        param_diff=param_diff,
+        plot_points=PLOT_POINTS if plot_path is not None else 0,
     )
     for warning in [*warnings, *comparison.warnings]:
         stderr.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)

@@ -11,7 +11,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from ddpcli.cli.console import stderr, user_errors
+from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
+from ddpcli.cli.console import stderr, user_errors, write_text
 from ddpcli.core.errors import UserError
 from ddpcli.core.planning import resolve_plan
 from ddpcli.core.scaffold import (
@@ -61,9 +62,9 @@ def init_command(
             show_default=False,
         ),
     ] = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="The experiment file to write.")] = Path(
-        "experiments.toml"
-    ),
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The experiment file to write.")
+    ] = DEFAULT_EXPERIMENT_FILE,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output file if it exists.")] = False,
     to_stdout: Annotated[bool, typer.Option("--print", help="Print the file to stdout instead of writing it.")] = False,
     example: Annotated[
@@ -153,10 +154,7 @@ def _emit(text: str, output: Path, force: bool, to_stdout: bool) -> None:
         print(text, end="")
         return
     _refuse_overwrite(output, force, to_stdout)
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as error:
-        raise UserError(f"{output}: cannot write it: {error.strerror or error}") from None
+    write_text(output, text)
 
 
 def _check_plans(scaffold: Scaffold, output: Path) -> None:
@@ -174,6 +172,6 @@ def _relative(script: Path, out_dir: Path) -> str:
 
 
 def _next_steps(output: Path) -> str:
-    if output == Path("experiments.toml"):
+    if output == DEFAULT_EXPERIMENT_FILE:
         return "ddpcli plan && ddpcli launch"
     return f"ddpcli plan {escape(str(output))} && ddpcli launch {escape(str(output))}"

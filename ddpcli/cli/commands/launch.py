@@ -14,15 +14,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
 from ddpcli.cli.console import stderr, stdout, user_errors
 from ddpcli.cli.render.format import display_path
 from ddpcli.cli.render.launch import LaunchRow, launch_summary_tables
 from ddpcli.core.config import is_safe_name
 from ddpcli.core.errors import UserError
 from ddpcli.core.launcher import LaunchSpec, Rendezvous
-from ddpcli.core.planning import Plan, load_plan
+from ddpcli.core.planning import load_plan
 from ddpcli.core.records import METRICS_FILE, finite_or_none, last_metrics_row
 from ddpcli.core.run_record import RunRecord
+from ddpcli.core.run_types import Plan
 from ddpcli.host.supervisor import StopRequest
 from ddpcli.host.sweep import RunResult, SweepOptions, prepare, resume_from, run_one, run_sweep
 
@@ -32,7 +34,7 @@ EXIT_INTERRUPTED = 130
 
 @user_errors
 def launch_command(
-    file: Annotated[Path, typer.Argument(help="Experiment file (TOML).")] = Path("experiments.toml"),
+    file: Annotated[Path, typer.Argument(help="Experiment file (TOML).")] = DEFAULT_EXPERIMENT_FILE,
     only: Annotated[list[str] | None, typer.Option("--only", help="Only this run (repeatable).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print each command and its env; start nothing.")] = False,
     runs_dir: Annotated[

@@ -9,13 +9,15 @@ from typing import Annotated, Any
 
 import typer
 
-from ddpcli.cli.commands import ExperimentFileArgument
+from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE, ExperimentFileArgument
 from ddpcli.cli.console import stdout, user_errors
 from ddpcli.cli.render.plan import plan_tables, print_notes
 from ddpcli.core.config import validate_experiment_data
 from ddpcli.core.errors import ConfigError, UserError
-from ddpcli.core.outlook import BatchOutlook, batch_outlook, noise_scale_of, outlook_note
-from ddpcli.core.planning import Plan, ResolvedRun, load_plan, resolve_plan
+from ddpcli.core.outlook import BatchOutlook, batch_outlook, outlook_note
+from ddpcli.core.planning import load_plan, resolve_plan
+from ddpcli.core.records import measured_noise_scale
+from ddpcli.core.run_types import Plan, ResolvedRun
 
 QUICK = "Quick form (no file)"
 
@@ -97,10 +99,10 @@ def plan_command(
             dataset_size,
         )
     else:
-        plan = load_plan(file or Path("experiments.toml"))
+        plan = load_plan(file or DEFAULT_EXPERIMENT_FILE)
     plan = with_rendezvous_notes(plan, rdzv_endpoint or plan.cluster.rdzv_endpoint)
     runs = plan.select(only)
-    critical_batch = noise_scale_of(noise_scale_from) if noise_scale_from is not None else None
+    critical_batch = measured_noise_scale(noise_scale_from) if noise_scale_from is not None else None
     outlooks = {run.name: batch_outlook(run, plan.baseline, critical_batch) for run in plan.runs}
     if as_json:
         print(json.dumps(plan_json(plan, runs, outlooks), indent=2, allow_nan=False))

@@ -10,10 +10,11 @@ from typing import Annotated
 
 import typer
 
-from ddpcli.cli.commands import ExperimentFileArgument
-from ddpcli.cli.console import stderr, stdout, user_errors
+from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE, ExperimentFileArgument
+from ddpcli.cli.console import stderr, stdout, user_errors, write_text
 from ddpcli.core.errors import UserError
-from ddpcli.core.planning import Plan, ResolvedRun, load_plan
+from ddpcli.core.planning import load_plan
+from ddpcli.core.run_types import Plan, ResolvedRun
 from ddpcli.core.slurm import SlurmOptions, sbatch_script
 
 SBATCH_TIMEOUT_S = 60
@@ -63,7 +64,7 @@ def slurm_command(
 
     Example: `ddpcli slurm experiments.toml --only 4x16 --partition gpu --time 01:00:00 --submit`
     """
-    path = (file or Path("experiments.toml")).resolve()
+    path = (file or DEFAULT_EXPERIMENT_FILE).resolve()
     plan = load_plan(path)
     run = _one_run(plan, only)
     options = SlurmOptions(
@@ -80,7 +81,7 @@ def slurm_command(
     )
     script = sbatch_script(run, options)
     if output is not None:
-        _write(output, script)
+        write_text(output, script)
     if submit:
         job_id = _submit(script, output)
         print(job_id)
@@ -98,13 +99,6 @@ def _one_run(plan: Plan, only: str | None) -> ResolvedRun:
         names = ", ".join(run.name for run in plan.runs)
         raise UserError(f"--only NAME is required: one job runs one run (runs in {plan.file}: {names})")
     return plan.select([only])[0]
-
-
-def _write(output: Path, script: str) -> None:
-    try:
-        output.write_text(script, encoding="utf-8")
-    except OSError as error:
-        raise UserError(f"cannot write {output}: {error.strerror or error}") from None
 
 
 def _submit(script: str, path: Path | None) -> str:

@@ -11,7 +11,7 @@ from rich.markup import escape
 from ddpcli.cli.render.format import MISSING, fmt_number
 from ddpcli.cli.render.layout import Column, fitted_tables, print_bullets
 from ddpcli.core.outlook import BatchOutlook, outlook_note
-from ddpcli.core.planning import Plan, ResolvedRun
+from ddpcli.core.run_types import Plan, ResolvedRun
 
 COLUMNS = (
     Column("run", "left"), Column("world"), Column("batch"), Column("global"), Column("lr"), Column("rule", "left"),

@@ -30,7 +30,7 @@ Definitions (the numbers people quote, so they are fixed here and documented in 
 """
 
 from ddpcli.core.comparison.baseline import choose_baseline
-from ddpcli.core.comparison.curve import Curve, Row, interpolate, loss_at, resample
+from ddpcli.core.comparison.curve import Curve, Row, loss_at, resample
 from ddpcli.core.comparison.equivalence import (
     DEFAULT_ATOL,
     DIVERGED,
@@ -96,7 +96,6 @@ __all__ = [
     "divergence_causes",
     "divergence_note",
     "find_partner",
-    "interpolate",
     "load_run",
     "loss_at",
     "read_run_record",

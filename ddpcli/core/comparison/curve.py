@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ddpcli.core.records import finite_or_none, loads_json
@@ -140,16 +139,6 @@ def resample(curve: Curve, points: int) -> list[Point]:
             x, y = _point(row)
             chosen[x] = y
     return list(chosen.items())
-
-
-def interpolate(xs: Sequence[float], ys: Sequence[float | None], x: float) -> float | None:
-    """y at x by linear interpolation on increasing xs; None outside [xs[0], xs[-1]] or next to a missing y."""
-    if not len(xs) or x > xs[-1] or x < xs[0]:
-        return None
-    index = bisect.bisect_left(xs, x)
-    if xs[index] == x:
-        return ys[index]
-    return _lerp(x, (xs[index - 1], ys[index - 1]), (xs[index], ys[index]))
 
 
 def _point(row: Row) -> Point:

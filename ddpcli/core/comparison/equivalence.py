@@ -1,38 +1,20 @@
 """Parameter equivalence: which single-process run a multi-process run must match, and the verdict on their final
-parameters. Parameter files need torch; they are read through `ddpcli.host.params`, imported only when two parameter
-files really have to be compared."""
+parameters. Parameter files need torch, so the core never reads them: the caller passes the reader
+(`ddpcli.host.params.param_diff`, which imports torch only when two files really have to be compared)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from ddpcli.core.comparison.metrics import RunSummary
 from ddpcli.core.comparison.runs import RunRecord
+from ddpcli.core.param_diff import ParamDiff, ParamDiffFn
 from ddpcli.core.records import PARAMS_FILE
 
 EQUIVALENT, DIVERGED = "equivalent", "diverged"
 DEFAULT_ATOL = 1e-5
-
-
-@dataclass(frozen=True)
-class ParamDiff:
-    """The result of comparing two final_params.pt files.
-
-    max_abs_diff: over every tensor of both state_dicts (when their names and shapes match).
-    mismatch: why the two cannot be the same model (names, shapes, non-finite values): a divergence.
-    error: why they could not be compared at all (a missing or unreadable file): no verdict.
-    """
-
-    max_abs_diff: float | None = None
-    mismatch: str | None = None
-    error: str | None = None
-
-
-ParamDiffFn = Callable[[Path, Path], ParamDiff]
 
 
 def verdict(diff: ParamDiff | None, atol: float) -> str | None:
@@ -93,10 +75,11 @@ def _partner_preference(run: RunRecord, other: RunSummary) -> tuple[Any, ...]:
 
 
 def compare_params(run: RunRecord, partner: RunRecord, diff_fn: ParamDiffFn | None = None) -> ParamDiff:
-    """Compare final parameters; torch is imported (through ddpcli.host.params) only when both files exist."""
+    """Compare final parameters with `diff_fn` (ddpcli.host.params.param_diff) when both files exist; without a
+    reader the parameters are not compared, and the diff says so rather than inventing a number."""
     for record in (run, partner):
         if not record.params_path.is_file():
             return ParamDiff(error=f"{record.name} has no {PARAMS_FILE} ({record.status}) in {record.run_dir}")
     if diff_fn is None:
-        from ddpcli.host.params import param_diff as diff_fn
+        return ParamDiff(error="final parameters not compared (no parameter reader given)")
     return diff_fn(run.params_path, partner.params_path)

@@ -1,0 +1,199 @@
+"""The layers of ddpcli/ hold: each module's imports (module-level and inside functions), read with `ast`.
+
+    core    pure: config, planning, records, comparison...; imports no other layer and never torch, rich or typer.
+    host    runs and reads things on the launching machine: imports core (and pydantic); torch only inside functions.
+    worker  code inside training processes: imports core and torch, never host or cli, never rich or typer.
+    cli     the Typer app and its Rich rendering: imports core and host, never worker; torch only inside functions.
+
+`ddpcli.runtime` (the facade training scripts import) and `ddpcli.examples` belong to the worker side;
+`ddpcli/__init__.py` and `ddpcli/__main__.py` are the package's door. Module-level imports between ddpcli modules
+form no cycle, and no import inside a function closes one. Self-contained on purpose (no import-linter): the
+rules are a dozen lines and run with pytest.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "ddpcli"
+NEVER_IN_CORE = ("torch", "rich", "typer", "click")
+WORKER_SIDE = ("ddpcli.worker", "ddpcli.runtime", "ddpcli.examples")
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str  # the module that imports
+    target: str  # the module imported (for `from a import b`: a.b when that is a module, else a)
+    in_function: bool  # inside a def or lambda: runs only when called
+    type_only: bool  # under `if TYPE_CHECKING:`: never runs
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name | ast.Attribute) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _absolute(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - node.level + 1]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def imports_of(module: str) -> Iterator[Import]:
+    path = MODULES[module]
+    is_package = path.name == "__init__.py"
+
+    def visit(node: ast.AST, in_function: bool, type_only: bool) -> Iterator[Import]:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(module, alias.name, in_function, type_only)
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(module, node, is_package)
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                yield Import(module, submodule if submodule in MODULES else source, in_function, type_only)
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            typed = type_only or (isinstance(node, ast.If) and _is_type_checking(node) and child in node.body)
+            yield from visit(child, nested, typed)
+
+    yield from visit(ast.parse(path.read_text(encoding="utf-8")), False, False)
+
+
+ALL_IMPORTS = [found for module in MODULES for found in imports_of(module)]
+
+
+def _within(name: str, *prefixes: str) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
+def layer_of(module: str) -> str:
+    for layer in ("core", "host", "cli"):
+        if _within(module, f"ddpcli.{layer}"):
+            return layer
+    return "worker" if _within(module, *WORKER_SIDE) else "door"
+
+
+def violation(found: Import) -> str | None:
+    """Why this import breaks the layering, or None."""
+    layer, target = layer_of(found.importer), found.target
+    runtime_torch = _within(target, "torch") and not found.in_function and not found.type_only
+    forbidden: dict[str, tuple[bool, str]] = {
+        "core": (
+            _within(target, "ddpcli.host", "ddpcli.cli", *WORKER_SIDE, *NEVER_IN_CORE),
+            "core imports no other layer and never torch, rich or typer",
+        ),
+        "host": (
+            _within(target, "ddpcli.cli", *WORKER_SIDE, "rich", "typer", "click") or runtime_torch,
+            "host imports only core (torch only inside functions)",
+        ),
+        "worker": (
+            _within(target, "ddpcli.host", "ddpcli.cli", "rich", "typer", "click"),
+            "worker imports only core, never rich or typer",
+        ),
+        "cli": (
+            _within(target, *WORKER_SIDE) or runtime_torch,
+            "cli imports core and host, never worker; torch only inside functions",
+        ),
+        "door": (_within(target, "torch", *WORKER_SIDE), "importing ddpcli (or python -m ddpcli) stays light"),
+    }
+    broken, rule = forbidden[layer]
+    return f"{found.importer} imports {target}: {rule}" if broken else None
+
+
+def test_the_scan_sees_every_layer_and_both_kinds_of_import() -> None:
+    """Guards the test itself: a scan that found nothing would pass every rule below."""
+    assert {layer_of(module) for module in MODULES} == {"core", "host", "worker", "cli", "door"}
+    host_params = [found for found in ALL_IMPORTS if found.importer == "ddpcli.host.params"]
+    assert any(found.target == "torch" and found.in_function for found in host_params)
+    assert any(found.target == "ddpcli.core.param_diff" and not found.in_function for found in host_params)
+    run_types = [found for found in ALL_IMPORTS if found.importer == "ddpcli.core.run_types"]
+    assert any(found.target == "ddpcli.core.config" and found.type_only for found in run_types)
+
+
+@pytest.mark.parametrize("layer", ["core", "host", "worker", "cli", "door"])
+def test_no_layer_imports_upward_or_sideways(layer: str) -> None:
+    problems = [problem for found in ALL_IMPORTS if layer_of(found.importer) == layer and (problem := violation(found))]
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    ("found", "expected"),
+    [
+        (Import("ddpcli.core.planning", "rich.console", False, False), "core imports no other layer"),
+        (Import("ddpcli.core.outlook", "ddpcli.host.params", True, False), "core imports no other layer"),
+        (Import("ddpcli.host.params", "torch", False, False), "torch only inside functions"),
+        (Import("ddpcli.worker.stream", "ddpcli.cli.console", False, False), "worker imports only core"),
+        (Import("ddpcli.cli.commands.plan", "ddpcli.runtime", True, False), "never worker"),
+        (Import("ddpcli.cli.app", "torch", False, False), "torch only inside functions"),
+    ],
+)
+def test_the_rules_catch_what_they_forbid(found: Import, expected: str) -> None:
+    assert expected in (violation(found) or "")
+
+
+def test_host_and_cli_may_import_torch_inside_functions() -> None:
+    assert violation(Import("ddpcli.host.params", "torch", True, False)) is None
+    assert violation(Import("ddpcli.cli.commands.compare", "torch", True, False)) is None
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as a path [a, b, ..., a], or None (depth-first search with three colours)."""
+    state: dict[str, str] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        stack.append(node)
+        for successor in sorted(graph.get(node, ())):
+            if state.get(successor) == "open":
+                return [*stack[stack.index(successor) :], successor]
+            if successor not in state and (cycle := visit(successor)):
+                return cycle
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def import_graph(include_deferred: bool) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {module: set() for module in MODULES}
+    for found in ALL_IMPORTS:
+        runs = not found.type_only and (include_deferred or not found.in_function)
+        if runs and found.target in MODULES and found.target != found.importer:
+            graph[found.importer].add(found.target)
+    return graph
+
+
+def test_module_level_imports_between_ddpcli_modules_have_no_cycle() -> None:
+    assert find_cycle(import_graph(include_deferred=False)) is None
+
+
+def test_no_cycle_hides_behind_an_import_inside_a_function() -> None:
+    """A deferred import only postpones a cycle (planning and notes once imported each other that way)."""
+    assert find_cycle(import_graph(include_deferred=True)) is None
+
+
+def test_find_cycle_finds_one() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
