@@ -527,10 +527,11 @@ def test_curve_points_are_evenly_spaced_in_samples(tmp_path: Path) -> None:
     ]
 
 
-def test_comparison_module_imports_neither_torch_rich_pydantic_nor_planning() -> None:
+def test_comparison_module_imports_neither_torch_rich_nor_planning() -> None:
+    """Comparing reads run records (the pydantic run.json model), never experiment files, plans or parameters."""
     import subprocess
 
-    heavy = ("torch", "rich", "pydantic", "ddpcli.core.config", "ddpcli.core.planning", "ddpcli.host.params")
+    heavy = ("torch", "rich", "ddpcli.core.config", "ddpcli.core.planning", "ddpcli.host.params")
     code = f"import sys, ddpcli.core.comparison; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
