@@ -292,6 +292,15 @@ def test_every_json_ddpcli_writes_is_strict() -> None:
     assert len(calls) >= 5 and all(strict for _, strict in calls), calls
 
 
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_a_non_finite_timeout_flag_is_one_line(tmp_path: Path, value: str) -> None:
+    """inf passes click's range check (min 0.001) and is ddpcli's to refuse; nan and -inf are click's usage error."""
+    result = runner.invoke(app, ["launch", str(write_toml(tmp_path, SMALL)), "--timeout", value, "--dry-run"])
+    assert result.exit_code == 2 and "Traceback" not in result.output and "--timeout" in result.stderr
+    if value == "inf":
+        assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_run_directory_clash_is_found_before_anything_starts(tmp_path: Path) -> None:
     path = write_toml(tmp_path, SMALL)
     (tmp_path / "runs" / "b" / "JOB42").mkdir(parents=True)

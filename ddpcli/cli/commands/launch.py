@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 import signal
 from collections.abc import Iterator
@@ -73,6 +74,8 @@ def launch_command(
     Exit code 0 when every run completed, 1 when any failed or timed out, 128 + the signal's number when a
     signal stopped it (130 for Ctrl-C, 143 for SIGTERM, 129 for a closed terminal).
     """
+    if timeout is not None and not math.isfinite(timeout):
+        raise UserError(f"--timeout {timeout}: must be a finite number of seconds (leave it out for no limit)")
     if resume is not None:
         ignored = {"--only": only, "--runs-dir": runs_dir, "--nnodes": nnodes, "--rdzv-endpoint": rdzv_endpoint,
                    "--rdzv-id": rdzv_id, "--fail-fast": fail_fast or None}  # fmt: skip
