@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpcli.core.records import RUN_FIELDS, read_json, read_metrics
+from ddpcli.core.records import read_json, read_metrics
+from ddpcli.core.run_record import RUN_FIELDS
 from ddpcli.host.supervisor import worker_pids
 from tests.conftest import REPO, final_params, max_abs_diff, write_toml
 

@@ -1,7 +1,7 @@
 """The run directory: what `launch` writes and `compare` reads. No torch, no rich.
 
 Layout of one run (`<runs_dir>/<name>/<run_id>/`):
-  run.json          the record: plan, command, status, timings, failures (RUN_FIELDS)
+  run.json          the record: plan, command, status, timings, failures, observed (ddpcli.core.run_record)
   metrics.jsonl     one JSON object per logged optimizer step, from rank 0 (at least step, samples, time, loss, lr)
   logs/             torchrun's per-rank stdout/stderr (and error.json files)
   final_params.pt   rank 0's final model state_dict on CPU
@@ -22,17 +22,11 @@ from typing import Any
 
 from ddpcli.core.errors import UserError
 
-SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 PARAMS_FILE = "final_params.pt"
 CHECKPOINT_FILE = "checkpoint.pt"  # written by runtime.Context.checkpoint, read by resume
 LOGS_DIR = "logs"
-RUN_FIELDS = (
-    "schema_version", "run_id", "name", "status", "plan", "argv", "env_added", "started_at", "ended_at",
-    "wall_time_s", "exit_code", "failed_ranks", "hostname", "python", "torch_version", "experiment_file",
-    "experiment_file_sha256", "restarts", "timeout_s",
-)  # fmt: skip
 
 
 def utc_now() -> datetime:

@@ -129,3 +129,7 @@ def validation_message(error: ValidationError) -> str:
     first = error.errors()[0]
     location = ".".join(str(part) for part in first["loc"]) or "(record)"
     return f"{location}: {first['msg']}"
+
+
+# Every key of run.json, in the order it is written (docs/contracts.md).
+RUN_FIELDS = tuple(RunRecord.model_fields)
