@@ -208,6 +208,20 @@ def write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
     with tempfile.NamedTemporaryFile(
         "w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False, encoding="utf-8"
     ) as handle:
-        handle.writelines(json.dumps(row, allow_nan=False) + "\n" for row in rows)
+        handle.writelines(json.dumps(_strict_row(row), allow_nan=False) + "\n" for row in rows)
         temp = Path(handle.name)
     os.replace(temp, path)
+
+
+def _strict_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {key: strict_number(value) for key, value in row.items()}
+
+
+def strict_number(value: Any) -> Any:
+    """Strict JSON has no NaN or Infinity: a non-finite number becomes the string "nan", "inf" or "-inf" (so a
+    loss that blew up is never mistaken for a missing one); lists are converted item by item."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, list):
+        return [strict_number(item) for item in value]
+    return value

@@ -7,7 +7,6 @@ FLUSH_ROWS rows or FLUSH_S seconds, and at the end) costs one. No collective eve
 """
 
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import IO, Any
 import torch
 
 from ddpcli.core.observation import OBSERVED_DIR, rank_file_name
+from ddpcli.core.records import strict_number
 
 FLUSH_ROWS = 256
 FLUSH_S = 2.0  # `ddpcli launch` follows rank 0's file for its progress bar
@@ -90,21 +90,12 @@ def _collect(value: Any, found: list[torch.Tensor]) -> None:
 
 def _replace(value: Any, values: dict[int, Any]) -> Any:
     if isinstance(value, torch.Tensor):
-        return _finite(values[id(value)])
+        return strict_number(values[id(value)])
     if isinstance(value, dict):
         return {key: _replace(item, values) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [_replace(item, values) for item in value]
-    return _finite(value)
-
-
-def _finite(value: Any) -> Any:
-    """Strict JSON has no NaN or Infinity: a non-finite number is written as the string "nan", "inf" or "-inf"."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, list):
-        return [_finite(item) for item in value]
-    return value
+    return strict_number(value)
 
 
 _streams: dict[Path, RankStream] = {}

@@ -185,8 +185,14 @@ def resolve_restarts(rows: Iterable[Row]) -> list[Row]:
     return kept
 
 
+NON_FINITE = ("nan", "inf", "-inf")
+
+
 def _number_or_none(value: Any) -> float | None:
-    """A JSON number as a float, NaN and inf included (a loss that blew up is not a missing loss)."""
+    """A JSON number as a float, NaN and inf included (a loss that blew up is not a missing loss): strict JSON
+    writers (ddpcli's own) spell those "nan", "inf" and "-inf"."""
+    if isinstance(value, str) and value in NON_FINITE:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
