@@ -354,7 +354,8 @@ def test_any_script_path_round_trips_through_ddpclis_loader(path_text: str) -> N
 @pytest.mark.e2e
 def test_init_then_launch_a_plain_ddp_script(tmp_path: Path) -> None:
     """init on a torch DDP script that knows nothing of ddpcli, then launch the baseline and a 2-process run that
-    keeps the global batch: both complete and each rank received the planned per-device batch and lr."""
+    keeps the global batch: both complete, each rank received the planned per-device batch and lr, the observer
+    saw the plan followed (no plan_mismatch) and compare says so."""
     import subprocess
     import sys
 
@@ -381,9 +382,22 @@ def test_init_then_launch_a_plain_ddp_script(tmp_path: Path) -> None:
             if line.startswith("received ")
         ]
         run = planned[name]
+        assert [finding["code"] for finding in record["findings"]] == []
+        observed = record["observed"]
+        assert (observed["world_size"], observed["per_device_batch_size"], observed["global_batch_size"]) == (
+            run.world_size, run.per_device_batch_size, run.global_batch_size
+        )  # fmt: skip
+        assert (observed["optimizer_steps"], observed["lr_peak"]) == (run.total_steps, run.lr)
         assert sorted(item["rank"] for item in received) == list(range(run.world_size))
         for item in received:
             assert (item["world_size"], item["per_device_batch_size"], item["lr"], item["steps"]) == (
                 run.world_size, run.per_device_batch_size, run.lr, run.total_steps
             )  # fmt: skip
     assert (planned["2x4"].per_device_batch_size, planned["2x4"].global_batch_size) == (4, 8)
+    compared = runner.invoke(app, ["compare", str(tmp_path / "runs"), "--json"])
+    assert compared.exit_code == 0, compared.stderr
+    rows = {row["name"]: row for row in json.loads(compared.stdout)}
+    assert {name: (row["values_from"], row["plan_followed"]) for name, row in rows.items()} == {
+        "1x8": ("observed", True), "2x4": ("observed", True)
+    }  # fmt: skip
+    assert rows["2x4"]["verdict"] is not None  # the observer's final parameters were compared with 1x8's
