@@ -63,12 +63,13 @@ def run_dir_of(root: Path, name: str) -> Path:
 
 
 def kill_rank_after(root: Path, name: str, rank: int, step: int) -> int:
-    """Wait until the run has logged `step`, then SIGKILL the worker of that rank; returns its pid."""
+    """Wait until rank 0's observations (flushed every 2 s) show `step`, then SIGKILL the worker of that rank;
+    returns its pid."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        runs = list((root / "runs" / name).glob("*/metrics.jsonl"))
-        if runs and len(read_metrics(runs[0]).rows) >= step:
-            marker = f"DDPCLI_RUN_DIR={runs[0].parent}".encode()
+        runs = list((root / "runs" / name).glob("*/observed/rank-0.jsonl"))
+        if runs and sum(row.get("kind") == "step" for row in read_metrics(runs[0]).rows) >= step:
+            marker = f"DDPCLI_RUN_DIR={runs[0].parent.parent}".encode()
             for pid in Path("/proc").iterdir():
                 try:
                     environ = (pid / "environ").read_bytes().split(b"\0")

@@ -47,7 +47,8 @@ def run_findings(
             message=f"{observed.batchnorm_layers} BatchNorm layer(s) computed statistics per process (a batch of "
             f"{observed.per_device_batch_size}), not over the global batch: convert them to SyncBatchNorm",
         ))  # fmt: skip
-    steps = {rank: len(seen.steps) for rank, seen in ranks.items()}
+    # The last step each rank reached (not its row count: a rank killed and restarted can lose unflushed rows).
+    steps = {rank: max(seen.steps, default=0) for rank, seen in ranks.items()}
     if len(set(steps.values())) > 1:
         counts = ", ".join(f"rank {rank}: {count}" for rank, count in sorted(steps.items()))
         findings.append(Finding(

@@ -10,6 +10,7 @@ import atexit
 import contextlib
 import os
 import runpy
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -52,10 +53,28 @@ def _install():  # -> Observer | None
     try:
         from ddpcli.worker.observer.hooks import Observer
 
-        return Observer.install()
+        observer = Observer.install()
+        if observer is not None:
+            _flush_on_sigterm(observer)
+        return observer
     except Exception as error:  # observation must never stop a script from running
         print(f"ddpcli observer: not installed ({type(error).__name__}: {error})", file=sys.stderr)
         return None
+
+
+def _flush_on_sigterm(observer) -> None:
+    """torchrun stops a worker group with SIGTERM (a failed rank, a restart, ddpcli's own stop): write what was
+    observed before dying the way SIGTERM kills, unless the script handles SIGTERM itself."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def flush_then_die(signum: int, frame: object) -> None:
+        with contextlib.suppress(Exception):
+            observer.stream.flush()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, flush_then_die)
 
 
 def _run_recorded(target: Target) -> int:
