@@ -81,7 +81,8 @@ class Finished:
 
 
 def launch(run: ResolvedRun, run_dir: Path, extra_args: tuple[str, ...] = ()) -> Finished:
-    """Start `run` as ddpcli launch would (torchrun for W > 1, plain python for one process) and read its outputs."""
+    """Start `run` as ddpcli launch would (torchrun for W > 1, plain python for one process; without the observer,
+    so these runs prove the helper alone) and read its outputs, metrics merged from the ranks as launch does."""
     plan_json = {**run.as_json(), "run_dir": str(run_dir), "noise_scale": False}
     args = [arg.format(**plan_json) for arg in run.args]
     if run.world_size > 1:
@@ -92,6 +93,7 @@ def launch(run: ResolvedRun, run_dir: Path, extra_args: tuple[str, ...] = ()) ->
     env = {**_clean_env(), **run.env, "DDPCLI_RUN_DIR": str(run_dir), "DDPCLI_RUN": json.dumps(plan_json)}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    merge_observations(run_dir)
     metrics = read_metrics(run_dir / METRICS_FILE)
     assert metrics.skipped == []
     return Finished(run, run_dir, metrics.rows, torch.load(run_dir / PARAMS_FILE))
@@ -184,12 +186,13 @@ def test_a_failing_rank_leaves_its_traceback_in_error_json(tmp_path: Path) -> No
     error = json.loads(next(logs.rglob("attempt_0/1/error.json")).read_text())["message"]
     assert error["message"] == "RuntimeError: deliberate failure on rank 1"
     assert "fail_on_last_rank.py" in error["extraInfo"]["py_callstack"]
-    # Without DDPCLI_RUN_DIR there is no metrics file: rank 0 printed the row, rank 1 did not.
+    # Without DDPCLI_RUN_DIR there is no metrics file: rank 0 printed its own row (no all-reduce: loss 0, not the
+    # mean 0.5 over ranks), rank 1 did not.
     assert not list(tmp_path.rglob(METRICS_FILE))
     stdout_0 = next(logs.rglob("attempt_0/0/stdout.log")).read_text()
     stdout_1 = next(logs.rglob("attempt_0/1/stdout.log")).read_text()
     lines = stdout_0.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("step=1 time=") and lines[0].endswith(" loss=0.5"), stdout_0
+    assert len(lines) == 1 and lines[0].startswith("step=1 time=") and lines[0].endswith(" loss=0"), stdout_0
     assert stdout_1 == ""
 
 
