@@ -33,6 +33,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ddpcli.core.records import PARAMS_FILE
 from ddpcli.worker import process_group
+from ddpcli.worker.observer.noise import BucketNorms
 from ddpcli.worker.stream import RankStream, rank_stream
 
 FINGERPRINT_BATCHES = 4
@@ -82,8 +83,10 @@ class Observer:
         self.last_loader: int | None = None
         self.amp: str | None = None
         self.ddp: list[dict[str, Any]] = []
-        self.script_comm_hook = False
-        self.noise = None
+        self.script_comm_hook = False  # the script registered a comm hook of its own (the noise scale is not measured)
+        self.runtime_noise = False  # the runtime helper's NoiseMeter measures the noise scale (no double measurement)
+        self.noise: BucketNorms | None = None
+        self.scaler: Any = None  # the GradScaler whose scale the step's gradients carry
         self.errors: set[str] = set()
         self.finished = False
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -140,8 +143,14 @@ class Observer:
         return call
 
     def _found_root(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A top-level call. One without parameters (a loss module, `criterion(logits.view(-1, V), ...)`) is not the
+        model: its leading dimension is no batch size."""
         if id(module) not in self.roots:
+            if next(module.parameters(), None) is None:
+                return
             self.roots[id(module)] = weakref.ref(module)
+        if self.measure_noise and self.noise is None and isinstance(module, DistributedDataParallel):
+            self._measure_noise(module)
         self._training_forward(module, args, kwargs)
 
     def _root_pre_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -150,10 +159,11 @@ class Observer:
 
     def _training_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         batch = _first_tensor((args, kwargs))
-        if batch is not None and batch.dim() > 0:
-            # Several top-level calls before one backward (an encoder, then a head) see one batch: the largest.
-            self.pending_samples = max(self.pending_samples, batch.shape[0])
-            if not self.forward_seen and self.fingerprints < FINGERPRINT_BATCHES:
+        if batch is not None and batch.dim() > 0 and not self.forward_seen:
+            # Several top-level calls before one backward (an encoder, then a head on its output, which may be
+            # flattened to batch x tokens) see one batch: the first call's, the one that takes the input.
+            self.pending_samples = batch.shape[0]
+            if self.fingerprints < FINGERPRINT_BATCHES:
                 self.fingerprints += 1
                 self.stream.add({"kind": "fingerprint", "index": self.fingerprints, "values": _fingerprint(batch)})
         self.forward_seen = True
@@ -189,6 +199,7 @@ class Observer:
     def _scaled(self, result: Any, scaler: Any, outputs: Any) -> None:
         if isinstance(outputs, torch.Tensor) and isinstance(result, torch.Tensor) and result is not outputs:
             self.unscaled[id(result)] = outputs
+            self.scaler = scaler
             if self.amp is None or not self.amp.endswith("GradScaler"):
                 self.amp = f"{self.amp or 'fp16'} + GradScaler"
 
@@ -200,7 +211,7 @@ class Observer:
                 self.optimizers.append(optimizer)
             return  # the first optimizer that steps defines the optimizer step (a GAN's second one is extra)
         self.step += 1
-        self.stream.add({
+        row = {
             "kind": "step",
             "step": self.step,
             "micro_batches": self.micro_batches,
@@ -208,11 +219,24 @@ class Observer:
             "loss": self.loss,
             "lr": [group["lr"] for group in optimizer.param_groups],
             "time": round(time.perf_counter() - self.start, 6),
-        })  # fmt: skip
+        }  # fmt: skip
+        norms = self.noise.take() if self.noise is not None else None
+        if norms is not None:
+            row["sq_small"], row["sq_big"] = self._unscaled_norms(*norms)
+        self.stream.add(row)
         self.micro_batches, self.samples, self.loss = 0, 0, None
         if self.discovering:
             self._describe_run(optimizer)
             self._switch_to_root_hooks()
+
+    def _unscaled_norms(self, small: torch.Tensor, big: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Under a GradScaler the buckets held gradients x scale: divide the squared norms by scale^2 (the scale
+        tensor is read now, on the device, before the scaler's update changes it in place)."""
+        scale = getattr(self.scaler, "_scale", None) if self.scaler is not None else None
+        if not isinstance(scale, torch.Tensor):
+            return small, big
+        factor = scale.detach().reshape(()).float().to(small.device).square()
+        return small / factor, big / factor
 
     def resumed_at(self, step: int) -> None:
         """The runtime helper resumed from a checkpoint: the next optimizer step is step + 1."""
@@ -241,8 +265,26 @@ class Observer:
         self.ddp.append(options)
 
     def _comm_hook_registered(self, model: DistributedDataParallel, state: Any, hook: Any) -> None:
-        if self.noise is None or hook != self.noise.comm_hook:
+        from ddpcli.worker.runtime.noise import NoiseMeter
+
+        if self.noise is not None and hook == self.noise.comm_hook:
+            return
+        if isinstance(getattr(hook, "__self__", None), NoiseMeter):
+            self.runtime_noise = True  # the runtime helper measures and logs the noise scale itself
+        else:
             self.script_comm_hook = True
+
+    def _measure_noise(self, model: DistributedDataParallel) -> None:
+        """At the DDP model's first training forward, before its first backward: late enough for a script (or
+        Lightning, accelerate, the runtime helper) to have registered its own hook, which then wins."""
+        if self.script_comm_hook or self.runtime_noise:
+            return
+        self.noise = BucketNorms()  # set first: the registration passes through _comm_hook_registered
+        try:
+            self.noise.attach(model)
+        except Exception:
+            self.noise = None
+            raise
 
     # -- the run as a whole -----------------------------------------------------------------------------------------
 
@@ -278,6 +320,7 @@ class Observer:
                 "amp": self.amp,
                 "script_comm_hook": self.script_comm_hook,
                 "noise_scale_requested": self.measure_noise,
+                "noise_scale_by": "observer" if self.noise is not None else "runtime" if self.runtime_noise else None,
             })  # fmt: skip
             if self.rank == 0:
                 self._save_params()
@@ -339,11 +382,15 @@ def _fingerprint(batch: torch.Tensor) -> torch.Tensor:
 
 
 def _loader_info(loader: DataLoader) -> dict[str, Any]:
+    """What feeds the batches. A DataLoader given a batch_sampler keeps a placeholder SequentialSampler in .sampler
+    (accelerate's loaders at one process): then the batch sampler's own sampler is the one that counts."""
     sampler = type(loader.sampler).__name__
     batch_sampler = getattr(loader, "batch_sampler", None)
     inner = getattr(batch_sampler, "sampler", None)
     if batch_sampler is not None and type(batch_sampler).__name__ != "BatchSampler":
         sampler = f"{type(batch_sampler).__name__}({type(inner).__name__})" if inner is not None else sampler
+    elif inner is not None and inner is not loader.sampler:
+        sampler = type(inner).__name__
     distributed = isinstance(loader.sampler, DistributedSampler) or isinstance(inner, DistributedSampler)
     return {
         "sampler": sampler,
