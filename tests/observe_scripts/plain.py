@@ -32,6 +32,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--dataset-size", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hidden", type=int, default=32)
+    parser.add_argument("--save", default=None, help="rank 0 saves the final state_dict here (torch.save)")
     return parser.parse_args()
 
 
@@ -77,6 +78,9 @@ def main() -> None:
         epoch += 1
     if rank == 0:
         print(f"done: {step} steps, last loss {loss.item():.5f}")
+        if args.save:
+            unwrapped = model.module if isinstance(model, DistributedDataParallel) else model
+            torch.save(unwrapped.state_dict(), args.save)
     if world > 1:
         dist.destroy_process_group()
 
