@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -75,9 +76,12 @@ def main() -> None:
             scheduler.step()
             optimizer.zero_grad()
             step += 1
+            if step == 1:
+                first_step_done = time.perf_counter()  # steady state from here: start-up left out
         epoch += 1
     if rank == 0:
-        print(f"done: {step} steps, last loss {loss.item():.5f}")
+        per_step = (time.perf_counter() - first_step_done) / max(step - 1, 1)
+        print(f"done: {step} steps, last loss {loss.item():.5f}, seconds_per_step={per_step:.6f}")
         if args.save:
             unwrapped = model.module if isinstance(model, DistributedDataParallel) else model
             torch.save(unwrapped.state_dict(), args.save)

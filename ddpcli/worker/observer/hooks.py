@@ -165,7 +165,8 @@ class Observer:
             self.pending_samples = batch.shape[0]
             if self.fingerprints < FINGERPRINT_BATCHES:
                 self.fingerprints += 1
-                self.stream.add({"kind": "fingerprint", "index": self.fingerprints, "values": _fingerprint(batch)})
+                values = _fingerprint(_tensors((args, kwargs)))
+                self.stream.add({"kind": "fingerprint", "index": self.fingerprints, "values": values})
         self.forward_seen = True
         if self.last_loader is not None and self.last_loader in self.loaders:
             self.loaders[self.last_loader]["training"] = True
@@ -185,6 +186,8 @@ class Observer:
     # -- backward and step --------------------------------------------------------------------------------------
 
     def _before_backward(self, tensors: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(tensors, list | tuple) and len(tensors) == 1:
+            tensors = tensors[0]  # torch.autograd.backward([loss])
         tensor = tensors if isinstance(tensors, torch.Tensor) else None
         if tensor is None or tensor.numel() != 1 or not tensor.requires_grad:
             return
@@ -217,7 +220,7 @@ class Observer:
             "micro_batches": self.micro_batches,
             "samples": self.samples,
             "loss": self.loss,
-            "lr": [group["lr"] for group in optimizer.param_groups],
+            "lr": [_snapshot(group["lr"]) for group in optimizer.param_groups],
             "time": round(time.perf_counter() - self.start, 6),
         }  # fmt: skip
         norms = self.noise.take() if self.noise is not None else None
@@ -225,7 +228,7 @@ class Observer:
             row["sq_small"], row["sq_big"] = self._unscaled_norms(*norms)
         self.stream.add(row)
         self.micro_batches, self.samples, self.loss = 0, 0, None
-        if self.discovering:
+        if self.discovering and self.roots:  # a step before any training forward (a warm-up call) finds nothing
             self._describe_run(optimizer)
             self._switch_to_root_hooks()
 
@@ -312,6 +315,8 @@ class Observer:
             return
         self.finished = True
         try:
+            if self.discovering and self.optimizers:  # it stepped, but no training forward was ever seen
+                self._describe_run(self.optimizers[0])
             loaders = [info for info in self.loaders.values() if info.get("training")]
             self.stream.add({
                 "kind": "end",
@@ -375,10 +380,32 @@ def _first_tensor(value: Any, depth: int = 0) -> torch.Tensor | None:
     return None
 
 
-def _fingerprint(batch: torch.Tensor) -> torch.Tensor:
+def _tensors(value: Any, limit: int = 8, depth: int = 0) -> list[torch.Tensor]:
+    """The first `limit` tensors in nested args/kwargs: all of a batch's inputs, not only the first (which may be an
+    attention mask, the same on every rank)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    found: list[torch.Tensor] = []
+    if depth > 4:
+        return found
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else ()
+    for item in items:
+        found += _tensors(item, limit - len(found), depth + 1)
+        if len(found) >= limit:
+            break
+    return found[:limit]
+
+
+def _fingerprint(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Three numbers that differ between different batches and agree between copies of one (stays on device)."""
-    values = batch.detach().reshape(-1).double()
+    device = tensors[0].device
+    values = torch.cat([tensor.detach().reshape(-1).to(device, torch.float64) for tensor in tensors])
     return torch.stack([values.sum(), values.square().sum(), values[:1].sum()])
+
+
+def _snapshot(value: Any) -> Any:
+    """A tensor lr is updated in place by the scheduler before the stream reads it: keep this step's value."""
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
 
 
 def _loader_info(loader: DataLoader) -> dict[str, Any]:

@@ -1,0 +1,42 @@
+"""The observer inside a real process (python -m ddpcli.worker.observer), on patterns that fooled it before."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ddpcli.core.observation import read_observations, summarize
+from tests.conftest import REPO
+
+LM_PROBE = REPO / "tests" / "scripts" / "observer_lm_probe.py"
+
+
+def observe_script(run_dir: Path, script: Path, *args: str) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("DDPCLI_", "TORCHELASTIC"))}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    env.update({"DDPCLI_RUN_DIR": str(run_dir), "OMP_NUM_THREADS": "1"})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "ddpcli.worker.observer", str(script), *args]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_a_language_model_script_is_counted_in_sequences_not_tokens(tmp_path: Path) -> None:
+    """The loss module sees batch x tokens rows and has no parameters: it is not the model. The first optimizer step
+    comes before any forward, yet the model is still found; the real sampler is the batch sampler's."""
+    observe_script(tmp_path, LM_PROBE, "--batch-size", "4", "--steps", "5")
+    ranks = read_observations(tmp_path)
+    observed = summarize(ranks)
+    assert observed is not None
+    assert observed.per_device_batch_size == 4  # not 40 (4 sequences x 10 tokens)
+    assert observed.grad_accum_steps == 1
+    assert observed.optimizer_steps == 6  # the warm-up call is an optimizer step too, of no samples
+    assert observed.samples_seen == 20
+    assert observed.sampler == "RandomSampler"
+    assert ranks[0].run["models"] == ["Sequential"]
+    steps = ranks[0].steps
+    assert (steps[1]["micro_batches"], steps[1]["samples"]) == (0, 0)
+    assert all((steps[n]["micro_batches"], steps[n]["samples"]) == (1, 4) for n in range(2, 7))
