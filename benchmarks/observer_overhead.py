@@ -19,9 +19,11 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,12 +41,18 @@ OBSERVER = ["-m", "ddpcli.worker.observer"]
 VARIANTS = {"bare": False, "observed": True}
 
 
+FAILED_EXITS: Counter[str] = Counter()  # variant -> jobs that exited non-zero (the gloo teardown abort)
+
+
 def torchrun(nproc: int, entry: list[str], run_dir: Path, run: dict[str, object]) -> str:
-    """Run one job in a fresh run directory; its stdout."""
+    """Run one job in a fresh run directory; its stdout. A job that trained but aborted at exit (bare torchrun, about
+    one run in twenty here) still timed its steps: counted, not fatal."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *entry]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DDPCLI_RUN_DIR": str(run_dir), "DDPCLI_RUN": json.dumps(run)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    result = subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, text=True)
+    result = subprocess.run(command, cwd=REPO, env=env, check=False, capture_output=True, text=True)
+    if result.returncode != 0:
+        FAILED_EXITS["observed" if entry[: len(OBSERVER)] == OBSERVER else "bare"] += 1
     return result.stdout
 
 
@@ -104,7 +112,11 @@ def main() -> None:
         print(report([bare, observed], reference=bare.label))
         print(f"{label}: ms per step, bare {[round(1e3 * s, 3) for s in bare.seconds]}, "
               f"observed {[round(1e3 * s, 3) for s in observed.seconds]}")  # fmt: skip
-        print(f"{label}: overhead ratio observed / bare: {observed.median / bare.median:.3f} (target <= 1.02)\n")
+        paired = statistics.median(o / b for o, b in zip(observed.seconds, bare.seconds, strict=True))
+        print(f"{label}: overhead ratio observed / bare: {observed.median / bare.median:.3f} of the medians, "
+              f"{paired:.3f} median of the paired rounds, {min(observed.seconds) / min(bare.seconds):.3f} of the "
+              f"fastest (target <= 1.02)")  # fmt: skip
+    print(f"jobs that exited non-zero: bare {FAILED_EXITS['bare']}, observed {FAILED_EXITS['observed']}")
 
 
 if __name__ == "__main__":

@@ -70,6 +70,7 @@ args = {ARGS}
 max_steps = 6
 dataset_size = 512
 scaling = "none"
+noise_scale = true
 env = {{ OMP_NUM_THREADS = "1", TOKENIZERS_PARALLELISM = "false", HF_HUB_OFFLINE = "1" }}
 
 [baseline]
@@ -151,6 +152,28 @@ def test_metrics_have_a_finite_loss_for_every_optimizer_step(frameworks: dict[st
     assert [row["samples"] for row in rows] == [step * world * batch * accumulation for step in range(1, STEPS + 1)]
     assert all(isinstance(row["loss"], float) and math.isfinite(row["loss"]) and row["loss"] > 0 for row in rows)
     assert rows[0]["lr"] == pytest.approx(lr)
+
+
+@pytest.mark.parametrize("name", FRAMEWORK_RUNS)
+def test_the_noise_scale_is_measured_on_every_stacks_ddp_model(
+    frameworks: dict[str, dict[str, Any]], name: str
+) -> None:
+    """Lightning's and accelerate's DDP models get the observer's comm hook like a plain one; without DDP (one
+    process, plain and Lightning) there is nothing to hook, and at one process there is no second batch size."""
+    world = FRAMEWORK_RUNS[name][0]
+    run = frameworks[name]
+    hooked = world > 1 or name.startswith("hf")
+    assert all(
+        seen.end["noise_scale_by"] == ("observer" if hooked else None)
+        for seen in read_observations(run["dir"]).values()
+    )
+    rows = run["metrics"].rows
+    assert all(("grad_sq_small" in row) is hooked for row in rows)
+    if hooked:
+        assert all(row["grad_sq_small"] > 0 and row["grad_sq_big"] > 0 for row in rows)
+    if world == 1:
+        assert not any("noise_scale" in row for row in rows)
+    assert "noise_scale_not_measured" not in codes(run["record"])
 
 
 def test_samplers_are_the_ones_each_stack_uses(frameworks: dict[str, dict[str, Any]]) -> None:
