@@ -297,6 +297,9 @@ def _detached(value: Any) -> Any:
 
 
 def _short(value: Any) -> str:
+    """A printed row's value: tensors as the numbers they hold (printing reads them anyway), floats to 6 digits."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
