@@ -315,7 +315,11 @@ def test_the_observer_is_transparent(equivalence: dict[str, dict[str, Any]]) -> 
     import torch
 
     bare, observed = equivalence["2x16-bare"], equivalence["2x16"]
-    assert bare["record"]["status"] == observed["record"]["status"] == "completed"
+    assert observed["record"]["status"] == "completed"
+    # Run bare, a gloo worker aborts at interpreter teardown in about one run of twenty (what the observer's exit
+    # prevents, see test_twenty_plain_two_process_runs_all_exit_cleanly): after training, after rank 0 saved.
+    failures = bare["record"]["failed_ranks"]
+    assert bare["record"]["status"] == "completed" or any("SIGABRT" in (f["error"] or "") for f in failures), failures
     assert bare["record"]["observed"] is None and not (bare["dir"] / "observed").exists()
     first = torch.load(bare["dir"] / "own_params.pt", weights_only=True)
     second = torch.load(observed["dir"] / "own_params.pt", weights_only=True)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ddpcli.core.observation import read_observations, summarize
 from tests.conftest import REPO
 
@@ -40,3 +42,25 @@ def test_a_language_model_script_is_counted_in_sequences_not_tokens(tmp_path: Pa
     steps = ranks[0].steps
     assert (steps[1]["micro_batches"], steps[1]["samples"]) == (0, 0)
     assert all((steps[n]["micro_batches"], steps[n]["samples"]) == (1, 4) for n in range(2, 7))
+
+
+def test_a_flush_reads_every_kind_of_tensor_in_one_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scalars of several dtypes and vectors come back as the numbers they hold, with one tolist per device."""
+    import torch
+
+    from ddpcli.worker.stream import _to_host
+
+    calls = []
+    original = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: calls.append(1) or original(self))
+    rows = [
+        {"loss": torch.tensor(0.25), "lr": [torch.tensor(0.5, dtype=torch.float64), 0.1], "kind": "step"},
+        {"count": torch.tensor(3), "half": torch.tensor(1.5, dtype=torch.float16), "nan": torch.tensor(float("nan"))},
+        {"values": torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), "row": torch.tensor([[4.0]])},
+    ]
+    assert _to_host(rows) == [
+        {"loss": 0.25, "lr": [0.5, 0.1], "kind": "step"},
+        {"count": 3.0, "half": 1.5, "nan": "nan"},
+        {"values": [1.0, 2.0, 3.0], "row": [4.0]},
+    ]
+    assert len(calls) == 1

@@ -2,8 +2,8 @@
 record, one JSON object a line, merged by `ddpcli launch` after the run (ddpcli.core.observation).
 
 Rows may hold tensors (a loss, an lr that is a tensor): they stay where they are until a flush, which copies all of
-them to the host in one transfer per device. So recording a step costs no device synchronisation; a flush (every
-FLUSH_ROWS rows or FLUSH_S seconds, and at the end) costs one. No collective ever: each rank writes its own file.
+them to the host in one transfer per device. So recording a step costs no device synchronisation; a flush
+(every FLUSH_ROWS rows or FLUSH_S seconds, and at the end) costs one. No collective ever: each rank writes its own file.
 """
 
 import json
@@ -57,23 +57,30 @@ class RankStream:
 
 
 def _to_host(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows with every tensor replaced by Python numbers, read in one transfer per device."""
+    """Rows with every tensor replaced by Python numbers, read in one transfer per device. Scalars of one dtype (a
+    loss, a norm: nearly all of them) are stacked in one operation, so a flush costs a few operations, not one per
+    value."""
     found: list[torch.Tensor] = []
     _collect(rows, found)
     if not found:
         return rows
-    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    by_device: dict[torch.device, dict[tuple[torch.dtype, bool], list[torch.Tensor]]] = {}
     for tensor in found:
-        by_device.setdefault(tensor.device, []).append(tensor)
+        by_device.setdefault(tensor.device, {}).setdefault((tensor.dtype, tensor.dim() == 0), []).append(tensor)
     values: dict[int, Any] = {}
-    for tensors in by_device.values():
-        flat = torch.cat([tensor.detach().reshape(-1).double() for tensor in tensors]).tolist()
-        position = 0
-        for tensor in tensors:
-            size = tensor.numel()
-            part = flat[position : position + size]
-            values[id(tensor)] = part[0] if tensor.dim() == 0 else part
-            position += size
+    with torch.no_grad():
+        for groups in by_device.values():
+            order = [tensor for tensors in groups.values() for tensor in tensors]
+            parts = [
+                torch.stack(tensors).double() if scalars else torch.cat([t.reshape(-1).double() for t in tensors])
+                for (_, scalars), tensors in groups.items()
+            ]
+            flat = torch.cat(parts).tolist()
+            position = 0
+            for tensor in order:
+                size = tensor.numel()
+                values[id(tensor)] = flat[position] if tensor.dim() == 0 else flat[position : position + size]
+                position += size
     return [_replace(row, values) for row in rows]
 
 

@@ -195,8 +195,10 @@ class Observer:
         self.samples += self.pending_samples
         self.pending_samples = 0
         self.forward_seen = False
-        loss = self.unscaled.pop(id(tensor), tensor).detach().reshape(()).float()
-        self.unscaled.clear()
+        loss = self.unscaled.pop(id(tensor), tensor).detach()
+        loss = loss if loss.dim() == 0 else loss.reshape(())
+        if self.unscaled:
+            self.unscaled.clear()
         self.loss = loss if self.loss is None else self.loss + loss
 
     def _scaled(self, result: Any, scaler: Any, outputs: Any) -> None:
