@@ -64,3 +64,4 @@ def test_a_flush_reads_every_kind_of_tensor_in_one_transfer(monkeypatch: pytest.
         {"values": [1.0, 2.0, 3.0], "row": [4.0]},
     ]
     assert len(calls) == 1
+    assert _to_host([{"lr": float("nan"), "values": [float("inf"), 1.0]}]) == [{"lr": "nan", "values": ["inf", 1.0]}]

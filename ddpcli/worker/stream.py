@@ -63,7 +63,7 @@ def _to_host(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     found: list[torch.Tensor] = []
     _collect(rows, found)
     if not found:
-        return rows
+        return [_replace(row, {}) for row in rows]  # still: a non-finite float becomes a string
     by_device: dict[torch.device, dict[tuple[torch.dtype, bool], list[torch.Tensor]]] = {}
     for tensor in found:
         by_device.setdefault(tensor.device, {}).setdefault((tensor.dtype, tensor.dim() == 0), []).append(tensor)
@@ -84,25 +84,35 @@ def _to_host(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [_replace(row, values) for row in rows]
 
 
+_PLAIN = (str, int, bool, type(None))  # values written as they are (a float only when finite)
+
+
 def _collect(value: Any, found: list[torch.Tensor]) -> None:
-    if isinstance(value, torch.Tensor):
-        found.append(value)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _collect(item, found)
-    elif isinstance(value, list | tuple):
-        for item in value:
+    """Every tensor in nested rows. Plain values are skipped inline: a flush walks thousands of them."""
+    items = value.values() if isinstance(value, dict) else value
+    for item in items:
+        if isinstance(item, _PLAIN) or type(item) is float:
+            continue
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, dict | list | tuple):
             _collect(item, found)
 
 
 def _replace(value: Any, values: dict[int, Any]) -> Any:
-    if isinstance(value, torch.Tensor):
-        return _finite(values[id(value)])
     if isinstance(value, dict):
-        return {key: _replace(item, values) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_replace(item, values) for item in value]
-    return _finite(value)
+        return {key: _replace_item(item, values) for key, item in value.items()}
+    return [_replace_item(item, values) for item in value]
+
+
+def _replace_item(item: Any, values: dict[int, Any]) -> Any:
+    if isinstance(item, _PLAIN) or (type(item) is float and math.isfinite(item)):
+        return item
+    if isinstance(item, torch.Tensor):
+        return _finite(values[id(item)])
+    if isinstance(item, dict | list | tuple):
+        return _replace(item, values)
+    return _finite(item)
 
 
 def _finite(value: Any) -> Any:
@@ -114,15 +124,17 @@ def _finite(value: Any) -> Any:
     return value
 
 
-_streams: dict[Path, RankStream] = {}
+_streams: dict[tuple[str, str], RankStream] = {}
 
 
 def rank_stream() -> RankStream | None:
-    """This process's stream, shared by the observer and the runtime; None outside `ddpcli launch`."""
+    """This process's stream, shared by the observer and the runtime; None outside `ddpcli launch`. Looked up by
+    the two variables that name it (the runtime asks once per logged step: no path is built each time)."""
     run_dir = os.environ.get("DDPCLI_RUN_DIR")
     if not run_dir:
         return None
-    path = Path(run_dir) / OBSERVED_DIR / rank_file_name(int(os.environ.get("RANK", "0")))
-    if path not in _streams:
-        _streams[path] = RankStream(path)
-    return _streams[path]
+    rank = os.environ.get("RANK", "0")
+    stream = _streams.get((run_dir, rank))
+    if stream is None:
+        stream = _streams[run_dir, rank] = RankStream(Path(run_dir) / OBSERVED_DIR / rank_file_name(int(rank)))
+    return stream
