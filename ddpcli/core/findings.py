@@ -55,6 +55,12 @@ def run_findings(
             code="uneven_steps_across_ranks", severity="warning",
             message=f"ranks took different numbers of optimizer steps ({counts})",
         ))  # fmt: skip
+    if _noise_scale_blocked(ranks):
+        findings.append(Finding(
+            code="noise_scale_not_measured", severity="info",
+            message="noise_scale = true, but the script registers its own DDP communication hook, which the observer "
+            "leaves in place: the gradient noise scale was not measured",
+        ))  # fmt: skip
     errors = sorted({message for seen in ranks.values() for message in seen.errors})
     if errors:
         findings.append(Finding(
@@ -79,6 +85,16 @@ def plan_mismatches(plan: dict[str, Any], observed: Observed, completed: bool) -
             message=f"the script ran {words} {_show(seen)}; the plan said {_show(planned)}",
         ))  # fmt: skip
     return found
+
+
+def _noise_scale_blocked(ranks: dict[int, RankObservation]) -> bool:
+    """The noise scale was asked for, nobody measured it, and the script's own comm hook is why."""
+    end = (ranks.get(0) or next(iter(ranks.values()), None) or RankObservation(0)).end
+    return (
+        end.get("noise_scale_requested") is True
+        and end.get("script_comm_hook") is True
+        and not end.get("noise_scale_by")
+    )
 
 
 def _epoch_never_set(loader: dict[str, Any]) -> bool:

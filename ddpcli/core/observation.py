@@ -5,7 +5,9 @@ record gets `observed` and `findings` (ddpcli.core.findings), and metrics.jsonl 
 
 Row kinds (ddpcli.worker.observer and ddpcli.worker.runtime write them; docs/contracts.md lists them):
   start        a process began (restart count, pid)
-  step         one optimizer step: micro_batches, samples, loss (back-propagated, summed), lr per group, time
+  step         one optimizer step: micro_batches, samples, loss (back-propagated, summed), lr per group, time;
+               with noise_scale = true on a DDP model, sq_small and sq_big: this step's squared gradient norms before
+               and after the all-reduce (the merge keeps their EMAs and computes the noise scale)
   resume       the runtime helper resumed from a checkpoint: the next step is step + 1
   log          a row of the runtime helper's ctx.log (step, loss, lr, extra scalars), this rank's values
   fingerprint  three numbers of one of the first training batches
@@ -24,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpcli.core.noise_scale import simple_noise_scale
+from ddpcli.core.noise_scale import NoiseScaleTracker, simple_noise_scale
 from ddpcli.core.records import finite_or_none, parse_row
 from ddpcli.core.run_record import Observed
 
 OBSERVED_DIR = "observed"
 PROGRESS_KINDS = ("step", "log")  # the rows `ddpcli launch` shows progress from while the run goes on
+NOISE_BETA = 0.99  # EMA factor of the observer's noise-scale measurement (the runtime helper's default)
 
 
 def rank_file_name(rank: int) -> str:
@@ -163,6 +166,7 @@ def merged_metrics(ranks: dict[int, RankObservation]) -> list[dict[str, Any]]:
         cumulative[step] = total
     if main.logs:
         return [_log_row(step, ranks, cumulative) for step in sorted(main.logs)]
+    noise = observed_noise(ranks)
     rows = []
     for step in sorted(main.steps):
         row = main.steps[step]
@@ -172,8 +176,31 @@ def merged_metrics(ranks: dict[int, RankObservation]) -> list[dict[str, Any]]:
             "time": row.get("time"),
             "loss": _mean([seen.steps.get(step, {}).get("loss") for seen in ranks.values()]),
             "lr": lr_of(row),
+            **noise.get(step, {}),
         })  # fmt: skip
     return rows
+
+
+def observed_noise(ranks: dict[int, RankObservation], beta: float = NOISE_BETA) -> dict[int, dict[str, float]]:
+    """Per step of rank 0's timeline: the EMAs of |G_small|^2 (averaged over ranks: each rank's gradient before the
+    all-reduce) and |G_big|^2 (after it), and the noise scale from them with B_small = the samples one rank put into
+    the step (per-device batch x accumulation) and B_big = the step's samples over every rank. Steps where a rank's
+    norms are missing or not finite (an AMP overflow) are left out of the EMAs."""
+    if not ranks:
+        return {}
+    main = ranks.get(0) or next(iter(ranks.values()))
+    tracker, found = NoiseScaleTracker(beta), {}
+    for step in sorted(main.steps):
+        measured = _step_norms([seen.steps.get(step, {}) for seen in ranks.values()])
+        if measured is None:
+            continue
+        small, big, b_small, b_big = measured
+        tracker.update(small, big)
+        values = {"grad_sq_small": tracker.ema_small / tracker.weight, "grad_sq_big": tracker.ema_big / tracker.weight}
+        if 0 < b_small < b_big and (noise_scale := tracker.noise_scale(b_small, b_big)) is not None:
+            values["noise_scale"] = noise_scale
+        found[step] = values
+    return found
 
 
 def _log_row(step: int, ranks: dict[int, RankObservation], cumulative: dict[int, int]) -> dict[str, Any]:
@@ -222,6 +249,26 @@ def _whole(value: Any) -> int | None:
     return None
 
 
+def _step_norms(rows: list[dict[str, Any]]) -> tuple[float, float, float, int] | None:
+    """(rank mean of |G_small|^2, of |G_big|^2, mean samples per rank, samples over ranks) of one step's rows; None
+    when a rank's values are missing or not finite."""
+    small, big, samples = [], [], []
+    for row in rows:
+        one, two, count = (
+            finite_or_none(row.get("sq_small")),
+            finite_or_none(row.get("sq_big")),
+            _whole(row.get("samples")),
+        )
+        if one is None or two is None or count is None:
+            return None
+        small.append(one)
+        big.append(two)
+        samples.append(count)
+    if not rows:
+        return None
+    return sum(small) / len(small), sum(big) / len(big), sum(samples) / len(samples), sum(samples)
+
+
 def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
     """The run's `observed` record; None when no rank wrote anything (run with observe = false, or no worker ran)."""
     if not ranks:
@@ -253,7 +300,8 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         sampler=str(loader["sampler"]) if loader is not None else None,
         distinct_samples_across_ranks=distinct_samples(ranks),
         batchnorm_layers=norms,
-        batchnorm_synchronized=(synchronised == norms) if norms else None,
+        # One process: its statistics are the global batch's, there is nothing to synchronise.
+        batchnorm_synchronized=(synchronised == norms) if norms and world != 1 else None,
         amp=_text(main.end.get("amp")) or _text(main.run.get("amp")),
         backend=_text(main.run.get("backend")),
         device=_text(main.run.get("device")),

@@ -1,6 +1,7 @@
 """An MLP learns a fixed random teacher network: the smallest DDP job whose numbers can be checked exactly.
 
     python -m ddpcli.examples.regression                                  # one process, defaults
+    ddpcli launch my.toml      # with only `module = "ddpcli.examples.regression"`: each run's plan, no flags needed
     torchrun --standalone --nproc-per-node 4 -m ddpcli.examples.regression --batch-size 4
     ddpcli launch experiments.toml                                        # the bundled experiments
 
@@ -12,8 +13,11 @@ with a linear warmup, so W processes x batch B end with the same parameters as o
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,16 +30,31 @@ TEACHER_SEED_OFFSET = 1_000_003  # the data never share a random stream with the
 LABEL_NOISE = 0.1
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+# Flags that default to the run `ddpcli launch` started this process for (DDPCLI_RUN), then to a fixed value:
+# flag -> (RUN key, default). A flag given on the command line always wins.
+FROM_RUN: dict[str, tuple[str, int | float]] = {
+    "steps": ("total_steps", 100),
+    "batch_size": ("per_device_batch_size", 16),
+    "grad_accum": ("grad_accum_steps", 1),
+    "lr": ("lr", 0.05),
+    "warmup": ("warmup_steps", 0),
+    "dataset_size": ("dataset_size", 2048),
+    "seed": ("seed", 0),
+}
+
+
+def parse_args(argv: Sequence[str] | None = None, run: Mapping[str, Any] | None = None) -> argparse.Namespace:
+    """The command line, with what it leaves out taken from `run` (default: DDPCLI_RUN), then from FROM_RUN's
+    defaults: an experiment file that names only the module runs exactly its plan."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=100, help="optimizer steps (over as many epochs as needed)")
-    parser.add_argument("--batch-size", type=int, default=16, help="samples per process per micro-batch")
-    parser.add_argument("--grad-accum", type=int, default=1, help="micro-batches accumulated per optimizer step")
-    parser.add_argument("--lr", type=float, default=0.05, help="learning rate after warmup")
-    parser.add_argument("--warmup", type=int, default=0, help="optimizer steps of linear lr warmup")
+    parser.add_argument("--steps", type=int, help=_planned("optimizer steps, over as many epochs as needed", "steps"))
+    parser.add_argument("--batch-size", type=int, help=_planned("samples per process per micro-batch", "batch_size"))
+    parser.add_argument("--grad-accum", type=int, help=_planned("micro-batches per optimizer step", "grad_accum"))
+    parser.add_argument("--lr", type=float, help=_planned("learning rate after warmup", "lr"))
+    parser.add_argument("--warmup", type=int, help=_planned("optimizer steps of linear lr warmup", "warmup"))
     parser.add_argument("--momentum", type=float, default=0.0, help="SGD momentum")
-    parser.add_argument("--dataset-size", type=int, default=2048, help="samples in the synthetic training set")
-    parser.add_argument("--seed", type=int, default=0, help="model initialisation, data and sampling order")
+    parser.add_argument("--dataset-size", type=int, help=_planned("samples in the synthetic set", "dataset_size"))
+    parser.add_argument("--seed", type=int, help=_planned("initialisation, data and sampling order", "seed"))
     parser.add_argument("--inputs", type=int, default=16, help="input features")
     parser.add_argument("--hidden", type=int, default=64, help="hidden units of the student MLP")
     parser.add_argument("--batchnorm", action="store_true", help="add a BatchNorm1d after the hidden layer")
@@ -51,7 +70,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="measure the gradient noise scale (default: what ddpcli launch asks for)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    run = _launched_run() if run is None else run
+    for flag, (key, default) in FROM_RUN.items():
+        if getattr(args, flag) is None:
+            value = run.get(key)
+            usable = isinstance(value, int | float) and not isinstance(value, bool)
+            setattr(args, flag, type(default)(value) if usable else default)
+    return args
+
+
+def _planned(words: str, flag: str) -> str:
+    key, default = FROM_RUN[flag]
+    return f"{words} (default: the run's {key} under ddpcli launch, else {default})"
+
+
+def _launched_run() -> dict[str, Any]:
+    """RUN as `ddpcli launch` passes it (docs/contracts.md); empty under plain python or torchrun."""
+    try:
+        run = json.loads(os.environ.get("DDPCLI_RUN", "{}"))
+    except ValueError:
+        return {}
+    return run if isinstance(run, dict) else {}
 
 
 def make_dataset(size: int, inputs: int, seed: int) -> TensorDataset:

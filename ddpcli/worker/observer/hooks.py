@@ -33,6 +33,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ddpcli.core.records import PARAMS_FILE
 from ddpcli.worker import process_group
+from ddpcli.worker.observer.noise import BucketNorms
 from ddpcli.worker.stream import RankStream, rank_stream
 
 FINGERPRINT_BATCHES = 4
@@ -82,8 +83,10 @@ class Observer:
         self.last_loader: int | None = None
         self.amp: str | None = None
         self.ddp: list[dict[str, Any]] = []
-        self.script_comm_hook = False
-        self.noise = None
+        self.script_comm_hook = False  # the script registered a comm hook of its own (the noise scale is not measured)
+        self.runtime_noise = False  # the runtime helper's NoiseMeter measures the noise scale (no double measurement)
+        self.noise: BucketNorms | None = None
+        self.scaler: Any = None  # the GradScaler whose scale the step's gradients carry
         self.errors: set[str] = set()
         self.finished = False
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -140,8 +143,14 @@ class Observer:
         return call
 
     def _found_root(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A top-level call. One without parameters (a loss module, `criterion(logits.view(-1, V), ...)`) is not the
+        model: its leading dimension is no batch size."""
         if id(module) not in self.roots:
+            if next(module.parameters(), None) is None:
+                return
             self.roots[id(module)] = weakref.ref(module)
+        if self.measure_noise and self.noise is None and isinstance(module, DistributedDataParallel):
+            self._measure_noise(module)
         self._training_forward(module, args, kwargs)
 
     def _root_pre_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -150,12 +159,14 @@ class Observer:
 
     def _training_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         batch = _first_tensor((args, kwargs))
-        if batch is not None and batch.dim() > 0:
-            # Several top-level calls before one backward (an encoder, then a head) see one batch: the largest.
-            self.pending_samples = max(self.pending_samples, batch.shape[0])
-            if not self.forward_seen and self.fingerprints < FINGERPRINT_BATCHES:
+        if batch is not None and batch.dim() > 0 and not self.forward_seen:
+            # Several top-level calls before one backward (an encoder, then a head on its output, which may be
+            # flattened to batch x tokens) see one batch: the first call's, the one that takes the input.
+            self.pending_samples = batch.shape[0]
+            if self.fingerprints < FINGERPRINT_BATCHES:
                 self.fingerprints += 1
-                self.stream.add({"kind": "fingerprint", "index": self.fingerprints, "values": _fingerprint(batch)})
+                values = _fingerprint(_tensors((args, kwargs)))
+                self.stream.add({"kind": "fingerprint", "index": self.fingerprints, "values": values})
         self.forward_seen = True
         if self.last_loader is not None and self.last_loader in self.loaders:
             self.loaders[self.last_loader]["training"] = True
@@ -175,6 +186,8 @@ class Observer:
     # -- backward and step --------------------------------------------------------------------------------------
 
     def _before_backward(self, tensors: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(tensors, list | tuple) and len(tensors) == 1:
+            tensors = tensors[0]  # torch.autograd.backward([loss])
         tensor = tensors if isinstance(tensors, torch.Tensor) else None
         if tensor is None or tensor.numel() != 1 or not tensor.requires_grad:
             return
@@ -182,13 +195,16 @@ class Observer:
         self.samples += self.pending_samples
         self.pending_samples = 0
         self.forward_seen = False
-        loss = self.unscaled.pop(id(tensor), tensor).detach().reshape(()).float()
-        self.unscaled.clear()
+        loss = self.unscaled.pop(id(tensor), tensor).detach()
+        loss = loss if loss.dim() == 0 else loss.reshape(())
+        if self.unscaled:
+            self.unscaled.clear()
         self.loss = loss if self.loss is None else self.loss + loss
 
     def _scaled(self, result: Any, scaler: Any, outputs: Any) -> None:
         if isinstance(outputs, torch.Tensor) and isinstance(result, torch.Tensor) and result is not outputs:
             self.unscaled[id(result)] = outputs
+            self.scaler = scaler
             if self.amp is None or not self.amp.endswith("GradScaler"):
                 self.amp = f"{self.amp or 'fp16'} + GradScaler"
 
@@ -200,19 +216,32 @@ class Observer:
                 self.optimizers.append(optimizer)
             return  # the first optimizer that steps defines the optimizer step (a GAN's second one is extra)
         self.step += 1
-        self.stream.add({
+        row = {
             "kind": "step",
             "step": self.step,
             "micro_batches": self.micro_batches,
             "samples": self.samples,
             "loss": self.loss,
-            "lr": [group["lr"] for group in optimizer.param_groups],
+            "lr": [_snapshot(group["lr"]) for group in optimizer.param_groups],
             "time": round(time.perf_counter() - self.start, 6),
-        })  # fmt: skip
+        }  # fmt: skip
+        norms = self.noise.take() if self.noise is not None else None
+        if norms is not None:
+            row["sq_small"], row["sq_big"] = self._unscaled_norms(*norms)
+        self.stream.add(row)
         self.micro_batches, self.samples, self.loss = 0, 0, None
-        if self.discovering:
+        if self.discovering and self.roots:  # a step before any training forward (a warm-up call) finds nothing
             self._describe_run(optimizer)
             self._switch_to_root_hooks()
+
+    def _unscaled_norms(self, small: torch.Tensor, big: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Under a GradScaler the buckets held gradients x scale: divide the squared norms by scale^2 (the scale
+        tensor is read now, on the device, before the scaler's update changes it in place)."""
+        scale = getattr(self.scaler, "_scale", None) if self.scaler is not None else None
+        if not isinstance(scale, torch.Tensor):
+            return small, big
+        factor = scale.detach().reshape(()).float().to(small.device).square()
+        return small / factor, big / factor
 
     def resumed_at(self, step: int) -> None:
         """The runtime helper resumed from a checkpoint: the next optimizer step is step + 1."""
@@ -241,8 +270,26 @@ class Observer:
         self.ddp.append(options)
 
     def _comm_hook_registered(self, model: DistributedDataParallel, state: Any, hook: Any) -> None:
-        if self.noise is None or hook != self.noise.comm_hook:
+        from ddpcli.worker.runtime.noise import NoiseMeter
+
+        if self.noise is not None and hook == self.noise.comm_hook:
+            return
+        if isinstance(getattr(hook, "__self__", None), NoiseMeter):
+            self.runtime_noise = True  # the runtime helper measures and logs the noise scale itself
+        else:
             self.script_comm_hook = True
+
+    def _measure_noise(self, model: DistributedDataParallel) -> None:
+        """At the DDP model's first training forward, before its first backward: late enough for a script (or
+        Lightning, accelerate, the runtime helper) to have registered its own hook, which then wins."""
+        if self.script_comm_hook or self.runtime_noise:
+            return
+        self.noise = BucketNorms()  # set first: the registration passes through _comm_hook_registered
+        try:
+            self.noise.attach(model)
+        except Exception:
+            self.noise = None
+            raise
 
     # -- the run as a whole -----------------------------------------------------------------------------------------
 
@@ -270,6 +317,8 @@ class Observer:
             return
         self.finished = True
         try:
+            if self.discovering and self.optimizers:  # it stepped, but no training forward was ever seen
+                self._describe_run(self.optimizers[0])
             loaders = [info for info in self.loaders.values() if info.get("training")]
             self.stream.add({
                 "kind": "end",
@@ -278,6 +327,7 @@ class Observer:
                 "amp": self.amp,
                 "script_comm_hook": self.script_comm_hook,
                 "noise_scale_requested": self.measure_noise,
+                "noise_scale_by": "observer" if self.noise is not None else "runtime" if self.runtime_noise else None,
             })  # fmt: skip
             if self.rank == 0:
                 self._save_params()
@@ -332,18 +382,44 @@ def _first_tensor(value: Any, depth: int = 0) -> torch.Tensor | None:
     return None
 
 
-def _fingerprint(batch: torch.Tensor) -> torch.Tensor:
+def _tensors(value: Any, limit: int = 8, depth: int = 0) -> list[torch.Tensor]:
+    """The first `limit` tensors in nested args/kwargs: all of a batch's inputs, not only the first (which may be an
+    attention mask, the same on every rank)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    found: list[torch.Tensor] = []
+    if depth > 4:
+        return found
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else ()
+    for item in items:
+        found += _tensors(item, limit - len(found), depth + 1)
+        if len(found) >= limit:
+            break
+    return found[:limit]
+
+
+def _fingerprint(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Three numbers that differ between different batches and agree between copies of one (stays on device)."""
-    values = batch.detach().reshape(-1).double()
+    device = tensors[0].device
+    values = torch.cat([tensor.detach().reshape(-1).to(device, torch.float64) for tensor in tensors])
     return torch.stack([values.sum(), values.square().sum(), values[:1].sum()])
 
 
+def _snapshot(value: Any) -> Any:
+    """A tensor lr is updated in place by the scheduler before the stream reads it: keep this step's value."""
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
 def _loader_info(loader: DataLoader) -> dict[str, Any]:
+    """What feeds the batches. A DataLoader given a batch_sampler keeps a placeholder SequentialSampler in .sampler
+    (accelerate's loaders at one process): then the batch sampler's own sampler is the one that counts."""
     sampler = type(loader.sampler).__name__
     batch_sampler = getattr(loader, "batch_sampler", None)
     inner = getattr(batch_sampler, "sampler", None)
     if batch_sampler is not None and type(batch_sampler).__name__ != "BatchSampler":
         sampler = f"{type(batch_sampler).__name__}({type(inner).__name__})" if inner is not None else sampler
+    elif inner is not None and inner is not loader.sampler:
+        sampler = type(inner).__name__
     distributed = isinstance(loader.sampler, DistributedSampler) or isinstance(inner, DistributedSampler)
     return {
         "sampler": sampler,

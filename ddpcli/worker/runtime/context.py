@@ -297,7 +297,7 @@ def _detached(value: Any) -> Any:
 
 
 def _short(value: Any) -> str:
-    """A printed value (no run directory: rank 0 prints its row, so reading a tensor here is fine)."""
+    """A printed row's value: tensors as the numbers they hold (printing reads them anyway), floats to 6 digits."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     return f"{value:.6g}" if isinstance(value, float) else str(value)
