@@ -2,8 +2,8 @@
 
 The test takes the code block from the docstring itself (so an edit there is tested), supplies the names it leaves
 open (build_model, dataset, loss_fn, total_steps, accum_steps), runs it as `ddpcli launch` would start it at world
-size 1 (DDPCLI_RUN and DDPCLI_RUN_DIR set; the example reads its batch size and lr from RUN, so under plain `python`
-it needs `ctx.dataloader(dataset, batch_size=...)`), and checks the metrics rows and final parameters it wrote.
+size 1 (DDPCLI_RUN and DDPCLI_RUN_DIR set: batch and lr from RUN) and as plain `python` would (neither: its own
+defaults), and checks the rows and final parameters it wrote.
 """
 
 from __future__ import annotations
@@ -83,3 +83,15 @@ def test_the_docstring_example_trains_logs_and_saves(run_dir: Path) -> None:
     assert set(saved) == set(initial)  # unwrapped from the wrapper: the plain model's names
     assert all(saved[key].shape == value.shape for key, value in initial.items())
     assert any(not torch.equal(saved[key], value) for key, value in initial.items())  # it trained
+
+
+def test_the_docstring_example_runs_under_plain_python(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """No torchrun, no ddpcli launch: ctx.run is None, the example's own batch and lr, rows printed by rank 0."""
+    for key in (*TORCHRUN_ENV, "DDPCLI_RUN", "DDPCLI_RUN_DIR", "DDPCLI_RESUME"):
+        monkeypatch.delenv(key, raising=False)
+    names = {"torch": torch, "build_model": build_model, "dataset": make_dataset(), "loss_fn": nn.functional.mse_loss,
+             "total_steps": TOTAL_STEPS, "accum_steps": ACCUM_STEPS}  # fmt: skip
+    exec(compile(docstring_example(), "ddpcli/worker/runtime/__init__.py (docstring)", "exec"), names)
+    lines = capfd.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == [f"step={step}" for step in range(1, TOTAL_STEPS + 1)]
+    assert all(line.endswith(" lr=0.1") for line in lines)

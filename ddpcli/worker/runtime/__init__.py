@@ -7,7 +7,7 @@
         ctx = runtime.init()
         model = ctx.wrap(ctx.sync_batchnorm(build_model()))
         optimizer = torch.optim.SGD(model.parameters(), lr=ctx.run["lr"] if ctx.run else 0.1)
-        loader = ctx.dataloader(dataset)
+        loader = ctx.dataloader(dataset, batch_size=ctx.run["per_device_batch_size"] if ctx.run else 4)
         for step, micro_batches in loader.steps(total_steps, accum_steps):
             for index, (x, y) in enumerate(micro_batches):
                 with ctx.accumulate(model, index, len(micro_batches)):
