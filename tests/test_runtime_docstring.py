@@ -85,7 +85,9 @@ def test_the_docstring_example_trains_logs_and_saves(run_dir: Path) -> None:
     assert any(not torch.equal(saved[key], value) for key, value in initial.items())  # it trained
 
 
-def test_the_docstring_example_runs_under_plain_python(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+def test_the_docstring_example_runs_under_plain_python(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     """No torchrun, no ddpcli launch: ctx.run is None, the example's own batch and lr, rows printed by rank 0."""
     for key in (*TORCHRUN_ENV, "DDPCLI_RUN", "DDPCLI_RUN_DIR", "DDPCLI_RESUME"):
         monkeypatch.delenv(key, raising=False)
