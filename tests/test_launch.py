@@ -71,6 +71,15 @@ def test_the_observer_runs_the_script_unless_observe_is_false(tmp_path: Path, li
     assert argv[argv.index("3") + 1 : argv.index("--steps")] == expected
 
 
+def test_no_observe_runs_every_script_bare(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, FILE)
+    observed = runner.invoke(app, ["launch", str(path), "--dry-run"])
+    bare = runner.invoke(app, ["launch", str(path), "--dry-run", "--no-observe"])
+    assert observed.exit_code == bare.exit_code == 0
+    assert observed.stdout.count("-m ddpcli.worker.observer -m ddpcli.examples.regression") == 2
+    assert "ddpcli.worker.observer" not in bare.stdout and bare.stdout.count("-m ddpcli.examples.regression") == 2
+
+
 def test_script_path_and_restarts(tmp_path: Path) -> None:
     text = FILE.replace('module = "ddpcli.examples.regression"', 'script = "train.py"\nmax_restarts = 2')
     plan = load_plan(write_toml(tmp_path, text))

@@ -7,6 +7,7 @@ import shlex
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -42,6 +43,14 @@ def launch_command(
         Path | None, typer.Option(help="Where run directories go (default: the file's runs_dir).")
     ] = None,
     fail_fast: Annotated[bool, typer.Option("--fail-fast", help="Stop the sweep at the first failed run.")] = False,
+    observe: Annotated[
+        bool,
+        typer.Option(
+            "--observe/--no-observe",
+            help="Record what each run really did (default; the file's `observe` per run). --no-observe runs every "
+            "script bare: no observed numbers, no findings, and no clean-exit fix.",
+        ),
+    ] = True,
     timeout: Annotated[
         float | None,
         typer.Option("--timeout", min=0.001, help="Stop a run after this many seconds and mark it timed_out."),
@@ -78,7 +87,7 @@ def launch_command(
         raise UserError(f"--timeout {timeout}: must be a finite number of seconds (leave it out for no limit)")
     if resume is not None:
         ignored = {"--only": only, "--runs-dir": runs_dir, "--nnodes": nnodes, "--rdzv-endpoint": rdzv_endpoint,
-                   "--rdzv-id": rdzv_id, "--fail-fast": fail_fast or None}  # fmt: skip
+                   "--rdzv-id": rdzv_id, "--fail-fast": fail_fast or None, "--no-observe": not observe or None}  # fmt: skip
         given = [flag for flag, value in ignored.items() if value]
         if given:
             raise UserError(f"--resume reruns the recorded command as it was: {', '.join(given)} cannot change it")
@@ -92,7 +101,8 @@ def launch_command(
         rendezvous=_rendezvous(plan, rdzv_endpoint, rdzv_id),
         name_by_rdzv_id=rdzv_id is not None,
     )
-    specs = prepare(plan, plan.select(only), options)
+    runs = plan.select(only) if observe else [replace(run, observe=False) for run in plan.select(only)]
+    specs = prepare(plan, runs, options)
     if dry_run:
         _print_dry_run(specs)
         return
