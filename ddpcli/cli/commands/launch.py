@@ -87,7 +87,8 @@ def launch_command(
         raise UserError(f"--timeout {timeout}: must be a finite number of seconds (leave it out for no limit)")
     if resume is not None:
         ignored = {"--only": only, "--runs-dir": runs_dir, "--nnodes": nnodes, "--rdzv-endpoint": rdzv_endpoint,
-                   "--rdzv-id": rdzv_id, "--fail-fast": fail_fast or None, "--no-observe": not observe or None}  # fmt: skip
+                   "--rdzv-id": rdzv_id, "--fail-fast": fail_fast or None,
+                   "--no-observe": not observe or None}  # fmt: skip
         given = [flag for flag, value in ignored.items() if value]
         if given:
             raise UserError(f"--resume reruns the recorded command as it was: {', '.join(given)} cannot change it")
