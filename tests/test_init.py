@@ -401,3 +401,40 @@ def test_init_then_launch_a_plain_ddp_script(tmp_path: Path) -> None:
         "1x8": ("observed", True), "2x4": ("observed", True)
     }  # fmt: skip
     assert rows["2x4"]["verdict"] is not None  # the observer's final parameters were compared with 1x8's
+
+
+@pytest.mark.e2e
+def test_init_then_launch_a_hugging_face_trainer_script(tmp_path: Path) -> None:
+    """init reads a Trainer script's flags; launch runs 1x8 and 2x4 (same global batch) as planned: the observer
+    sees the plan followed, and compare shows the observed numbers."""
+    import subprocess
+    import sys
+
+    from ddpcli.core.records import read_json
+
+    shutil.copy(REPO / "tests" / "observe_scripts" / "hf_train.py", tmp_path / "hf_train.py")
+    code, _, err = init(tmp_path / "hf_train.py", "-o", tmp_path / "experiments.toml", "--nproc-per-node", "2")
+    assert code == 0, err
+    plan = load_plan(tmp_path / "experiments.toml")
+    assert plan.baseline.args[:4] == ["--batch-size", "{per_device_batch_size}", "--grad-accum", "{grad_accum_steps}"]
+    result = subprocess.run(
+        [sys.executable, "-m", "ddpcli", "launch", "--only", "1x8", "--only", "2x4"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    planned = {run.name: run for run in plan.runs}
+    for name in ("1x8", "2x4"):
+        (run_dir,) = (tmp_path / "runs" / name).iterdir()
+        record = read_json(run_dir / "run.json")
+        run, observed = planned[name], record["observed"]
+        assert [finding["code"] for finding in record["findings"]] == [], record["findings"]
+        assert (observed["world_size"], observed["per_device_batch_size"], observed["grad_accum_steps"]) == (
+            run.world_size, run.per_device_batch_size, run.grad_accum_steps
+        )  # fmt: skip
+        assert (observed["global_batch_size"], observed["optimizer_steps"]) == (8, run.total_steps)
+        assert observed["lr_peak"] == pytest.approx(run.lr)
+    compared = runner.invoke(app, ["compare", str(tmp_path / "runs"), "--json"])
+    assert compared.exit_code == 0, compared.stderr
+    rows = {row["name"]: row for row in json.loads(compared.stdout)}
+    assert {name: row["plan_followed"] for name, row in rows.items()} == {"1x8": True, "2x4": True}
+    assert rows["2x4"]["samples_seen"] == rows["1x8"]["samples_seen"] == 8 * planned["1x8"].total_steps
