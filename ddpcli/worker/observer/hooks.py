@@ -28,12 +28,22 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ddpcli.core.records import PARAMS_FILE
 from ddpcli.worker import process_group
 from ddpcli.worker.observer.noise import BucketNorms
+from ddpcli.worker.observer.reading import (
+    fingerprint,
+    first_tensor,
+    loader_info,
+    sampler_epoch,
+    snapshot,
+    tensors,
+    wants_noise_scale,
+    wrap,
+)
 from ddpcli.worker.stream import RankStream, rank_stream
 
 FINGERPRINT_BATCHES = 4
@@ -65,7 +75,7 @@ class Observer:
         self.stream = stream
         self.rank = int(os.environ.get("RANK", "0"))
         self.run_dir = Path(os.environ["DDPCLI_RUN_DIR"])
-        self.measure_noise = _wants_noise_scale()
+        self.measure_noise = wants_noise_scale()
         self.start = time.perf_counter()
         self.step = 0
         self.micro_batches = 0
@@ -98,13 +108,13 @@ class Observer:
         register_optimizer_step_post_hook(self._guard(self._after_step))
         self._original_call = nn.Module.__call__
         nn.Module.__call__ = self._discovering_call()
-        _wrap(torch.autograd, "backward", before=self._guard(self._before_backward))
-        _wrap(torch.amp.GradScaler, "scale", after=self._guard(self._scaled))
-        _wrap(DataLoader, "__iter__", after=self._guard(self._loader_iter))
-        _wrap(_BaseDataLoaderIter, "__next__", before=self._guard(self._loader_next))
-        _wrap(DistributedDataParallel, "__init__", after=self._guard(self._ddp_built))
-        _wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
-        _wrap(dist, "init_process_group", after=self._guard(lambda *args, **kwargs: process_group.hold_world_group()))
+        wrap(torch.autograd, "backward", before=self._guard(self._before_backward))
+        wrap(torch.amp.GradScaler, "scale", after=self._guard(self._scaled))
+        wrap(DataLoader, "__iter__", after=self._guard(self._loader_iter))
+        wrap(_BaseDataLoaderIter, "__next__", before=self._guard(self._loader_next))
+        wrap(DistributedDataParallel, "__init__", after=self._guard(self._ddp_built))
+        wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
+        wrap(dist, "init_process_group", after=self._guard(lambda *args, **kwargs: process_group.hold_world_group()))
 
     def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Observation must never break training: an error is recorded once per kind and otherwise ignored."""
@@ -158,14 +168,14 @@ class Observer:
             self._training_forward(module, args, kwargs)
 
     def _training_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        batch = _first_tensor((args, kwargs))
+        batch = first_tensor((args, kwargs))
         if batch is not None and batch.dim() > 0 and not self.forward_seen:
             # Several top-level calls before one backward (an encoder, then a head on its output, which may be
             # flattened to batch x tokens) see one batch: the first call's, the one that takes the input.
             self.pending_samples = batch.shape[0]
             if self.fingerprints < FINGERPRINT_BATCHES:
                 self.fingerprints += 1
-                values = _fingerprint(_tensors((args, kwargs)))
+                values = fingerprint(tensors((args, kwargs)))
                 self.stream.add({"kind": "fingerprint", "index": self.fingerprints, "values": values})
         self.forward_seen = True
         if self.last_loader is not None and self.last_loader in self.loaders:
@@ -185,10 +195,10 @@ class Observer:
 
     # -- backward and step --------------------------------------------------------------------------------------
 
-    def _before_backward(self, tensors: Any, *args: Any, **kwargs: Any) -> None:
-        if isinstance(tensors, list | tuple) and len(tensors) == 1:
-            tensors = tensors[0]  # torch.autograd.backward([loss])
-        tensor = tensors if isinstance(tensors, torch.Tensor) else None
+    def _before_backward(self, outputs: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(outputs, list | tuple) and len(outputs) == 1:
+            outputs = outputs[0]  # torch.autograd.backward([loss])
+        tensor = outputs if isinstance(outputs, torch.Tensor) else None
         if tensor is None or tensor.numel() != 1 or not tensor.requires_grad:
             return
         self.micro_batches += 1
@@ -222,7 +232,7 @@ class Observer:
             "micro_batches": self.micro_batches,
             "samples": self.samples,
             "loss": self.loss,
-            "lr": [_snapshot(group["lr"]) for group in optimizer.param_groups],
+            "lr": [snapshot(group["lr"]) for group in optimizer.param_groups],
             "time": round(time.perf_counter() - self.start, 6),
         }  # fmt: skip
         norms = self.noise.take() if self.noise is not None else None
@@ -255,9 +265,9 @@ class Observer:
     # -- data -----------------------------------------------------------------------------------------------------
 
     def _loader_iter(self, iterator: Any, loader: DataLoader) -> None:
-        info = self.loaders.setdefault(id(loader), _loader_info(loader))
+        info = self.loaders.setdefault(id(loader), loader_info(loader))
         info["iterations"] += 1
-        info["epochs"].append(_sampler_epoch(loader))
+        info["epochs"].append(sampler_epoch(loader))
         iterator._ddpcli_loader = id(loader)
 
     def _loader_next(self, iterator: Any) -> None:
@@ -350,99 +360,3 @@ class Observer:
         temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         torch.save(state, temp)
         os.replace(temp, path)
-
-
-def _wrap(owner: Any, name: str, *, before: Callable[..., Any] | None = None, after: Callable[..., Any] | None = None):
-    """Replace owner.name by a function that calls `before(*args)` and/or `after(result, *args)` around it."""
-    original = getattr(owner, name)
-
-    @functools.wraps(original)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if before is not None:
-            before(*args, **kwargs)
-        result = original(*args, **kwargs)
-        if after is not None:
-            after(result, *args, **kwargs)
-        return result
-
-    setattr(owner, name, wrapper)
-
-
-def _first_tensor(value: Any, depth: int = 0) -> torch.Tensor | None:
-    """The first tensor in nested args/kwargs (a batch `(x, y)`, Lightning's `(batch, index)`, HF's `input_ids=`)."""
-    if isinstance(value, torch.Tensor):
-        return value
-    if depth > 4:
-        return None
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else ()
-    for item in items:
-        found = _first_tensor(item, depth + 1)
-        if found is not None:
-            return found
-    return None
-
-
-def _tensors(value: Any, limit: int = 8, depth: int = 0) -> list[torch.Tensor]:
-    """The first `limit` tensors in nested args/kwargs: all of a batch's inputs, not only the first (which may be an
-    attention mask, the same on every rank)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    found: list[torch.Tensor] = []
-    if depth > 4:
-        return found
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else ()
-    for item in items:
-        found += _tensors(item, limit - len(found), depth + 1)
-        if len(found) >= limit:
-            break
-    return found[:limit]
-
-
-def _fingerprint(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """Three numbers that differ between different batches and agree between copies of one (stays on device)."""
-    device = tensors[0].device
-    values = torch.cat([tensor.detach().reshape(-1).to(device, torch.float64) for tensor in tensors])
-    return torch.stack([values.sum(), values.square().sum(), values[:1].sum()])
-
-
-def _snapshot(value: Any) -> Any:
-    """A tensor lr is updated in place by the scheduler before the stream reads it: keep this step's value."""
-    return value.detach().clone() if isinstance(value, torch.Tensor) else value
-
-
-def _loader_info(loader: DataLoader) -> dict[str, Any]:
-    """What feeds the batches. A DataLoader given a batch_sampler keeps a placeholder SequentialSampler in .sampler
-    (accelerate's loaders at one process): then the batch sampler's own sampler is the one that counts."""
-    sampler = type(loader.sampler).__name__
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    inner = getattr(batch_sampler, "sampler", None)
-    if batch_sampler is not None and type(batch_sampler).__name__ != "BatchSampler":
-        sampler = f"{type(batch_sampler).__name__}({type(inner).__name__})" if inner is not None else sampler
-    elif inner is not None and inner is not loader.sampler:
-        sampler = type(inner).__name__
-    distributed = isinstance(loader.sampler, DistributedSampler) or isinstance(inner, DistributedSampler)
-    return {
-        "sampler": sampler,
-        "distributed_sampler": distributed,
-        "batch_size": loader.batch_size,
-        "iterations": 0,
-        "epochs": [],
-        "training": False,
-    }
-
-
-def _sampler_epoch(loader: DataLoader) -> int | None:
-    for sampler in (loader.sampler, getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
-        epoch = getattr(sampler, "epoch", None)
-        if isinstance(epoch, int):
-            return epoch
-    return None
-
-
-def _wants_noise_scale() -> bool:
-    import json
-
-    try:
-        return bool(json.loads(os.environ.get("DDPCLI_RUN", "{}")).get("noise_scale", False))
-    except ValueError:
-        return False

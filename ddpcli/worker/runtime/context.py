@@ -1,3 +1,5 @@
+# Over 300 lines on purpose: Context is one object a script holds, and its methods read best together. The split
+# when it grows: checkpoint/resume into runtime/checkpoints.py.
 """Context: what one training process knows about its run, and the DDP-aware operations on it (made by init())."""
 
 import contextlib
