@@ -351,30 +351,37 @@ def test_any_script_path_round_trips_through_ddpclis_loader(path_text: str) -> N
     assert experiment_file.defaults.script == path_text
 
 
-@pytest.mark.e2e
-def test_init_then_launch_a_plain_ddp_script(tmp_path: Path) -> None:
-    """init on a torch DDP script that knows nothing of ddpcli, then launch the baseline and a 2-process run that
-    keeps the global batch: both complete, each rank received the planned per-device batch and lr, the observer
-    saw the plan followed (no plan_mismatch) and compare says so."""
+def launch_and_read(folder: Path, *names: str) -> dict[str, tuple[Path, dict]]:
+    """`ddpcli launch --only NAME...` in `folder` (its experiments.toml), then each completed run's directory and
+    record, by name."""
     import subprocess
     import sys
 
     from ddpcli.core.records import read_json
 
+    command = [sys.executable, "-m", "ddpcli", "launch", *(part for name in names for part in ("--only", name))]
+    result = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = {}
+    for name in names:
+        (run_dir,) = (folder / "runs" / name).iterdir()
+        runs[name] = (run_dir, read_json(run_dir / "run.json"))
+        assert runs[name][1]["status"] == "completed"
+    return runs
+
+
+@pytest.mark.e2e
+def test_init_then_launch_a_plain_ddp_script(tmp_path: Path) -> None:
+    """init on a torch DDP script that knows nothing of ddpcli, then launch the baseline and a 2-process run that
+    keeps the global batch: both complete, each rank received the planned per-device batch and lr, the observer
+    saw the plan followed (no plan_mismatch) and compare says so."""
+
     plan = init_script(tmp_path, "ddp_plain.py", "--nproc-per-node", "2")
     assert plan.baseline.args == [
         "--batch-size", "{per_device_batch_size}", "--lr", "{lr}", "--steps", "{total_steps}", "--seed", "{seed}"
     ]  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "-m", "ddpcli", "launch", "--only", "1x8", "--only", "2x4"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
     planned = {run.name: run for run in plan.runs}
-    for name in ("1x8", "2x4"):
-        (run_dir,) = (tmp_path / "runs" / name).iterdir()
-        record = read_json(run_dir / "run.json")
-        assert record["status"] == "completed"
+    for name, (run_dir, record) in launch_and_read(tmp_path, "1x8", "2x4").items():
         received = [
             json.loads(line.removeprefix("received "))
             for log in sorted((run_dir / "logs").rglob("stdout.log"))
@@ -407,25 +414,14 @@ def test_init_then_launch_a_plain_ddp_script(tmp_path: Path) -> None:
 def test_init_then_launch_a_hugging_face_trainer_script(tmp_path: Path) -> None:
     """init reads a Trainer script's flags; launch runs 1x8 and 2x4 (same global batch) as planned: the observer
     sees the plan followed, and compare shows the observed numbers."""
-    import subprocess
-    import sys
-
-    from ddpcli.core.records import read_json
 
     shutil.copy(REPO / "tests" / "observe_scripts" / "hf_train.py", tmp_path / "hf_train.py")
     code, _, err = init(tmp_path / "hf_train.py", "-o", tmp_path / "experiments.toml", "--nproc-per-node", "2")
     assert code == 0, err
     plan = load_plan(tmp_path / "experiments.toml")
     assert plan.baseline.args[:4] == ["--batch-size", "{per_device_batch_size}", "--grad-accum", "{grad_accum_steps}"]
-    result = subprocess.run(
-        [sys.executable, "-m", "ddpcli", "launch", "--only", "1x8", "--only", "2x4"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
     planned = {run.name: run for run in plan.runs}
-    for name in ("1x8", "2x4"):
-        (run_dir,) = (tmp_path / "runs" / name).iterdir()
-        record = read_json(run_dir / "run.json")
+    for name, (_, record) in launch_and_read(tmp_path, "1x8", "2x4").items():
         run, observed = planned[name], record["observed"]
         assert [finding["code"] for finding in record["findings"]] == [], record["findings"]
         assert (observed["world_size"], observed["per_device_batch_size"], observed["grad_accum_steps"]) == (
