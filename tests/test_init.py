@@ -434,3 +434,22 @@ def test_init_then_launch_a_hugging_face_trainer_script(tmp_path: Path) -> None:
     rows = {row["name"]: row for row in json.loads(compared.stdout)}
     assert {name: row["plan_followed"] for name, row in rows.items()} == {"1x8": True, "2x4": True}
     assert rows["2x4"]["samples_seen"] == rows["1x8"]["samples_seen"] == 8 * planned["1x8"].total_steps
+
+
+def test_flags_named_in_the_description_are_not_options() -> None:
+    """argparse wraps a description that quotes a command line: a wrapped line may start with a flag at column 0.
+    Options are indented (argparse, click and typer all indent them); the description's flags are not options."""
+    text = """usage: train.py [-h] [--batch-size BATCH_SIZE]
+
+Run it as: torchrun --standalone
+--nproc-per-node 2 train.py --batch-size 8
+--grad-accum 2
+
+options:
+  -h, --help            show this help message and exit
+  --batch-size BATCH_SIZE
+                        (default: 16)
+"""
+    options = parse_help(text)
+    assert [option.flags for option in options] == [("-h", "--help"), ("--batch-size",)]
+    assert find_flags(options)["per_device_batch_size"].default == "16"

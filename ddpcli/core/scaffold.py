@@ -25,7 +25,9 @@ NOMINAL_BATCH = 32
 NOMINAL_LR = 0.001
 
 _BOX = str.maketrans({char: " " for char in "│┃╭╮╰╯─━┌┐└┘|"})
-_OPTION_START = re.compile(r"^(\s{0,12})(-{1,2}[A-Za-z0-9])")
+# Options are indented (argparse, click and typer all indent them); a description wrapped so that a quoted command
+# line starts a line with a flag at column 0 is not an option.
+_OPTION_START = re.compile(r"^(\s{1,12})(-{1,2}[A-Za-z0-9])")
 _FLAG = re.compile(r"(?<![\w-])(-{1,2}[A-Za-z0-9][\w.-]*)")
 _DEFAULT = re.compile(r"\(default:\s*(.*?)\)|\[default:\s*(.*?)\]")
 MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
