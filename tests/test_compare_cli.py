@@ -505,3 +505,20 @@ def test_compare_shows_what_ran_and_names_the_plan_it_did_not_follow(tmp_path: P
     assert four["findings"] == [mismatch] and four["observed"]["lr_peak"] == 0.2
     one = next(row for row in json.loads(out) if row["name"] == "1x64")
     assert (one["values_from"], one["plan_followed"]) == ("observed", True)
+
+
+def test_a_divergence_names_the_samplers_the_runs_really_used(tmp_path: Path) -> None:
+    """Lightning at 1 process shuffles with a RandomSampler, at 2 with a DistributedSampler: other batches each step.
+    The observer saw both samplers and no BatchNorm layer, so the note says so instead of guessing."""
+    pytest.importorskip("torch")
+    root = tmp_path / "runs"
+    one = {**observed_as(16, 1, 0.05, 8), "sampler": "RandomSampler", "batchnorm_layers": 0}
+    two = {**observed_as(8, 2, 0.05, 8), "sampler": "DistributedSampler", "batchnorm_layers": 0}
+    make_run(root, "1x16", steps=8, params=state(w=[0.0]), extra={"observed": one})
+    make_run(root, "2x8", nproc=2, per_device=8, steps=8, params=state(w=[0.06]), extra={"observed": two})
+    code, out, err = invoke(root)
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "2x8 diverged from 1x16" in text
+    assert "The runs drew their samples differently: 2x8 through DistributedSampler, 1x16 through RandomSampler" in text
+    assert "Nothing in the run records explains it" not in text and "BatchNorm" not in text

@@ -15,6 +15,8 @@ STATUS_WORDS = {
     "failed": "failed", "interrupted": "was interrupted", "timed_out": "timed out", "running": "is running",
     "lost": "was lost",
 }  # fmt: skip
+# Samplers that deal out the same permutation at every world size, given one seed (so they can match each other).
+SHARDING_ALIKE = frozenset({"DistributedSampler"})
 PLAN_CAUSES = (  # plan keys that break equivalence when they differ, and what each changes
     ("seed", "the seed (initial weights and data order)"),
     ("dataset_size", "dataset_size (the data)"),
@@ -139,7 +141,8 @@ def _unexplained(run: RunRecord, partner: RunRecord) -> str:
         "step, with the same seed)",
         "dropout or augmentation drawing different random numbers on each rank",
     ]
-    if run.per_device_batch_size != partner.per_device_batch_size:
+    no_batchnorm = run.observed is not None and run.observed.batchnorm_layers == 0  # seen: the model has none
+    if run.per_device_batch_size != partner.per_device_batch_size and not no_batchnorm:
         suspects.append(
             f"BatchNorm layers normalising over {run.per_device_batch_size} samples per device instead of "
             f"{partner.per_device_batch_size} (SyncBatchNorm normalises over all processes)"
@@ -161,7 +164,21 @@ def divergence_causes(run: RunRecord, partner: RunRecord) -> list[str]:
         mine, theirs = run.plan.get(key), partner.plan.get(key)
         if mine is not None and theirs is not None and mine != theirs:
             causes.append(f"The runs differ in {what}: {mine} vs {theirs}")
-    return causes
+    sampler = _sampler_cause(run, partner)
+    return [*causes, sampler] if sampler else causes
+
+
+def _sampler_cause(run: RunRecord, partner: RunRecord) -> str | None:
+    """Observed samplers of different kinds draw different batches at each step, so the runs cannot end alike."""
+    mine = run.observed.sampler if run.observed is not None else None
+    theirs = partner.observed.sampler if partner.observed is not None else None
+    if not mine or not theirs or mine == theirs or {mine, theirs} <= SHARDING_ALIKE:
+        return None
+    return (
+        f"The runs drew their samples differently: {run.name} through {mine}, {partner.name} through {theirs}, so "
+        "each step saw other samples (the same sampler and seed at every world size, e.g. a DistributedSampler at "
+        "world size 1 too, would make them match)"
+    )
 
 
 def _batchnorm_cause(run: RunRecord, partner: RunRecord) -> str | None:
