@@ -522,3 +522,15 @@ def test_a_divergence_names_the_samplers_the_runs_really_used(tmp_path: Path) ->
     assert "2x8 diverged from 1x16" in text
     assert "The runs drew their samples differently: 2x8 through DistributedSampler, 1x16 through RandomSampler" in text
     assert "Nothing in the run records explains it" not in text and "BatchNorm" not in text
+
+
+def test_an_integer_beyond_float_range_is_not_a_number_to_show(tmp_path: Path) -> None:
+    """JSON allows a 400-digit integer; float() of it overflows. A loss like that is no finite loss, not a traceback."""
+    root = tmp_path / "runs"
+    run_dir = make_run(root, "1x16", steps=3)
+    with (run_dir / "metrics.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write('{"step": 4, "samples": 64, "time": 0.1, "loss": 1' + "0" * 400 + "}\n")
+    code, out, err = invoke(root, "--json")
+    assert code == 0 and "Traceback" not in err, err
+    (row,) = json.loads(out)
+    assert (row["steps"], row["final_loss"]) == (4, None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ddpcli.core.observation import RankObservation, training_loader
+from ddpcli.core.observation import RankObservation, main_rank, training_loader
 from ddpcli.core.run_record import Finding, Observed
 
 # (field of the plan, field of Observed, words)
@@ -89,7 +89,7 @@ def plan_mismatches(plan: dict[str, Any], observed: Observed, completed: bool) -
 
 def _noise_scale_blocked(ranks: dict[int, RankObservation]) -> bool:
     """The noise scale was asked for, nobody measured it, and the script's own comm hook is why."""
-    end = (ranks.get(0) or next(iter(ranks.values()), None) or RankObservation(0)).end
+    end = (main_rank(ranks) or RankObservation(0)).end
     return (
         end.get("noise_scale_requested") is True
         and end.get("script_comm_hook") is True

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpcli.core.noise_scale import NoiseScaleTracker, simple_noise_scale
-from ddpcli.core.records import finite_or_none, parse_row
+from ddpcli.core.records import finite_or_none, parse_row, text_or_none, whole_or_none
 from ddpcli.core.run_record import Observed
 
 OBSERVED_DIR = "observed"
@@ -63,11 +63,11 @@ def read_rank_file(path: Path, rank: int) -> RankObservation:
             seen.skipped_lines += bool(line.strip())
             continue
         kind = row.get("kind")
-        if kind == "resume" and _whole(row.get("step")) is not None:
+        if kind == "resume" and whole_or_none(row.get("step")) is not None:
             _forget_after(seen, int(row["step"]))  # the attempt that died went further than its last checkpoint
-        elif kind == "step" and _whole(row.get("step")) is not None:
+        elif kind == "step" and whole_or_none(row.get("step")) is not None:
             seen.steps[int(row["step"])] = row
-        elif kind == "log" and _whole(row.get("step")) is not None:
+        elif kind == "log" and whole_or_none(row.get("step")) is not None:
             seen.logs[int(row["step"])] = row
         elif kind == "fingerprint" and isinstance(row.get("values"), list) and len(seen.fingerprints) < 8:
             seen.fingerprints.append([value for value in row["values"] if isinstance(value, int | float)])
@@ -81,6 +81,11 @@ def read_rank_file(path: Path, rank: int) -> RankObservation:
 def _forget_after(seen: RankObservation, step: int) -> None:
     seen.steps = {number: row for number, row in seen.steps.items() if number <= step}
     seen.logs = {number: row for number, row in seen.logs.items() if number <= step}
+
+
+def main_rank(ranks: dict[int, RankObservation]) -> RankObservation | None:
+    """Rank 0's observations (whose timeline and run description stand for the run), else the lowest rank's."""
+    return ranks.get(0) or (ranks[min(ranks)] if ranks else None)
 
 
 def read_observations(run_dir: Path) -> dict[int, RankObservation]:
@@ -120,7 +125,7 @@ def per_step_batches(ranks: dict[int, RankObservation]) -> tuple[Counted, Counte
     global_by_step: dict[int, int] = {}
     for seen in ranks.values():
         for step, row in seen.steps.items():
-            micro, samples = _whole(row.get("micro_batches")), _whole(row.get("samples"))
+            micro, samples = whole_or_none(row.get("micro_batches")), whole_or_none(row.get("samples"))
             if not micro or samples is None:
                 continue
             accumulation.append(micro)
@@ -146,7 +151,7 @@ def distinct_samples(ranks: dict[int, RankObservation]) -> bool | None:
 
 
 def training_loader(ranks: dict[int, RankObservation]) -> dict[str, Any] | None:
-    seen = ranks.get(0) or next(iter(ranks.values()), None)
+    seen = main_rank(ranks)
     loaders = seen.end.get("loaders") if seen is not None else None
     if not isinstance(loaders, list) or not loaders or not isinstance(loaders[0], dict):
         return None
@@ -159,10 +164,10 @@ def merged_metrics(ranks: dict[int, RankObservation]) -> list[dict[str, Any]]:
     (averaged over ranks) and only its steps are rows."""
     if not ranks:
         return []
-    main = ranks.get(0) or next(iter(ranks.values()))
+    main = main_rank(ranks)
     cumulative, total = {}, 0
     for step in sorted(main.steps):
-        total += sum(_whole(seen.steps.get(step, {}).get("samples")) or 0 for seen in ranks.values())
+        total += sum(whole_or_none(seen.steps.get(step, {}).get("samples")) or 0 for seen in ranks.values())
         cumulative[step] = total
     if main.logs:
         return [_log_row(step, ranks, cumulative) for step in sorted(main.logs)]
@@ -188,7 +193,7 @@ def observed_noise(ranks: dict[int, RankObservation], beta: float = NOISE_BETA) 
     norms are missing or not finite (an AMP overflow) are left out of the EMAs."""
     if not ranks:
         return {}
-    main = ranks.get(0) or next(iter(ranks.values()))
+    main = main_rank(ranks)
     tracker, found = NoiseScaleTracker(beta), {}
     for step in sorted(main.steps):
         measured = _step_norms([seen.steps.get(step, {}) for seen in ranks.values()])
@@ -204,7 +209,7 @@ def observed_noise(ranks: dict[int, RankObservation], beta: float = NOISE_BETA) 
 
 
 def _log_row(step: int, ranks: dict[int, RankObservation], cumulative: dict[int, int]) -> dict[str, Any]:
-    main = ranks.get(0) or next(iter(ranks.values()))
+    main = main_rank(ranks)
     logged = main.logs[step]
     row: dict[str, Any] = {"step": step}
     samples = cumulative.get(step, logged.get("samples"))
@@ -239,16 +244,6 @@ def _mean(values: list[Any]) -> float | str | None:
     return sum(numbers) / len(numbers) if numbers else None
 
 
-def _whole(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
 def _step_norms(rows: list[dict[str, Any]]) -> tuple[float, float, float, int] | None:
     """(rank mean of |G_small|^2, of |G_big|^2, mean samples per rank, samples over ranks) of one step's rows; None
     when a rank's values are missing or not finite."""
@@ -257,7 +252,7 @@ def _step_norms(rows: list[dict[str, Any]]) -> tuple[float, float, float, int] |
         one, two, count = (
             finite_or_none(row.get("sq_small")),
             finite_or_none(row.get("sq_big")),
-            _whole(row.get("samples")),
+            whole_or_none(row.get("samples")),
         )
         if one is None or two is None or count is None:
             return None
@@ -269,17 +264,21 @@ def _step_norms(rows: list[dict[str, Any]]) -> tuple[float, float, float, int] |
     return sum(small) / len(small), sum(big) / len(big), sum(samples) / len(samples), sum(samples)
 
 
+def _samples_seen(ranks: dict[int, RankObservation]) -> int:
+    return sum(whole_or_none(row.get("samples")) or 0 for seen in ranks.values() for row in seen.steps.values())
+
+
 def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
     """The run's `observed` record; None when no rank wrote anything (run with observe = false, or no worker ran)."""
     if not ranks:
         return None
-    main = ranks.get(0) or next(iter(ranks.values()))
+    main = main_rank(ranks)
     per_device, accumulation, global_batch = per_step_batches(ranks)
     lrs = [lr for step in sorted(main.steps) if (lr := lr_of(main.steps[step])) is not None]
     loader = training_loader(ranks)
-    norms = _whole(main.run.get("batchnorm_layers"))
-    synchronised = _whole(main.run.get("batchnorm_synchronized"))
-    world = _whole(main.run.get("world_size"))
+    norms = whole_or_none(main.run.get("batchnorm_layers"))
+    synchronised = whole_or_none(main.run.get("batchnorm_synchronized"))
+    world = whole_or_none(main.run.get("world_size"))
     ranges = {
         name: [counted.low, counted.high]
         for name, counted in (("per_device_batch_size", per_device), ("grad_accum_steps", accumulation),
@@ -293,7 +292,9 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         global_batch_size=global_batch.value,
         ranges=ranges,
         optimizer_steps=len(main.steps),
-        samples_seen=sum(_whole(row.get("samples")) or 0 for seen in ranks.values() for row in seen.steps.values()),
+        samples_seen=sum(
+            whole_or_none(row.get("samples")) or 0 for seen in ranks.values() for row in seen.steps.values()
+        ),
         lr_first=lrs[0] if lrs else None,
         lr_peak=max(lrs) if lrs else None,
         lr_last=lrs[-1] if lrs else None,
@@ -302,12 +303,8 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         batchnorm_layers=norms,
         # One process: its statistics are the global batch's, there is nothing to synchronise.
         batchnorm_synchronized=(synchronised == norms) if norms and world != 1 else None,
-        amp=_text(main.end.get("amp")) or _text(main.run.get("amp")),
-        backend=_text(main.run.get("backend")),
-        device=_text(main.run.get("device")),
+        amp=text_or_none(main.end.get("amp")) or text_or_none(main.run.get("amp")),
+        backend=text_or_none(main.run.get("backend")),
+        device=text_or_none(main.run.get("device")),
         ddp=main.run.get("ddp") if isinstance(main.run.get("ddp"), bool) else None,
     )
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None

@@ -198,9 +198,30 @@ def find_run_dirs(root: Path) -> Iterator[Path]:
 
 
 def finite_or_none(value: Any) -> float | None:
+    """A JSON number as a finite float; None for anything else, an integer beyond float range included (JSON allows
+    a 400-digit integer, and float() of it overflows)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        return float(value) if math.isfinite(value) else None
+    except OverflowError:
+        return None
+
+
+def text_or_none(value: Any) -> str | None:
+    """A non-empty JSON string, else None."""
+    return value if isinstance(value, str) and value else None
+
+
+def whole_or_none(value: Any) -> int | None:
+    """A JSON number that is whole (8 or 8.0) as an exact int; None for anything else, fractions included."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 def write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -17,7 +17,14 @@ from typing import Any
 
 from ddpcli.core.comparison.curve import Curve, LazyCurve, NeedsFullParse, ParsedCurve, Row, loss_at, resample
 from ddpcli.core.comparison.runs import RunRecord, read_run_record
-from ddpcli.core.records import finite_or_none, loads_json, noise_scale_reading, read_metrics, unreadable
+from ddpcli.core.records import (
+    finite_or_none,
+    loads_json,
+    noise_scale_reading,
+    read_metrics,
+    unreadable,
+    whole_or_none,
+)
 
 SPARK_POINTS = 64  # loss read at this many evenly spaced sample counts for the sparkline, 4 per character
 PLOT_POINTS = 2000  # and at this many for --plot: plenty for a figure, cheap to find
@@ -147,7 +154,7 @@ def _summarize(
     first, last = curve.first(), curve.last()
     return MetricsSummary(
         rows=rows,
-        steps=_whole_or_none(last.get("step")),
+        steps=whole_or_none(last.get("step")),
         samples_seen=_int_if_whole(last.get("samples")),
         final_loss=_number_or_none(last.get("loss")),
         last_time=finite_or_none(last.get("time")),
@@ -205,9 +212,3 @@ def _int_if_whole(value: Any) -> int | float | None:
     """A finite number, as an int when it is whole (1600.0 shows as 1600); None for anything else."""
     number = finite_or_none(value)
     return int(number) if number is not None and number.is_integer() else number
-
-
-def _whole_or_none(value: Any) -> int | None:
-    """A whole finite number as an int; None for anything else, fractions included."""
-    number = _int_if_whole(value)
-    return number if isinstance(number, int) else None

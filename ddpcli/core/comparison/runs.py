@@ -13,7 +13,15 @@ from pydantic import Field
 
 from ddpcli.core import run_record
 from ddpcli.core.errors import UserError
-from ddpcli.core.records import METRICS_FILE, PARAMS_FILE, RUN_FILE, find_run_dirs, finite_or_none, is_run_dir
+from ddpcli.core.records import (
+    METRICS_FILE,
+    PARAMS_FILE,
+    RUN_FILE,
+    find_run_dirs,
+    finite_or_none,
+    is_run_dir,
+    text_or_none,
+)
 
 NO_FILE = "(no experiment file)"
 BATCHNORM_FLAGS = frozenset({"--batchnorm", "--batch-norm", "--bn"})
@@ -110,7 +118,7 @@ def read_run_record(run_dir: Path) -> RunRecord:
     except (OSError, ValueError) as error:
         raise UserError(f"{run_dir / RUN_FILE}: cannot read it: {error}") from None
     data = record.model_dump()
-    data["name"] = record.name or _text(record.plan.get("name")) or run_dir.parent.name
+    data["name"] = record.name or text_or_none(record.plan.get("name")) or run_dir.parent.name
     data["started_at"] = record.started_at or ""
     if record.status == "running" and _supervisor_gone(record):
         data["status"] = LOST
@@ -132,10 +140,6 @@ def _supervisor_gone(record: run_record.RunRecord) -> bool:
 def _int_or_none(value: Any) -> int | None:
     """A JSON integer (not a bool, not a float), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 def size_key(record: RunRecord, unknown: float = 0) -> tuple[Any, ...]:
