@@ -26,7 +26,8 @@ from common import report, time_commands
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from ddpcli.core.records import RUN_FILE, write_json_atomic  # noqa: E402
+from ddpcli.jsonvalues import write_json_atomic  # noqa: E402
+from ddpcli.rundir.layout import RUN_FILE  # noqa: E402
 
 
 def make_runs_root(root: Path, runs: int, rows: int, seed: int = 0) -> None:

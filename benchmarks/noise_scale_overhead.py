@@ -22,9 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # ddpcli without installing it
 from common import Timing, report
 
-from ddpcli.core.planning import load_plan
-from ddpcli.core.records import METRICS_FILE, read_metrics
-from ddpcli.core.run_types import ResolvedRun
+from ddpcli.experiment.planning import load_plan
+from ddpcli.experiment.resolved import ResolvedRun
+from ddpcli.rundir.layout import METRICS_FILE
+from ddpcli.rundir.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # ddpcli without installing it
 from common import Timing, report
 
-from ddpcli.core.observation import OBSERVED_DIR, rank_file_name
-from ddpcli.core.planning import ResolvedRun, load_plan
-from ddpcli.core.records import parse_row
+from ddpcli.experiment.planning import ResolvedRun, load_plan
+from ddpcli.jsonvalues import parse_row
+from ddpcli.rundir.layout import OBSERVED_DIR, rank_file_name
 
 REPO = Path(__file__).resolve().parent.parent
 PLAIN = REPO / "tests" / "observe_scripts" / "plain.py"

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from ddpcli import compare as cmp
 from ddpcli.cli.app import app
 from ddpcli.cli.console import stdout
-from ddpcli.core import comparison as cmp
 from tests.conftest import REPO, loads_torch, probe_cli
 from tests.test_comparison import make_run, state
 

@@ -1,4 +1,4 @@
-"""ddpcli.core.comparison on hand-made run directories whose numbers are known: arithmetic, interpolation, partners,
+"""ddpcli.compare on hand-made run directories whose numbers are known: arithmetic, interpolation, partners,
 verdicts, notes, and the metrics reader's fast and careful paths."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from ddpcli.core import comparison as cmp
-from ddpcli.core.errors import UserError
-from ddpcli.core.records import write_json_atomic
-from ddpcli.host.params import param_diff
+from ddpcli import compare as cmp
+from ddpcli.errors import UserError
+from ddpcli.jsonvalues import write_json_atomic
+from ddpcli.rundir.params import param_diff
 
 # ---------------------------------------------------------------------------------------------------------------
 # Making run directories (also used by tests/test_compare_cli.py)
@@ -531,8 +531,8 @@ def test_comparison_module_imports_neither_torch_rich_nor_planning() -> None:
     """Comparing reads run records (the pydantic run.json model), never experiment files, plans or parameters."""
     import subprocess
 
-    heavy = ("torch", "rich", "ddpcli.core.config", "ddpcli.core.planning", "ddpcli.host.params")
-    code = f"import sys, ddpcli.core.comparison; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    heavy = ("torch", "rich", "ddpcli.experiment.schema", "ddpcli.experiment.planning", "ddpcli.rundir.params")
+    code = f"import sys, ddpcli.compare; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 

@@ -25,17 +25,17 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ddpcli import compare as cmp
 from ddpcli.cli.commands.launch import _summary_row
 from ddpcli.cli.render.compare import comparison_tables
 from ddpcli.cli.render.launch import launch_summary_tables
 from ddpcli.cli.render.layout import print_bullets
 from ddpcli.cli.render.plan import plan_tables, print_notes
-from ddpcli.core import comparison as cmp
-from ddpcli.core.launcher import Rendezvous
-from ddpcli.core.outlook import batch_outlook
-from ddpcli.core.planning import load_plan
-from ddpcli.core.run_record import FailedRank, RunRecord
-from ddpcli.host.sweep import RunResult, SweepOptions, prepare
+from ddpcli.experiment.outlook import batch_outlook
+from ddpcli.experiment.planning import load_plan
+from ddpcli.launch.argv import Rendezvous
+from ddpcli.launch.sweep import RunResult, SweepOptions, prepare
+from ddpcli.rundir.record import FailedRank, RunRecord
 from tests.conftest import REPO
 from tests.test_comparison import make_run
 

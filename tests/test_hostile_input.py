@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
-from ddpcli.core.config import RunEntry, is_safe_name
-from ddpcli.core.errors import UserError
-from ddpcli.core.launcher import Rendezvous
-from ddpcli.core.planning import load_plan
-from ddpcli.core.records import write_json_atomic
-from ddpcli.host.sweep import SweepOptions, prepare, start_record
+from ddpcli.errors import UserError
+from ddpcli.experiment.planning import load_plan
+from ddpcli.experiment.schema import RunEntry, is_safe_name
+from ddpcli.jsonvalues import write_json_atomic
+from ddpcli.launch.argv import Rendezvous
+from ddpcli.launch.sweep import SweepOptions, prepare, start_record
 from tests.conftest import write_toml
 
 runner = CliRunner()

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
-from ddpcli.core.config import parse_experiment_text
-from ddpcli.core.errors import UserError
-from ddpcli.core.planning import load_plan, resolve_plan
-from ddpcli.core.run_types import Plan
-from ddpcli.core.scaffold import (
+from ddpcli.errors import UserError
+from ddpcli.experiment.planning import load_plan, resolve_plan
+from ddpcli.experiment.resolved import Plan
+from ddpcli.experiment.schema import parse_experiment_text
+from ddpcli.init.scaffold import (
     InitRequest,
     build_experiment,
     default_world_sizes,
@@ -357,7 +357,7 @@ def launch_and_read(folder: Path, *names: str) -> dict[str, tuple[Path, dict]]:
     import subprocess
     import sys
 
-    from ddpcli.core.records import read_json
+    from ddpcli.jsonvalues import read_json
 
     command = [sys.executable, "-m", "ddpcli", "launch", *(part for name in names for part in ("--only", name))]
     result = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300, check=False)

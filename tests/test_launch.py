@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
-from ddpcli.core.errors import ConfigError, UserError
-from ddpcli.core.launcher import Rendezvous, build_launch, fill_placeholders
-from ddpcli.core.planning import load_plan
-from ddpcli.host.sweep import create_run_dir
+from ddpcli.errors import ConfigError, UserError
+from ddpcli.experiment.planning import load_plan
+from ddpcli.launch.argv import Rendezvous, build_launch, fill_placeholders
+from ddpcli.launch.sweep import create_run_dir
 from tests.conftest import write_toml
 
 runner = CliRunner()
@@ -203,7 +203,7 @@ def test_existing_run_directory_is_never_overwritten(tmp_path: Path) -> None:
 
 def recorded_run(tmp_path: Path, **changes: object) -> tuple[Path, dict]:
     """A run directory whose run.json is what ddpcli launch writes at start (plus `changes`), as a dict."""
-    from ddpcli.host.sweep import start_record
+    from ddpcli.launch.sweep import start_record
 
     plan = load_plan(write_toml(tmp_path, FILE))
     run_dir = tmp_path / "runs" / "1x16" / "ID"
@@ -216,8 +216,8 @@ def recorded_run(tmp_path: Path, **changes: object) -> tuple[Path, dict]:
 
 def test_resume_record_arithmetic_over_two_resumes(tmp_path: Path) -> None:
     """wall_time_s and restarts are totals over every launch, however many resumes."""
-    from ddpcli.host.supervisor import Outcome
-    from ddpcli.host.sweep import finish_record, resume_from
+    from ddpcli.launch.supervisor import Outcome
+    from ddpcli.launch.sweep import finish_record, resume_from
 
     run_dir, record = recorded_run(tmp_path, status="failed", wall_time_s=10.0, restarts=1, timeout_s=99.0)
     for wall_time, restarts, expected_wall, expected_restarts in ((20.0, 0, 30.0, 1), (30.0, 2, 60.0, 3)):
@@ -234,7 +234,7 @@ def test_resume_of_a_copied_run_directory_runs_in_the_copy(tmp_path: Path) -> No
     """A copied or moved run resumes where it was named: its own log dir, DDPCLI_RUN_DIR and {run_dir} args."""
     import shutil
 
-    from ddpcli.host.sweep import resume_from
+    from ddpcli.launch.sweep import resume_from
 
     run_dir, _ = recorded_run(tmp_path, status="interrupted")
     copy = tmp_path / "elsewhere" / "1x16" / "ID"
@@ -290,7 +290,7 @@ def test_runs_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
 
 
 def test_metrics_follower_rereads_a_rewritten_file(tmp_path: Path) -> None:
-    from ddpcli.core.records import iter_new_metrics
+    from ddpcli.rundir.metrics import iter_new_metrics
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n')
@@ -309,8 +309,8 @@ def test_torchrun_never_outlives_an_error_in_the_watch_loop(tmp_path: Path) -> N
     """If following the run raises, the finally clause still stops torchrun (here: a sleeping stand-in)."""
     import time
 
-    from ddpcli.core.launcher import LaunchSpec
-    from ddpcli.host.supervisor import StopRequest, run_to_end, worker_pids
+    from ddpcli.launch.argv import LaunchSpec
+    from ddpcli.launch.supervisor import StopRequest, run_to_end, worker_pids
 
     plan = load_plan(write_toml(tmp_path, FILE))
     run_dir = tmp_path / "run"

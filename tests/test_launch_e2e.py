@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ddpcli.core.records import read_json, read_metrics
-from ddpcli.core.run_record import RUN_FIELDS
-from ddpcli.host.supervisor import worker_pids
+from ddpcli.jsonvalues import read_json
+from ddpcli.launch.supervisor import worker_pids
+from ddpcli.rundir.metrics import read_metrics
+from ddpcli.rundir.record import RUN_FIELDS
 from tests.conftest import REPO, final_params, max_abs_diff, write_toml
 
 pytestmark = pytest.mark.e2e

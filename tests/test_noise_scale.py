@@ -1,4 +1,4 @@
-"""The gradient noise scale: exact arithmetic of ddpcli.core.noise_scale, and the runtime's estimate against the truth.
+"""The gradient noise scale: exact arithmetic of ddpcli.noise_scale, and the runtime's estimate against the truth.
 
 The statistical tests measure at a fixed parameter point of a linear regression (tests/scripts/noise_linear.py),
 where B_simple = tr(Sigma) / |G|^2 is computed exactly from the per-example gradients of the whole dataset; the
@@ -19,7 +19,7 @@ from types import ModuleType
 
 import pytest
 
-from ddpcli.core import noise_scale as gns
+from ddpcli import noise_scale as gns
 from tests.conftest import REPO, merge_observations
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "noise_linear.py"

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddpcli.core.findings import plan_mismatches, run_findings
-from ddpcli.core.observation import merged_metrics, read_observations, summarize
-from ddpcli.core.records import METRICS_FILE, write_metrics
-from ddpcli.core.run_record import Observed
+from ddpcli.rundir.findings import plan_mismatches, run_findings
+from ddpcli.rundir.layout import METRICS_FILE
+from ddpcli.rundir.merge import merged_metrics, read_observations, summarize
+from ddpcli.rundir.metrics import write_metrics
+from ddpcli.rundir.record import Observed
 
 
 def write_rank(run_dir: Path, rank: int, rows: list[dict[str, Any]]) -> None:

@@ -1,4 +1,4 @@
-"""Merging the observer's per-rank files (ddpcli.core.observation) and the findings on them (ddpcli.core.findings).
+"""Merging the observer's per-rank files (ddpcli.rundir.merge) and the findings on them (ddpcli.rundir.findings).
 
 Pure: the rank files are written here as the observer writes them, so every case is exact and fast.
 """
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpcli.core.findings import run_findings
-from ddpcli.core.noise_scale import simple_noise_scale
-from ddpcli.core.observation import merged_metrics, observed_noise, read_observations, summarize
+from ddpcli.noise_scale import simple_noise_scale
+from ddpcli.rundir.findings import run_findings
+from ddpcli.rundir.merge import merged_metrics, observed_noise, read_observations, summarize
 
 
 def write_ranks(run_dir: Path, ranks: dict[int, list[dict[str, Any]]]) -> None:

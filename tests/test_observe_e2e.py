@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from ddpcli.core.observation import read_observations
-from ddpcli.core.records import read_metrics
+from ddpcli.rundir.merge import read_observations
+from ddpcli.rundir.metrics import read_metrics
 from tests.conftest import REPO, final_params, write_toml
 
 pytestmark = pytest.mark.e2e

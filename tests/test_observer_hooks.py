@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpcli.core.observation import read_observations, summarize
+from ddpcli.rundir.merge import read_observations, summarize
 from tests.conftest import REPO
 
 LM_PROBE = REPO / "tests" / "scripts" / "observer_lm_probe.py"

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddpcli.core.config import validate_experiment_data
-from ddpcli.core.errors import ConfigError
-from ddpcli.core.planning import resolve_plan
-from ddpcli.core.run_types import EXTRA_KEYS, PLAN_KEYS, Plan
+from ddpcli.errors import ConfigError
+from ddpcli.experiment.planning import resolve_plan
+from ddpcli.experiment.resolved import EXTRA_KEYS, PLAN_KEYS, Plan
+from ddpcli.experiment.schema import validate_experiment_data
 
 SOURCE = Path("/tmp/exp/experiments.toml")
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from ddpcli.core.config import Cluster, Defaults, RunEntry
-from ddpcli.core.reference import BEGIN, END, field_docstrings, field_table
+from ddpcli.experiment.reference import BEGIN, END, field_docstrings, field_table
+from ddpcli.experiment.schema import Cluster, Defaults, RunEntry
 from tests.conftest import REPO
 
 
 def test_readme_field_table_is_generated_from_the_models() -> None:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     embedded = text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip()
-    assert embedded == field_table(), "README is stale: paste the output of `python -m ddpcli.core.reference`"
+    assert embedded == field_table(), "README is stale: paste the output of `python -m ddpcli.experiment.reference`"
 
 
 def test_every_field_has_a_docstring() -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpcli.core.records import read_json, read_metrics
+from ddpcli.jsonvalues import read_json
+from ddpcli.rundir.metrics import read_metrics
 from tests.conftest import final_params, max_abs_diff, write_toml
 
 pytestmark = pytest.mark.e2e

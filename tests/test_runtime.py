@@ -1,7 +1,8 @@
 """ddpcli.runtime and the bundled example, checked by value.
 
-The e2e tests launch real torchrun jobs (gloo, CPU) the way `ddpcli launch` does: DDPCLI_RUN is a run resolved by
-ddpcli.core.planning from an experiment file, DDPCLI_RUN_DIR a temporary run directory, the script's args filled from
+The e2e tests launch real torchrun jobs (gloo, CPU) the way `ddpcli launch` does: DDPCLI_RUN is a run resolved
+by ddpcli.experiment.planning from an experiment file, DDPCLI_RUN_DIR a temporary run directory, the
+script's args filled from
 the run's placeholders. The claim under test is the one the README makes: W processes x batch B end with the
 same parameters as one process with batch W*B (float summation order aside), BatchNorm only with sync.
 One-process runs go through plain `python -m` (the path without torchrun); runs are cached per module, so each
@@ -26,8 +27,9 @@ import torch.distributed as dist
 from torch import nn
 
 from ddpcli import runtime
-from ddpcli.core.planning import ResolvedRun, load_plan
-from ddpcli.core.records import METRICS_FILE, PARAMS_FILE, read_metrics
+from ddpcli.experiment.planning import ResolvedRun, load_plan
+from ddpcli.rundir.layout import METRICS_FILE, PARAMS_FILE
+from ddpcli.rundir.metrics import read_metrics
 from tests.conftest import max_abs_diff, merge_observations
 
 REPO = Path(__file__).resolve().parent.parent

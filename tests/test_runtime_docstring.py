@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ddpcli import runtime
-from ddpcli.core.records import PARAMS_FILE
+from ddpcli.rundir.layout import PARAMS_FILE
 from ddpcli.worker import runtime as runtime_package
 from tests.conftest import merge_observations
 

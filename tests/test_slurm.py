@@ -24,12 +24,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
-from ddpcli.core.config import validate_experiment_data
-from ddpcli.core.errors import UserError
-from ddpcli.core.planning import resolve_plan
-from ddpcli.core.records import PARAMS_FILE, RUN_FILE, read_json
-from ddpcli.core.run_types import ResolvedRun
-from ddpcli.core.slurm import PORT_BASE, PORT_SPAN, SlurmOptions, sbatch_script
+from ddpcli.errors import UserError
+from ddpcli.experiment.planning import resolve_plan
+from ddpcli.experiment.resolved import ResolvedRun
+from ddpcli.experiment.schema import validate_experiment_data
+from ddpcli.jsonvalues import read_json
+from ddpcli.rundir.layout import PARAMS_FILE, RUN_FILE
+from ddpcli.slurm.sbatch import PORT_BASE, PORT_SPAN, SlurmOptions, sbatch_script
 from tests.conftest import REPO, write_toml
 
 if sys.version_info >= (3, 11):

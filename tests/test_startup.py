@@ -1,7 +1,8 @@
 """`ddpcli plan` must stay instant: it never imports torch, and loads only its own command module.
 
 The root group loads a command's module only when the command runs (ddpcli/cli/app.py), so `ddpcli plan` imports
-planning and the plan renderer but nothing of ddpcli.host (supervisor, sweep, parameter files) and no other command.
+planning and the plan renderer but nothing of the host modules (supervisor, sweep, parameter files, script help)
+and no other command.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 
 from ddpcli.cli.app import COMMANDS
 from tests.conftest import REPO, loads_torch, probe_cli
+from tests.test_layers import HOST_MODULES
 
 OTHER_COMMANDS = [f"ddpcli.cli.commands.{name}" for name in COMMANDS if name != "plan"]
 
@@ -21,7 +23,7 @@ def test_plan_never_imports_torch_host_or_another_command() -> None:
     code, modules = probe_cli("plan", REPO / "experiments.toml")
     assert code == 0
     assert "ddpcli.cli.commands.plan" in modules  # the probe sees what was loaded
-    assert [name for name in modules if name.startswith(("torch", "ddpcli.host", *OTHER_COMMANDS))] == []
+    assert [name for name in modules if name.startswith(("torch", *HOST_MODULES, *OTHER_COMMANDS))] == []
 
 
 def test_plan_json_from_the_default_file_loads_no_torch() -> None:
@@ -32,7 +34,7 @@ def test_plan_json_from_the_default_file_loads_no_torch() -> None:
 def test_root_help_lists_every_command_without_loading_any() -> None:
     code, modules = probe_cli("--help")
     assert code == 0
-    assert [name for name in modules if name.startswith(("torch", "ddpcli.host", "ddpcli.cli.commands."))] == []
+    assert [name for name in modules if name.startswith(("torch", *HOST_MODULES, "ddpcli.cli.commands."))] == []
 
 
 def test_a_command_help_loads_only_that_command() -> None:

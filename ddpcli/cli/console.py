@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ddpcli.core.errors import UserError
+from ddpcli.errors import UserError
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -1,5 +1,5 @@
 """This rank's observation file, `<run_dir>/observed/rank-<rank>.jsonl`: what the observer and the runtime helper
-record, one JSON object a line, merged by `ddpcli launch` after the run (ddpcli.core.observation).
+record, one JSON object a line, merged by `ddpcli launch` after the run (ddpcli.rundir.merge).
 
 Rows may hold tensors (a loss, an lr that is a tensor): they stay where they are until a flush, which copies all of
 them to the host in one transfer per device. So recording a step costs no device synchronisation; a flush
@@ -15,8 +15,8 @@ from typing import IO, Any
 
 import torch
 
-from ddpcli.core.observation import OBSERVED_DIR, rank_file_name
-from ddpcli.core.records import strict_number
+from ddpcli.jsonvalues import strict_number
+from ddpcli.rundir.layout import OBSERVED_DIR, rank_file_name
 
 FLUSH_ROWS = 256
 FLUSH_S = 2.0  # `ddpcli launch` follows rank 0's file for its progress bar

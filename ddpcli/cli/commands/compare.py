@@ -1,4 +1,4 @@
-"""`ddpcli compare`: finished runs side by side. Parses flags, calls ddpcli.core.comparison, renders with Rich."""
+"""`ddpcli compare`: finished runs side by side. Parses flags, calls ddpcli.compare, renders with Rich."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE as EXPERIMENT_FILE
 from ddpcli.cli.console import stderr, stdout, user_errors
 from ddpcli.cli.render.compare import comparison_tables, csv_text, loss_figure
 from ddpcli.cli.render.layout import print_bullets
-from ddpcli.core.comparison import DEFAULT_ATOL, PLOT_POINTS, collect_runs, compare_runs
-from ddpcli.core.errors import UserError
-from ddpcli.core.planning import load_plan
-from ddpcli.host.params import param_diff
+from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, collect_runs, compare_runs
+from ddpcli.errors import UserError
+from ddpcli.experiment.planning import load_plan
+from ddpcli.rundir.params import param_diff
 
 
 @user_errors

@@ -13,9 +13,9 @@ from rich.markup import escape
 
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
 from ddpcli.cli.console import stderr, user_errors, write_text
-from ddpcli.core.errors import UserError
-from ddpcli.core.planning import resolve_plan
-from ddpcli.core.scaffold import (
+from ddpcli.errors import UserError
+from ddpcli.experiment.planning import resolve_plan
+from ddpcli.init.scaffold import (
     MODULE_NAME,
     InitRequest,
     Scaffold,
@@ -25,7 +25,7 @@ from ddpcli.core.scaffold import (
     parse_help,
     parse_world_sizes,
 )
-from ddpcli.host.script_help import DEFAULT_TIMEOUT_S, gpu_count, read_help
+from ddpcli.init.script_help import DEFAULT_TIMEOUT_S, gpu_count, read_help
 
 EXAMPLE = "experiments.toml"  # ddpcli/examples/experiments.toml: the repository root's file, shipped in the wheel
 
@@ -159,7 +159,7 @@ def _emit(text: str, output: Path, force: bool, to_stdout: bool) -> None:
 
 def _check_plans(scaffold: Scaffold, output: Path) -> None:
     """The text must be what `ddpcli plan` accepts; a failure here is a bug in init, shown with the text's error."""
-    from ddpcli.core.config import parse_experiment_text
+    from ddpcli.experiment.schema import parse_experiment_text
 
     resolve_plan(parse_experiment_text(scaffold.text, output), output)
 

@@ -20,15 +20,17 @@ from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
 from ddpcli.cli.console import stderr, stdout, user_errors
 from ddpcli.cli.render.format import display_path
 from ddpcli.cli.render.launch import LaunchRow, launch_summary_tables
-from ddpcli.core.config import is_safe_name
-from ddpcli.core.errors import UserError
-from ddpcli.core.launcher import LaunchSpec, Rendezvous
-from ddpcli.core.planning import load_plan
-from ddpcli.core.records import METRICS_FILE, finite_or_none, last_metrics_row
-from ddpcli.core.run_record import RunRecord
-from ddpcli.core.run_types import Plan
-from ddpcli.host.supervisor import StopRequest
-from ddpcli.host.sweep import RunResult, SweepOptions, prepare, resume_from, run_one, run_sweep
+from ddpcli.errors import UserError
+from ddpcli.experiment.planning import load_plan
+from ddpcli.experiment.resolved import Plan
+from ddpcli.experiment.schema import is_safe_name
+from ddpcli.jsonvalues import finite_or_none
+from ddpcli.launch.argv import LaunchSpec, Rendezvous
+from ddpcli.launch.supervisor import StopRequest
+from ddpcli.launch.sweep import RunResult, SweepOptions, prepare, resume_from, run_one, run_sweep
+from ddpcli.rundir.layout import METRICS_FILE
+from ddpcli.rundir.metrics import last_metrics_row
+from ddpcli.rundir.record import RunRecord
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -246,7 +248,7 @@ def _report_failures(results: list[RunResult]) -> None:
 
 
 def _report_findings(results: list[RunResult]) -> None:
-    """What each run did that its plan did not say (ddpcli.core.findings), under the table."""
+    """What each run did that its plan did not say (ddpcli.rundir.findings), under the table."""
     for result in results:
         findings = result.record.findings
         if not findings:

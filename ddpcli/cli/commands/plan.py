@@ -12,12 +12,12 @@ import typer
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE, ExperimentFileArgument
 from ddpcli.cli.console import stdout, user_errors
 from ddpcli.cli.render.plan import plan_tables, print_notes
-from ddpcli.core.config import validate_experiment_data
-from ddpcli.core.errors import ConfigError, UserError
-from ddpcli.core.outlook import BatchOutlook, batch_outlook, outlook_note
-from ddpcli.core.planning import load_plan, resolve_plan
-from ddpcli.core.records import measured_noise_scale
-from ddpcli.core.run_types import Plan, ResolvedRun
+from ddpcli.errors import ConfigError, UserError
+from ddpcli.experiment.outlook import BatchOutlook, batch_outlook, outlook_note
+from ddpcli.experiment.planning import load_plan, resolve_plan
+from ddpcli.experiment.resolved import Plan, ResolvedRun
+from ddpcli.experiment.schema import validate_experiment_data
+from ddpcli.rundir.metrics import measured_noise_scale
 
 QUICK = "Quick form (no file)"
 

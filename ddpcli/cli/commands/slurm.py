@@ -12,10 +12,10 @@ import typer
 
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE, ExperimentFileArgument
 from ddpcli.cli.console import stderr, stdout, user_errors, write_text
-from ddpcli.core.errors import UserError
-from ddpcli.core.planning import load_plan
-from ddpcli.core.run_types import Plan, ResolvedRun
-from ddpcli.core.slurm import SlurmOptions, sbatch_script
+from ddpcli.errors import UserError
+from ddpcli.experiment.planning import load_plan
+from ddpcli.experiment.resolved import Plan, ResolvedRun
+from ddpcli.slurm.sbatch import SlurmOptions, sbatch_script
 
 SBATCH_TIMEOUT_S = 60
 JOB = "sbatch options"

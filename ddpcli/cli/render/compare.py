@@ -1,4 +1,4 @@
-"""`ddpcli compare`'s tables, CSV text and plot figure, from a finished ddpcli.core.comparison.Comparison.
+"""`ddpcli compare`'s tables, CSV text and plot figure, from a finished ddpcli.compare.Comparison.
 
 Nothing here writes a file: the command writes the CSV text and saves the figure.
 """
@@ -15,7 +15,7 @@ from rich.text import Text
 
 from ddpcli.cli.render.format import MISSING, fixed, fmt_number, percent
 from ddpcli.cli.render.layout import Column, fitted_tables
-from ddpcli.core.comparison import DIVERGED, EQUIVALENT, ROW_KEYS, Comparison, ComparisonRow
+from ddpcli.compare import DIVERGED, EQUIVALENT, ROW_KEYS, Comparison, ComparisonRow
 
 STATUS_STYLE = {"completed": "green", "failed": "red", "timed_out": "red", "interrupted": "yellow", "lost": "red"}
 VERDICT_STYLE = {EQUIVALENT: "green", DIVERGED: "red"}

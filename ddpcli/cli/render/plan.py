@@ -1,4 +1,4 @@
-"""`ddpcli plan`'s table and notes. Imports nothing of ddpcli.host and no other command's renderer: plan stays
+"""`ddpcli plan`'s table and notes. Imports no host module and no other command's renderer: plan stays
 instant (tests/test_startup.py)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from rich.markup import escape
 
 from ddpcli.cli.render.format import MISSING, fmt_number
 from ddpcli.cli.render.layout import Column, fitted_tables, print_bullets
-from ddpcli.core.outlook import BatchOutlook, outlook_note
-from ddpcli.core.run_types import Plan, ResolvedRun
+from ddpcli.experiment.outlook import BatchOutlook, outlook_note
+from ddpcli.experiment.resolved import Plan, ResolvedRun
 
 COLUMNS = (
     Column("run", "left"), Column("world"), Column("batch"), Column("global"), Column("lr"), Column("rule", "left"),

@@ -31,7 +31,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-from ddpcli.core.records import PARAMS_FILE
+from ddpcli.rundir.layout import PARAMS_FILE
 from ddpcli.worker import process_group
 from ddpcli.worker.observer.noise import BucketNorms
 from ddpcli.worker.observer.reading import (

@@ -4,7 +4,7 @@ A DDP communication hook sees each gradient bucket before the average-all-reduce
 per_device_batch_size x grad_accum_steps samples: the small batch) and after it (the global batch's gradient: the
 big batch). Per optimizer step the observer puts the two squared norms, still tensors on the device, into the
 rank's stream; the host averages the small one over ranks, keeps the EMAs and computes B_simple after the run
-(ddpcli.core.observation, ddpcli.core.noise_scale). No host sync and no collective beyond the all-reduce DDP does
+(ddpcli.rundir.merge, ddpcli.noise_scale). No host sync and no collective beyond the all-reduce DDP does
 anyway. Same measurement as the runtime helper's NoiseMeter (ddpcli.worker.runtime.noise), which the observer
 leaves alone when a script measures with it.
 

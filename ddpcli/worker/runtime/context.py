@@ -16,8 +16,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from ddpcli.core import noise_scale as gns
-from ddpcli.core.records import CHECKPOINT_FILE, PARAMS_FILE
+from ddpcli import noise_scale as gns
+from ddpcli.rundir.layout import CHECKPOINT_FILE, PARAMS_FILE
 from ddpcli.worker import process_group
 from ddpcli.worker.runtime.data import EpochLoader
 from ddpcli.worker.runtime.models import LocalModel, convert_batchnorm, unwrap
@@ -264,7 +264,7 @@ class Context:
     def _noise_row(self, tracker: gns.NoiseScaleTracker) -> dict[str, Any]:
         """This rank's noise-scale EMAs and batch sizes; nothing until a step has been measured. Only the small-batch
         EMA differs between ranks: the merge averages it over ranks (the EMA is linear, so the average of the EMAs
-        is the EMA of the average) and computes noise_scale from it (ddpcli.core.observation)."""
+        is the EMA of the average) and computes noise_scale from it (ddpcli.rundir.merge)."""
         batches = self._noise_batch_sizes()
         if tracker.grad_sq_small is None or tracker.grad_sq_big is None or batches is None:
             return {}

@@ -1,4 +1,4 @@
-"""Measuring |G_small|^2 and |G_big|^2 once per optimizer step, for the gradient noise scale (ddpcli.core.noise_scale).
+"""Measuring |G_small|^2 and |G_big|^2 once per optimizer step, for the gradient noise scale (ddpcli.noise_scale).
 
 No `from __future__ import annotations` here: DDP checks a comm hook's annotations against the real classes.
 """
@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ddpcli.core import noise_scale as gns
+from ddpcli import noise_scale as gns
 
 GradScale = float | torch.Tensor | Callable[[], float | torch.Tensor]
 

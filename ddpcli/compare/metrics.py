@@ -1,0 +1,208 @@
+"""A run's metrics.jsonl, summarised: last row, throughput, loss at the baseline's sample count, curve points.
+
+metrics.jsonl can be large (100,000 rows a run is ordinary), so it is not parsed line by line: the reader loads
+the bytes, checks their shape cheaply and parses only the rows it needs, found by binary search over byte offsets
+(the last row, the rows around the baseline's sample count, a few dozen for the sparkline). Anything unexpected
+(a broken line before the last, restarts, samples that do not increase) falls back to parsing every line with
+`ddpcli.rundir.metrics.read_metrics`, which is correct for any file but 10-15 times slower.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ddpcli.compare.curve import Curve, LazyCurve, NeedsFullParse, ParsedCurve, Row, loss_at, resample
+from ddpcli.compare.runs import RunRecord, read_run_record
+from ddpcli.jsonvalues import finite_or_none, loads_json, whole_or_none
+from ddpcli.rundir.metrics import noise_scale_reading, read_metrics, unreadable
+
+SPARK_POINTS = 64  # loss read at this many evenly spaced sample counts for the sparkline, 4 per character
+PLOT_POINTS = 2000  # and at this many for --plot: plenty for a figure, cheap to find
+
+
+@dataclass(frozen=True)
+class MetricsSummary:
+    """What compare needs from metrics.jsonl, without keeping 100,000 rows in memory."""
+
+    rows: int = 0
+    steps: int | None = None
+    samples_seen: int | float | None = None
+    final_loss: float | None = None  # NaN or inf when training blew up (shown as such; null in JSON)
+    last_time: float | None = None
+    first_samples: float | None = None
+    first_time: float | None = None
+    loss_at_target: float | None = None
+    loss_points: list[float | None] = field(default_factory=list)  # at SPARK_POINTS evenly spaced sample counts
+    plot_points: list[tuple[float, float]] = field(default_factory=list)  # (samples, loss), when asked for
+    skipped: list[str] = field(default_factory=list)  # warnings about unreadable lines
+    full_parse: bool = False  # True when every line had to be parsed (the slow, careful path)
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """Samples per second between the first and the last logged row (see the ddpcli.compare docstring)."""
+        if self.samples_seen is None or self.last_time is None:
+            return None
+        first_samples, first_time = self.first_samples, self.first_time
+        if self.rows >= 2 and first_samples is not None and first_time is not None and self.last_time > first_time:
+            return finite_or_none((self.samples_seen - first_samples) / (self.last_time - first_time))
+        return finite_or_none(self.samples_seen / self.last_time) if self.last_time > 0 else None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run: its record and its metrics."""
+
+    record: RunRecord
+    metrics: MetricsSummary
+    noise_scale: float | None = None  # the last logged gradient noise scale (B_simple), when it was measured
+
+
+def load_run(run_dir: Path, target_samples: float | None = None, *, plot_points: int = 0) -> RunSummary:
+    """Read one run directory (run.json and metrics.jsonl) into a summary."""
+    return summarize_run(read_run_record(run_dir), target_samples, plot_points=plot_points)
+
+
+def summarize_run(record: RunRecord, target_samples: float | None = None, *, plot_points: int = 0) -> RunSummary:
+    """A run's metrics, read carefully (every line) when run.json records restarts: the curve starts over."""
+    metrics = summarize_metrics(
+        record.metrics_path,
+        target_samples,
+        plot_points=plot_points,
+        full_parse=record.restarts > 0,
+        global_batch_size=record.global_batch_size,
+    )
+    noise_scale, problem = noise_scale_reading(record.run_dir)
+    if problem:
+        metrics = replace(metrics, skipped=[*metrics.skipped, problem])
+    return RunSummary(record, metrics, noise_scale)
+
+
+def summarize_metrics(
+    path: Path,
+    target_samples: float | None = None,
+    *,
+    plot_points: int = 0,
+    full_parse: bool = False,
+    global_batch_size: int | None = None,
+) -> MetricsSummary:
+    """Summarise a metrics.jsonl: last row, loss at `target_samples`, sparkline points (and plot points).
+
+    `full_parse` skips the fast reader (a run that restarted appends a second curve after the first). Rows
+    without `samples` (a script that logged without knowing its global batch) get step x `global_batch_size`.
+    """
+    if not full_parse:
+        try:
+            return _summarize_fast(path, target_samples, plot_points)
+        except NeedsFullParse:
+            pass
+    read = read_metrics(path)
+    rows = resolve_restarts(_with_samples(row, global_batch_size) for row in read.rows)
+    if not rows:
+        return MetricsSummary(skipped=list(read.skipped), full_parse=True)
+    return _summarize(ParsedCurve(rows), len(rows), target_samples, plot_points, list(read.skipped), True)
+
+
+def _summarize_fast(path: Path, target_samples: float | None, plot_points: int) -> MetricsSummary:
+    """Read the bytes, check that each line looks like one flat JSON object, then parse only the rows needed."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return MetricsSummary()
+    except OSError as error:  # a directory, no permission
+        return MetricsSummary(skipped=[unreadable(path, error)])
+    end = data.rfind(b"\n") + 1
+    tail = data[end:]  # after the last newline: b"" normally, a partial row after a crash
+    skipped: list[str] = []
+    rows = data.count(b"\n", 0, end)
+    if tail.strip():
+        if _complete_row(tail):
+            end, rows = len(data), rows + 1
+        else:
+            skipped.append(f"{path}:{rows + 1}: not a complete JSON line, skipped")
+    # Each line of a clean file is one flat object: as many "{" as lines. A partial row that a restarted writer
+    # appended to, a blank line or a nested value all break this and send the file to the careful path.
+    if data.count(b"{", 0, end) != rows:
+        raise NeedsFullParse
+    if not rows:
+        return MetricsSummary(skipped=skipped)
+    curve = LazyCurve(data, end)
+    summary = _summarize(curve, rows, target_samples, plot_points, skipped, False)
+    curve.check_increasing()
+    return summary
+
+
+def _complete_row(line: bytes) -> bool:
+    try:
+        return isinstance(loads_json(line), dict)
+    except ValueError:
+        return False
+
+
+def _summarize(
+    curve: Curve, rows: int, target: float | None, plot_points: int, skipped: list[str], full_parse: bool
+) -> MetricsSummary:
+    first, last = curve.first(), curve.last()
+    return MetricsSummary(
+        rows=rows,
+        steps=whole_or_none(last.get("step")),
+        samples_seen=_int_if_whole(last.get("samples")),
+        final_loss=_number_or_none(last.get("loss")),
+        last_time=finite_or_none(last.get("time")),
+        first_samples=finite_or_none(first.get("samples")),
+        first_time=finite_or_none(first.get("time")),
+        loss_at_target=None if target is None else loss_at(curve, target),
+        loss_points=[loss for _, loss in resample(curve, SPARK_POINTS)],
+        plot_points=[(x, y) for x, y in resample(curve, plot_points) if y is not None],
+        skipped=skipped,
+        full_parse=full_parse,
+    )
+
+
+def _with_samples(row: Row, global_batch_size: int | None) -> Row:
+    step = finite_or_none(row.get("step"))
+    if "samples" in row or step is None or not global_batch_size:
+        return row
+    return {**row, "samples": step * global_batch_size}
+
+
+def resolve_restarts(rows: Iterable[Row]) -> list[Row]:
+    """Rows with numeric samples, in strictly increasing samples order, the latest attempt winning.
+
+    A restarted worker group starts logging again from an earlier step; its rows replace those of the attempt
+    that failed from that point on, as its parameters are the ones that end up in final_params.pt.
+    """
+    kept: list[Row] = []
+    for row in rows:
+        samples = finite_or_none(row.get("samples"))
+        if samples is None:
+            continue
+        while kept and float(kept[-1]["samples"]) >= samples:
+            kept.pop()
+        kept.append(row)
+    return kept
+
+
+NON_FINITE = ("nan", "inf", "-inf")
+
+
+def _number_or_none(value: Any) -> float | None:
+    """A JSON number as a float, NaN and inf included (a loss that blew up is not a missing loss): strict JSON
+    writers (ddpcli's own) spell those "nan", "inf" and "-inf"."""
+    if isinstance(value, str) and value in NON_FINITE:
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float range
+        return math.inf if value > 0 else -math.inf
+
+
+def _int_if_whole(value: Any) -> int | float | None:
+    """A finite number, as an int when it is whole (1600.0 shows as 1600); None for anything else."""
+    number = finite_or_none(value)
+    return int(number) if number is not None and number.is_integer() else number

@@ -1,0 +1,220 @@
+"""Notes in plain words under the table: failures, divergences and their likely causes, unchecked runs, runs from
+several experiment files."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ddpcli.compare.equivalence import DIVERGED
+from ddpcli.compare.row import ComparisonRow
+from ddpcli.compare.runs import NO_FILE, RunRecord, status_reason
+from ddpcli.experiment.outlook import far_above_critical
+from ddpcli.rundir.findings import explaining
+
+STATUS_WORDS = {
+    "failed": "failed", "interrupted": "was interrupted", "timed_out": "timed out", "running": "is running",
+    "lost": "was lost",
+}  # fmt: skip
+# Samplers that deal out the same permutation at every world size, given one seed (so they can match each other).
+SHARDING_ALIKE = frozenset({"DistributedSampler"})
+PLAN_CAUSES = (  # plan keys that break equivalence when they differ, and what each changes
+    ("seed", "the seed (initial weights and data order)"),
+    ("dataset_size", "dataset_size (the data)"),
+    ("drop_last", "drop_last (which samples an epoch holds)"),
+    ("warmup_steps", "warmup_steps (the learning-rate schedule)"),
+    ("optimizer", "the optimizer"),
+)
+
+
+def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
+    """What a reader of the table needs explained: failures, divergences and why, unchecked runs, mixed files."""
+    notes: list[str] = []
+    for row in rows:
+        reason = status_reason(row.run.record)
+        if reason:
+            what = STATUS_WORDS.get(row.run.record.status, f"is {row.run.record.status}")
+            notes.append(f"{row.label} {what}: {reason}.")
+    for row in rows:
+        notes += _finding_notes(row)
+    for row in rows:
+        notes += _equivalence_notes(row, atol)
+    for row in rows:
+        notes += _noise_scale_notes(row)
+    notes += _file_notes([row.run.record for row in rows])
+    return notes
+
+
+def _finding_notes(row: ComparisonRow) -> list[str]:
+    """What the observer found: first whether the script followed its plan, then the other warnings."""
+    record = row.run.record
+    told = explaining(record.findings) if row.verdict == DIVERGED else []  # the divergence note names these
+    mismatches = [finding.message for finding in record.plan_mismatches if finding not in told]
+    notes = [f"{row.label} did not follow its plan: {'; '.join(mismatches)}."] if mismatches else []
+    notes += [
+        f"{row.label}: {finding.message} ({finding.code})."
+        for finding in record.findings
+        if finding.code != "plan_mismatch" and finding.severity != "info" and finding not in told
+    ]
+    return notes
+
+
+def _noise_scale_notes(row: ComparisonRow) -> list[str]:
+    """What the measured noise scale says about this run's global batch (McCandlish et al. 2018)."""
+    b_noise, batch = row.run.noise_scale, row.run.record.global_batch_size
+    if b_noise is None or not batch or row.predicted_step_speedup is None or row.data_efficiency is None:
+        return []
+    if row.is_baseline or abs(row.predicted_step_speedup - 1) < 0.005:
+        steps = "needs as many steps as the baseline's"
+    else:
+        steps = f"should need {row.predicted_step_speedup:.2f}x fewer steps than the baseline's"
+    note = (
+        f"{row.label}: noise scale {b_noise:.3g}, so global batch {batch} {steps} and uses "
+        f"{row.data_efficiency:.0%} of its samples efficiently"
+    )
+    warning = far_above_critical(batch, b_noise)
+    return [note + (f"; {warning}." if warning else ".")]
+
+
+def _equivalence_notes(row: ComparisonRow, atol: float) -> list[str]:
+    record = row.run.record
+    if not record.world_size or record.world_size <= 1:
+        return []
+    if row.partner is None:
+        return [
+            f"{row.label}: no single-process run with global batch {record.global_batch_size}, lr {record.lr:.4g} "
+            f"and {row.run.metrics.steps or record.total_steps or 'the same'} steps among these runs, so its "
+            "equivalence was not checked."
+            if record.lr is not None
+            else f"{row.label}: its plan has no lr, so its equivalence was not checked."
+        ]
+    diff = row.param_diff
+    assert diff is not None
+    if diff.error:
+        return [f"{row.label} could not be checked against {row.partner_label}: {diff.error}."]
+    if row.verdict != DIVERGED:
+        return []
+    return [divergence_note(row, atol)]
+
+
+def divergence_note(row: ComparisonRow, atol: float) -> str:
+    """Why a multi-process run ended with different parameters than its single-process partner, specifically."""
+    assert row.partner is not None and row.param_diff is not None
+    run, partner = row.run.record, row.partner.record
+    diff = row.param_diff
+    if diff.mismatch:
+        head = f"{row.label} diverged from {row.partner_label}: {diff.mismatch}."
+    else:
+        head = (
+            f"{row.label} diverged from {row.partner_label}: parameters differ by up to {diff.max_abs_diff:.3g} "
+            f"(atol {atol:g})."
+        )
+    causes = divergence_causes(run, partner)
+    if diff.mismatch:
+        # Different tensors or shapes: not the same model at all, which no loss reduction or data order explains;
+        # non-finite values: training blew up, which the mismatch already says.
+        return " ".join([head, *(f"{cause}." for cause in causes or [_structural(diff.mismatch)])])
+    if not causes and diff.max_abs_diff is not None and diff.max_abs_diff <= 100 * atol:
+        causes = [
+            "The difference is small: summing gradients across processes rounds in a different order than one "
+            "large batch, and float32 rounding accumulates over many steps; raise --atol if this is acceptable"
+        ]
+    if not causes:
+        causes = [_unexplained(run, partner)]
+    return " ".join([head, *(f"{cause}." for cause in causes)])
+
+
+def _structural(mismatch: str) -> str:
+    """The cause to name when two parameter files do not even hold the same model."""
+    if "non-finite" in mismatch:
+        return "A learning rate too high for this batch, or a loss that overflowed, is the usual cause"
+    return (
+        "The two runs did not train the same model: compare their scripts and arguments (run.json's argv), "
+        "or the code that builds the model"
+    )
+
+
+def _unexplained(run: RunRecord, partner: RunRecord) -> str:
+    """The usual suspects, when run.json records no difference between the two runs."""
+    suspects = [
+        "a sum-reduced loss (DDP averages gradients, so each process must use the mean over its own batch)",
+        "a different data order (the DistributedSampler shards must together hold the one-device batch of each "
+        "step, with the same seed)",
+        "dropout or augmentation drawing different random numbers on each rank",
+    ]
+    no_batchnorm = run.observed is not None and run.observed.batchnorm_layers == 0  # seen: the model has none
+    if run.per_device_batch_size != partner.per_device_batch_size and not no_batchnorm:
+        suspects.append(
+            f"BatchNorm layers normalising over {run.per_device_batch_size} samples per device instead of "
+            f"{partner.per_device_batch_size} (SyncBatchNorm normalises over all processes)"
+        )
+    return f"Nothing in the run records explains it; likely causes: {'; '.join(suspects)}"
+
+
+def divergence_causes(run: RunRecord, partner: RunRecord) -> list[str]:
+    """Differences recorded in run.json that break equivalence, each in words with its numbers."""
+    causes = [
+        f"{record.name}: {finding.message} ({finding.code})"
+        for record in (run, partner)
+        for finding in explaining(record.findings)
+    ]
+    bn = _batchnorm_cause(run, partner)
+    if bn and not any(finding.code == "batchnorm_not_synchronized" for finding in run.findings):
+        causes.append(bn)
+    for key, what in PLAN_CAUSES:
+        mine, theirs = run.plan.get(key), partner.plan.get(key)
+        if mine is not None and theirs is not None and mine != theirs:
+            causes.append(f"The runs differ in {what}: {mine} vs {theirs}")
+    sampler = _sampler_cause(run, partner)
+    return [*causes, sampler] if sampler else causes
+
+
+def _sampler_cause(run: RunRecord, partner: RunRecord) -> str | None:
+    """Observed samplers of different kinds draw different batches at each step, so the runs cannot end alike."""
+    mine = run.observed.sampler if run.observed is not None else None
+    theirs = partner.observed.sampler if partner.observed is not None else None
+    if not mine or not theirs or mine == theirs or {mine, theirs} <= SHARDING_ALIKE:
+        return None
+    return (
+        f"The runs drew their samples differently: {run.name} through {mine}, {partner.name} through {theirs}, so "
+        "each step saw other samples (the same sampler and seed at every world size, e.g. a DistributedSampler at "
+        "world size 1 too, would make them match)"
+    )
+
+
+def _batchnorm_cause(run: RunRecord, partner: RunRecord) -> str | None:
+    """BatchNorm normalises over what one forward pass sees: per device, or all devices with SyncBatchNorm."""
+    per_device = run.per_device_batch_size
+    if per_device is None or partner.per_device_batch_size is None or not run.world_size:
+        return None
+    sync = run.uses_sync_bn
+    seen = per_device * run.world_size if sync else per_device
+    if seen == partner.per_device_batch_size:
+        return None
+    if not run.uses_batchnorm:
+        return None  # the generic note still mentions BatchNorm when the per-device batches differ
+    where = f"{run.world_size} processes x {per_device} with SyncBatchNorm" if sync else f"{per_device} per device"
+    fix = "" if sync else " (its args have --batchnorm without --sync-bn; SyncBatchNorm would normalise over all)"
+    return (
+        f"BatchNorm statistics differ: {run.name} normalises over {seen} samples ({where}){fix}, "
+        f"{partner.name} over {partner.per_device_batch_size}"
+    )
+
+
+def _file_notes(records: Sequence[RunRecord]) -> list[str]:
+    """Runs from several experiment files (or one file edited in between) were planned under different rules."""
+    names: dict[str, set[str]] = {}
+    hashes: dict[str, set[str]] = {}
+    for record in records:
+        path = record.experiment_file or NO_FILE
+        names.setdefault(path, set()).add(record.name)
+        hashes.setdefault(path, set()).update([record.experiment_file_sha256] if record.experiment_file_sha256 else [])
+    notes = []
+    if len(names) > 1:
+        groups = "; ".join(f"{path}: {', '.join(sorted(names[path]))}" for path in sorted(names))
+        notes.append(f"These runs come from {len(names)} different experiment files ({groups}).")
+    notes += [
+        f"{path} was edited between these runs (its recorded sha256 differs)."
+        for path in sorted(hashes)
+        if len(hashes[path]) > 1
+    ]
+    return notes

@@ -1,0 +1,120 @@
+"""One row of the comparison: a run measured against the baseline and its equivalence partner, as the table,
+--json and --csv show it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ddpcli.compare.equivalence import ParamDiff
+from ddpcli.compare.metrics import RunSummary
+
+# The keys of one row of `ddpcli compare --json` and --csv, in order. People's scripts read these names.
+ROW_KEYS = (
+    "name", "status", "run_dir", "world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size",
+    "lr", "steps", "samples_seen", "final_loss", "loss_at_baseline_samples", "wall_time_s", "samples_per_s",
+    "speedup", "scaling_efficiency", "equivalent_to", "max_param_diff", "verdict", "noise_scale",
+    "predicted_step_speedup", "data_efficiency",
+)  # fmt: skip
+# Also in each --json row: where the batch numbers come from ("observed" | "plan"), whether the script followed its
+# plan (null when it was not observed), and run.json's `observed` and `findings`.
+JSON_KEYS = ("values_from", "plan_followed", "observed", "findings")
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 16
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One row of the table and of --json: a run measured against the baseline and its equivalence partner."""
+
+    run: RunSummary
+    label: str  # the name, or name@run_id when several runs of that name are compared
+    is_baseline: bool
+    loss_at_baseline_samples: float | None
+    speedup: float | None
+    scaling_efficiency: float | None
+    partner: RunSummary | None = None
+    partner_label: str | None = None
+    param_diff: ParamDiff | None = None
+    verdict: str | None = None
+    # From the run's own gradient noise scale, with B_crit ~ B_simple (McCandlish et al. 2018): how many times
+    # fewer steps its global batch needs than the baseline's, and the fraction of its samples not wasted.
+    predicted_step_speedup: float | None = None
+    data_efficiency: float | None = None
+
+    @property
+    def sparkline(self) -> str:
+        return sparkline(self.run.metrics.loss_points)
+
+    def as_json(self) -> dict[str, Any]:
+        """The row of --json and --csv: ROW_KEYS, null where a value does not apply, is unknown or is not finite (a
+        NaN loss: strict JSON has no NaN). --json adds JSON_KEYS: what the observer saw and found (the CSV, flat,
+        leaves them out)."""
+        record = self.run.record
+        row = {key: _strict(value) for key, value in self._values().items()}
+        row["values_from"] = "observed" if record.observed_from_run else "plan"
+        row["plan_followed"] = not record.plan_mismatches if record.observed_from_run else None
+        row["observed"] = record.observed.model_dump(mode="json") if record.observed is not None else None
+        row["findings"] = [finding.model_dump(mode="json", exclude_none=True) for finding in record.findings]
+        return row
+
+    def _values(self) -> dict[str, Any]:
+        record, metrics = self.run.record, self.run.metrics
+        return {
+            "name": record.name,
+            "status": record.status,
+            "run_dir": str(record.run_dir.resolve()),
+            "world_size": record.world_size,
+            "per_device_batch_size": record.per_device_batch_size,
+            "grad_accum_steps": record.grad_accum_steps,
+            "global_batch_size": record.global_batch_size,
+            "lr": record.lr,
+            "steps": metrics.steps,
+            "samples_seen": metrics.samples_seen,
+            "final_loss": metrics.final_loss,
+            "loss_at_baseline_samples": self.loss_at_baseline_samples,
+            "wall_time_s": record.wall_time_s,
+            "samples_per_s": metrics.samples_per_s,
+            "speedup": self.speedup,
+            "scaling_efficiency": self.scaling_efficiency,
+            "equivalent_to": self.partner_label,
+            "max_param_diff": self.param_diff.max_abs_diff if self.param_diff else None,
+            "verdict": self.verdict,
+            "noise_scale": self.run.noise_scale,
+            "predicted_step_speedup": self.predicted_step_speedup,
+            "data_efficiency": self.data_efficiency,
+        }
+
+
+def _strict(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
+    """Unicode blocks for a loss curve: `values` averaged into `width` buckets, scaled to the run's own range.
+
+    Finite values only (None and non-finite ones leave a gap). Means and ranges are taken of halves, so values
+    near the float limit (1.5e308 and -1.5e308) do not overflow to inf and then NaN.
+    """
+    if not values:
+        return ""
+    width = min(width, len(values))
+    buckets: list[float | None] = []
+    for i in range(width):
+        chunk = [v for v in values[i * len(values) // width : (i + 1) * len(values) // width] if _finite(v)]
+        buckets.append(sum(v / len(chunk) for v in chunk) if chunk else None)  # type: ignore[operator]
+    finite = [value for value in buckets if value is not None]
+    if not finite:
+        return " " * width
+    low, high = min(finite) / 2, max(finite) / 2
+    top = len(SPARK_BLOCKS) - 1
+    return "".join(
+        " " if value is None else SPARK_BLOCKS[round((value / 2 - low) / (high - low) * top) if high > low else 0]
+        for value in buckets
+    )
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

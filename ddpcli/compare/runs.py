@@ -1,0 +1,235 @@
+"""Runs as run.json describes them: reading the record, finding run directories, keeping the newest of each name,
+and saying in one line why a run did not complete."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from ddpcli.errors import UserError
+from ddpcli.jsonvalues import finite_or_none, text_or_none
+from ddpcli.rundir import record as run_record
+from ddpcli.rundir.layout import METRICS_FILE, PARAMS_FILE, RUN_FILE, find_run_dirs, is_run_dir
+
+NO_FILE = "(no experiment file)"
+BATCHNORM_FLAGS = frozenset({"--batchnorm", "--batch-norm", "--bn"})
+SYNC_BN_FLAGS = frozenset({"--sync-bn", "--sync-batchnorm", "--syncbn", "--sync-batch-norm"})
+LOST = "lost"
+
+
+class RunRecord(run_record.RunRecord):
+    """run.json (the one model, ddpcli.rundir.record) plus where it was read, and the numbers compare shows.
+
+    Batch numbers, lr and steps are what the run did (`observed`) where the observer saw it, else the plan's:
+    `planned(key)` gives the plan's value, `observed_from_run` says which it is.
+    """
+
+    run_dir: Path = Field(exclude=True)
+
+    @property
+    def observed_from_run(self) -> bool:
+        return self.observed is not None and self.observed.optimizer_steps not in (None, 0)
+
+    def planned(self, key: str) -> Any:
+        return self.plan.get(key)
+
+    def _batch(self, key: str) -> int | None:
+        seen = getattr(self.observed, key) if self.observed_from_run else None
+        return seen if seen is not None else _int_or_none(self.plan.get(key))
+
+    @property
+    def world_size(self) -> int | None:
+        return self._batch("world_size")
+
+    @property
+    def per_device_batch_size(self) -> int | None:
+        return self._batch("per_device_batch_size")
+
+    @property
+    def grad_accum_steps(self) -> int | None:
+        return self._batch("grad_accum_steps")
+
+    @property
+    def global_batch_size(self) -> int | None:
+        return self._batch("global_batch_size")
+
+    @property
+    def total_steps(self) -> int | None:
+        if self.observed_from_run and self.status == "completed" and self.observed is not None:
+            return self.observed.optimizer_steps
+        return _int_or_none(self.plan.get("total_steps"))
+
+    @property
+    def lr(self) -> float | None:
+        if self.observed_from_run and self.observed is not None and self.observed.lr_peak is not None:
+            return finite_or_none(self.observed.lr_peak)
+        return finite_or_none(self.plan.get("lr"))
+
+    @property
+    def plan_mismatches(self) -> list[run_record.Finding]:
+        return [finding for finding in self.findings if finding.code == "plan_mismatch"]
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.run_dir / METRICS_FILE
+
+    @property
+    def params_path(self) -> Path:
+        return self.run_dir / PARAMS_FILE
+
+    @property
+    def flags(self) -> frozenset[str]:
+        """The command line's options, spelled with dashes (`--sync_bn` and `--sync-bn` are the same flag)."""
+        return frozenset(arg.split("=", 1)[0].replace("_", "-").lower() for arg in self.argv if arg.startswith("--"))
+
+    @property
+    def uses_batchnorm(self) -> bool:
+        """The model has BatchNorm layers (observed), else the command line asks for them (`--batchnorm`)."""
+        if self.observed is not None and self.observed.batchnorm_layers is not None:
+            return self.observed.batchnorm_layers > 0
+        return bool(self.flags & BATCHNORM_FLAGS)
+
+    @property
+    def uses_sync_bn(self) -> bool:
+        if self.observed is not None and self.observed.batchnorm_synchronized is not None:
+            return self.observed.batchnorm_synchronized
+        return bool(self.flags & SYNC_BN_FLAGS)
+
+
+def read_run_record(run_dir: Path) -> RunRecord:
+    """Read run.json; a missing or malformed field is tolerated (shown as unknown), an unreadable file is not.
+
+    A run whose record still says `running` while the ddpcli process that watched it is gone (on this host) is
+    shown as `lost`: its launcher was killed, and nothing will ever finish the record."""
+    try:
+        record = run_record.RunRecord.load_tolerant(run_dir)
+    except (OSError, ValueError) as error:
+        raise UserError(f"{run_dir / RUN_FILE}: cannot read it: {error}") from None
+    data = record.model_dump()
+    data["name"] = record.name or text_or_none(record.plan.get("name")) or run_dir.parent.name
+    data["started_at"] = record.started_at or ""
+    if record.status == "running" and _supervisor_gone(record):
+        data["status"] = LOST
+    return RunRecord(**data, run_dir=run_dir)
+
+
+def _supervisor_gone(record: run_record.RunRecord) -> bool:
+    if record.supervisor_pid is None or record.hostname != socket.gethostname():
+        return False
+    try:
+        os.kill(record.supervisor_pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, someone else's
+        return False
+    return False
+
+
+def _int_or_none(value: Any) -> int | None:
+    """A JSON integer (not a bool, not a float), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def size_key(record: RunRecord, unknown: float = 0) -> tuple[Any, ...]:
+    """Sort key: world size, then global batch (`unknown` stands in for a missing one), then name and run_id."""
+    return (record.world_size or unknown, record.global_batch_size or unknown, record.name, record.run_id)
+
+
+def status_reason(record: RunRecord) -> str | None:
+    """Why a run did not complete, in one line, from what the launcher recorded (failed ranks, exit code)."""
+    if record.status == "completed":
+        return None
+    if record.failed_ranks:
+        first = record.failed_ranks[0]
+        ranks = ", ".join(_or_unknown(entry.rank) for entry in record.failed_ranks)
+        prefix = f"rank {ranks}" if len(record.failed_ranks) == 1 else f"ranks {ranks} failed; rank {first.rank}"
+        detail = f"{prefix} exited with code {_or_unknown(first.exit_code)}"
+        error = _nonblank_line(first.error, 0) or _nonblank_line(first.log_tail, -1)
+        return f"{detail}: {error}" if error else detail
+    if record.status == "timed_out":
+        after = f" after {record.wall_time_s:.0f} s" if record.wall_time_s is not None else ""
+        return f"stopped: past its timeout{after}"
+    if record.status == "running" and record.supervisor_pid is None:
+        return "no end recorded: still running, or the launcher itself was killed"
+    if record.status == "running":
+        return "no end recorded: still running (its launcher is alive, or on another host)"
+    if record.status == LOST:
+        return "its launcher is gone and nothing recorded an end: it was killed (e.g. its terminal closed)"
+    if record.exit_code is not None:
+        return f"exit code {record.exit_code}"
+    return None
+
+
+def _or_unknown(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _nonblank_line(value: Any, index: int, limit: int = 200) -> str | None:
+    """The `index`-th non-blank line of a text (0: the first, -1: the last), stripped and cut to `limit`."""
+    lines = [line.strip() for line in str(value).splitlines() if line.strip()] if value else []
+    return lines[index][:limit] if lines else None
+
+
+def collect_runs(paths: Sequence[Path], include_all: bool = False) -> tuple[list[RunRecord], list[str]]:
+    """The runs to compare, and warnings about run directories that could not be read.
+
+    A run directory given directly is always compared. Under each runs root (or name directory) only the newest
+    run of each name is taken, preferring a completed one (`include_all`: every run); two roots holding the same
+    names (the same experiments, run two ways) both show theirs.
+    """
+    chosen: list[RunRecord] = []
+    warnings: list[str] = []
+    for path in paths:
+        if is_run_dir(path):
+            chosen.append(read_run_record(path))
+            continue
+        found = []
+        for run_dir in _run_dirs_under(path):
+            try:
+                found.append(read_run_record(run_dir))
+            except UserError as error:
+                warnings.append(f"{error}; run skipped")
+        chosen += found if include_all else select_newest(found)
+    unique = list({record.run_dir.resolve(): record for record in chosen}.values())
+    if not unique:
+        raise UserError(f"no readable run in {', '.join(map(str, paths))}: {'; '.join(warnings)}")
+    return unique, warnings
+
+
+def _run_dirs_under(path: Path) -> list[Path]:
+    """Run directories in a runs root (`<root>/<name>/<run_id>/`) or a name directory (`<name>/<run_id>/`)."""
+    if not path.exists():
+        raise UserError(f"{path}: no such directory (give a run directory or a runs root)")
+    if not path.is_dir():
+        raise UserError(f"{path}: not a directory (give a run directory or a runs root)")
+    run_dirs = sorted(candidate.parent for candidate in path.glob(f"*/{RUN_FILE}"))
+    run_dirs += list(find_run_dirs(path))
+    if not run_dirs:
+        raise UserError(
+            f"{path} is not a run directory (it has no {RUN_FILE}) and contains none "
+            f"(looked for {path}/*/{RUN_FILE} and {path}/*/*/{RUN_FILE})"
+        )
+    return run_dirs
+
+
+def select_newest(records: Iterable[RunRecord]) -> list[RunRecord]:
+    """One run per name: the newest completed one, else (a name that never completed) the newest of any status.
+
+    run_id starts with a UTC timestamp, so it sorts by start time.
+    """
+    by_name: dict[str, list[RunRecord]] = {}
+    for record in records:
+        by_name.setdefault(record.name, []).append(record)
+    return [newest(group) for group in by_name.values()]
+
+
+def newest(records: Sequence[RunRecord]) -> RunRecord:
+    """The newest completed run among these, else the newest of any status."""
+    completed = [record for record in records if record.status == "completed"]
+    # started_at (ISO 8601 UTC) orders runs whatever names their directories: a timestamp id or a job id.
+    return max(completed or records, key=lambda record: (record.started_at, record.run_id))

@@ -1,0 +1,176 @@
+"""Build the torchrun command for a resolved run, as data: an argv list and the environment it adds.
+
+Nothing here starts a process (that is `ddpcli.launch.supervisor`), so tests can inspect exactly what would run. No
+shell is involved anywhere: arguments go to `subprocess.Popen` as a list.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import string
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddpcli.errors import ConfigError, UserError
+from ddpcli.experiment.resolved import ResolvedRun
+from ddpcli.rundir.layout import LOGS_DIR
+
+# With --max-restarts, gloo workers of a restarted group can fail or hang in init_process_group on stale
+# addresses in the shared rendezvous TCPStore (pytorch/pytorch#135712); a store of their own avoids it.
+RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+MAX_SPEC_DIGITS = 3  # widths and precisions in `{lr:.2f}` up to 999
+
+
+# torchrun's entry point when a run is observed: `python -m ddpcli.worker.observer (SCRIPT | -m MODULE) ARGS...`.
+OBSERVER_ENTRY = ("-m", "ddpcli.worker.observer")
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the nodes of a multi-node run meet (torchrun's c10d rendezvous); None fields mean single node."""
+
+    endpoint: str | None = None
+    run_id: str | None = None
+    backend: str = "c10d"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    run: ResolvedRun
+    run_dir: Path
+    argv: list[str]
+    env_added: dict[str, str] = field(default_factory=dict)
+    log_dir: Path = Path()
+    node_key: str | None = None  # multi-node: this node's name until its group rank is known
+
+
+def placeholder_values(run: ResolvedRun, run_dir: Path) -> dict[str, object]:
+    """Every scalar key of the plan's RUN object, plus run_dir: what `{placeholders}` in `args` may name. `notes`
+    is prose for people, not a value for a command line."""
+    return {**{key: value for key, value in run.as_json().items() if key != "notes"}, "run_dir": str(run_dir)}
+
+
+def check_placeholders(run: ResolvedRun, path: Path | str, where: str) -> None:
+    """Fill the run's args with a stand-in run directory, so that `plan` finds what `launch` would refuse."""
+    fill_placeholders(run.args, placeholder_values(run, Path("RUN_DIR")), str(path), f"{where}.")
+
+
+def fill_placeholders(args: list[str], values: dict[str, object], where: str, field_prefix: str = "") -> list[str]:
+    """`{total_steps}` -> "128", `{lr:.2f}` -> "0.20" (Python format specs). Unknown or empty placeholders are
+    errors that name the run and the argument."""
+    return [_fill_one(arg, values, where, f"{field_prefix}args[{index}]") for index, arg in enumerate(args)]
+
+
+def _fill_one(arg: str, values: dict[str, object], where: str, field: str) -> str:
+    try:
+        pieces = list(string.Formatter().parse(arg))
+    except ValueError as error:  # a stray "{" or "}": say so instead of a traceback
+        raise ConfigError(where, field, f"{arg!r}: {error} (write {{{{ or }}}} for a brace)") from None
+    filled = []
+    for literal, key, spec, conversion in pieces:
+        filled.append(literal)
+        if key is None:
+            continue
+        if key not in values:
+            known = ", ".join(sorted(values))
+            raise ConfigError(where, field, f"unknown placeholder {{{key}}}; known: {known}")
+        if conversion:
+            raise ConfigError(
+                where, field, f"{{{key}!{conversion}}}: conversions are not supported (a format spec is: {{{key}:.2f}})"
+            )
+        if values[key] is None:
+            raise ConfigError(where, field, f"placeholder {{{key}}} has no value for this run")
+        filled.append(_formatted(values[key], spec or "", f"{{{key}:{spec}}}", where, field))
+    return "".join(filled)
+
+
+def _formatted(value: object, spec: str, written: str, where: str, field: str) -> str:
+    if not spec:
+        return _as_arg(value)
+    # A nested "{width}" is not filled, and a width of 10**9 would build a gigabyte-long argument.
+    if "{" in spec or any(len(digits) > MAX_SPEC_DIGITS for digits in re.findall(r"[0-9]+", spec)):
+        raise ConfigError(
+            where, field, f"{written}: nested placeholders and widths or precisions over 999 are not supported"
+        )
+    try:
+        return format(_as_arg(value) if isinstance(value, bool) else value, spec)
+    except ValueError as error:
+        raise ConfigError(where, field, f"{written}: {error}") from None
+
+
+def _as_arg(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return repr(value)  # full precision: "0.2", not a rounded %g
+    return str(value)
+
+
+def build_launch(
+    run: ResolvedRun,
+    run_dir: Path,
+    experiment_file: str,
+    rendezvous: Rendezvous | None = None,
+    python: str = sys.executable,
+    node_key: str | None = None,
+) -> LaunchSpec:
+    """The torchrun argv and added env for one run. `experiment_file` only locates errors.
+
+    Nodes of a multi-node run share the run directory, so each keeps its torchrun logs under its own
+    `node_key` (host and pid by default) inside logs/; its workers carry it as DDPCLI_NODE_KEY, so that cleaning
+    up after this node never touches another node's processes when two nodes share a host.
+    """
+    where = f"{experiment_file}: {run.name}"
+    log_dir = run_dir / LOGS_DIR
+    if run.is_multi_node:
+        node_key = node_key or f"{socket.gethostname()}-{os.getpid()}"
+        log_dir = log_dir / node_key
+    values = placeholder_values(run, run_dir)
+    argv = [python, "-m", "torch.distributed.run", *_topology_args(run, rendezvous)]
+    if run.max_restarts:
+        argv += ["--max-restarts", str(run.max_restarts)]
+    argv += ["--log-dir", str(log_dir), "--tee", "3"]
+    argv += _entry_point(run, experiment_file)
+    argv += fill_placeholders(run.args, values, where)
+    env = {
+        **run.env,
+        "DDPCLI_RUN_DIR": str(run_dir),
+        **({"DDPCLI_NODE_KEY": node_key} if node_key else {}),
+        "DDPCLI_RUN": json.dumps(
+            {**run.as_json(), "run_dir": str(run_dir), "noise_scale": run.noise_scale},
+            separators=(",", ":"),
+            allow_nan=False,
+        ),
+    }
+    if run.max_restarts:
+        env = {**RESTART_ENV, **env}
+    return LaunchSpec(run=run, run_dir=run_dir, argv=argv, env_added=env, log_dir=log_dir, node_key=node_key)
+
+
+def _topology_args(run: ResolvedRun, rendezvous: Rendezvous | None) -> list[str]:
+    nnodes = f"{run.min_nnodes}:{run.nnodes}" if run.is_elastic else str(run.nnodes)
+    args = ["--nnodes", nnodes, "--nproc-per-node", str(run.nproc_per_node)]
+    if not run.is_multi_node:
+        return [*args, "--standalone"]  # c10d on localhost with a free port: two launches never collide
+    if rendezvous is None or not rendezvous.endpoint or not rendezvous.run_id:
+        raise UserError(
+            f"run {run.name!r} spans {nnodes} nodes but no rendezvous is known: set rdzv_endpoint and rdzv_id "
+            "in [cluster], or pass --rdzv-endpoint HOST:PORT --rdzv-id ID (the same on every node)"
+        )
+    return [*args, "--rdzv-backend", rendezvous.backend, "--rdzv-endpoint", rendezvous.endpoint,
+            "--rdzv-id", rendezvous.run_id]  # fmt: skip
+
+
+def _entry_point(run: ResolvedRun, experiment_file: str) -> list[str]:
+    """`-m MODULE` or `SCRIPT`, behind the observer (which then runs it as python would) unless observe = false."""
+    if run.module:
+        target = ["-m", run.module]
+    elif run.script:
+        target = [run.script]
+    else:
+        raise ConfigError(experiment_file, run.name, "needs `module` or `script` to launch")
+    return [*OBSERVER_ENTRY, *target] if run.observe else target
