@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -216,7 +217,24 @@ def test_output_file_is_the_printed_script(tmp_path: Path) -> None:
     written = runner.invoke(app, ["slurm", str(file), "--only", "2x8", "-o", str(tmp_path / "job.sbatch")])
     assert written.exit_code == 0, written.output
     assert (tmp_path / "job.sbatch").read_text() == printed.stdout
-    assert "sbatch " in written.stdout
+    assert written.stdout == ""  # "wrote X" is a message, on stderr like every command's
+    assert f"wrote {tmp_path / 'job.sbatch'}; submit it with: sbatch {tmp_path / 'job.sbatch'}" in written.stderr
+
+
+@pytest.mark.parametrize("name", ["job[bold].sbatch", "[red]x.sbatch", "--wrap=touch pwned"])
+def test_written_path_is_shown_as_it_is_and_as_one_shell_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Rich markup in a path once printed `wrote job.sbatch` for `job[bold].sbatch`; a path that looks like an
+    option must be shown so that pasting the command submits the file."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["slurm", str(_experiment_file(tmp_path)), "--only", "2x8", "-o", name])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / name).is_file()
+    shown = result.stderr.replace("\n", "")
+    assert f"wrote {name};" in shown
+    command = shown.split("submit it with: ", 1)[1].strip()
+    assert shlex.split(command) == ["sbatch", name if not name.startswith("-") else f"./{name}"]
 
 
 @pytest.mark.parametrize(
@@ -261,6 +279,18 @@ def test_submit_written_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert result.exit_code == 0, result.output
     assert result.stdout == "7\n"
     assert (tmp_path / "argv").read_text() == f"--parsable\n{job}\n"
+
+
+def test_submit_passes_a_path_that_sbatch_cannot_read_as_an_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`-o "--wrap=touch pwned"` once reached sbatch as a bare argument: sbatch would run the wrap, not the file."""
+    _fake_sbatch(tmp_path, "echo 7", monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    name = "--wrap=touch pwned"
+    result = runner.invoke(app, ["slurm", str(_experiment_file(tmp_path)), "--only", "2x8", "-o", name, "--submit"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "argv").read_text() == f"--parsable\n{tmp_path / name}\n"
 
 
 def test_submit_shows_why_sbatch_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

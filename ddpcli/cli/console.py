@@ -1,4 +1,10 @@
-"""Shared Rich consoles and the wrapper that turns user mistakes into one line on stderr and exit code 2."""
+"""The terminal: shared Rich consoles, the one way every command prints a message, and the wrapper that turns user
+mistakes into one line on stderr and exit code 2.
+
+Every message goes through `error`, `warning`, `wrote` or `say`, which escape what they are given: a path or a run
+name is the user's text, and `job[bold].sbatch` must print as it is (Rich would read `[bold]` as markup and drop it,
+so a message once named a file that was not the one written).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,25 @@ stdout = Console(highlight=False)
 stderr = Console(stderr=True, highlight=False)
 
 
+def error(message: str) -> None:
+    stderr.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+
+
+def warning(message: str) -> None:
+    stderr.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
+
+
+def wrote(path: Path | str, then: str = "") -> None:
+    """`wrote PATH` on stderr (stdout stays for the data a command was asked for), with what to do next."""
+    stderr.print(f"wrote {escape(str(path))}{escape(then)}", soft_wrap=True)
+
+
+def say(message: str, *, style: str = "", to_stdout: bool = False) -> None:
+    """Any other line for the user, escaped; `style` colours the whole line."""
+    text = escape(message)
+    (stdout if to_stdout else stderr).print(f"[{style}]{text}[/]" if style else text, soft_wrap=True)
+
+
 def write_text(path: Path, text: str) -> None:
     """Write an output file the user named; a path that cannot be written is theirs to fix (exit 2), not a
     traceback. (compare's CSV and plot writer says the same words.)"""
@@ -36,8 +61,8 @@ def user_errors(command: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
-        except UserError as error:
-            stderr.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
-            raise typer.Exit(error.exit_code) from None
+        except UserError as mistake:
+            error(str(mistake))
+            raise typer.Exit(mistake.exit_code) from None
 
     return wrapper

@@ -9,10 +9,9 @@ from types import ModuleType
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE as EXPERIMENT_FILE
-from ddpcli.cli.console import stderr, stdout, user_errors
+from ddpcli.cli.console import stdout, user_errors, warning, wrote
 from ddpcli.cli.render.compare import comparison_tables, csv_text, loss_figure
 from ddpcli.cli.render.layout import print_bullets
 from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, collect_runs, compare_runs
@@ -76,8 +75,8 @@ def compare_command(
         param_diff=param_diff,
         plot_points=PLOT_POINTS if plot_path is not None else 0,
     )
-    for warning in [*warnings, *comparison.warnings]:
-        stderr.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    for message in [*warnings, *comparison.warnings]:
+        warning(message)
     if as_json:
         print(json.dumps([row.as_json() for row in comparison.rows], indent=2, allow_nan=False))
     else:
@@ -97,7 +96,7 @@ def _writing(path: Path, write: Callable[[], object]) -> None:
         write()
     except OSError as error:
         raise UserError(f"cannot write {path}: {error.strerror or error}") from None
-    stderr.print(f"wrote {escape(str(path))}", soft_wrap=True)
+    wrote(path)
 
 
 def _save_figure(figure: object, path: Path, pyplot: ModuleType) -> None:

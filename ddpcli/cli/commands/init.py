@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
-from ddpcli.cli.console import stderr, user_errors, write_text
+from ddpcli.cli.console import user_errors, warning, write_text, wrote
 from ddpcli.errors import UserError
 from ddpcli.experiment.planning import resolve_plan
 from ddpcli.init.scaffold import (
@@ -98,7 +98,7 @@ def init_command(
             raise UserError("--example writes the bundled file: give no script, -m, batch, lr or --nproc-per-node")
         _emit(bundled_example(), output, force, to_stdout)
         if not to_stdout:
-            stderr.print(f"wrote {escape(str(output))} (the bundled example); next: {_next_steps(output)}")
+            wrote(output, f" (the bundled example); next: {_next_steps(output)}")
         return
     if lr is not None and not (math.isfinite(lr) and lr > 0):
         raise UserError(f"--lr {lr}: expected a positive finite number")
@@ -128,14 +128,14 @@ def init_command(
     )
     scaffold = build_experiment(request, flags)
     _check_plans(scaffold, output)
-    for warning in scaffold.warnings:
-        stderr.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    for message in scaffold.warnings:
+        warning(message)
     _emit(scaffold.text, output, force, to_stdout)
     if not to_stdout:
-        stderr.print(
-            f"wrote {escape(str(output))}: {', '.join(scaffold.run_names)} "
-            f"(read from `{escape(script_help.command)}` in {script_help.seconds:.1f} s); next: {_next_steps(output)}",
-            soft_wrap=True,
+        wrote(
+            output,
+            f": {', '.join(scaffold.run_names)} (read from `{script_help.command}` in {script_help.seconds:.1f} s); "
+            f"next: {_next_steps(output)}",
         )
 
 

@@ -9,17 +9,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
 from ddpcli.cli.console import stderr, stdout, user_errors
 from ddpcli.cli.render.format import display_path
-from ddpcli.cli.render.launch import LaunchRow, launch_summary_tables
+from ddpcli.cli.render.launch import LaunchRow, launch_summary_tables, print_failures, print_findings
+from ddpcli.cli.render.progress import RichReporter
 from ddpcli.errors import UserError
 from ddpcli.experiment.planning import load_plan
 from ddpcli.experiment.resolved import Plan
@@ -28,9 +26,8 @@ from ddpcli.jsonvalues import finite_or_none
 from ddpcli.launch.argv import LaunchSpec, Rendezvous
 from ddpcli.launch.supervisor import StopRequest
 from ddpcli.launch.sweep import RunResult, SweepOptions, prepare, resume_from, run_one, run_sweep
-from ddpcli.rundir.layout import METRICS_FILE
+from ddpcli.rundir.layout import LOGS_DIR, METRICS_FILE
 from ddpcli.rundir.metrics import last_metrics_row
-from ddpcli.rundir.record import RunRecord
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -132,8 +129,8 @@ def _resume(run_dir: Path, timeout: float | None, dry_run: bool) -> None:
 def _finish(results: list[RunResult], stop: StopRequest) -> None:
     for table in launch_summary_tables([_summary_row(result) for result in results], stdout.width):
         stdout.print(table)
-    _report_findings(results)
-    _report_failures(results)
+    print_findings(stdout, [result.record for result in results])
+    print_failures(stderr, [(result.record, display_path(result.spec.run_dir / LOGS_DIR)) for result in results])
     if any(result.status == "interrupted" for result in results):
         raise typer.Exit(128 + stop.signum if stop.signum else EXIT_INTERRUPTED)
     if any(result.status != "completed" for result in results):
@@ -190,74 +187,3 @@ def _stop_on_signals(stop: StopRequest) -> Iterator[None]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
-
-
-class RichReporter:
-    """One progress bar per run, fed from rank 0's observations as they are flushed: steps done, last loss (rank
-    0's), samples/s."""
-
-    def __init__(self, console: Console) -> None:
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            console=console,
-        )
-        self.tasks: dict[str, TaskID] = {}
-
-    def run_started(self, spec: LaunchSpec) -> None:
-        self.tasks[spec.run_dir.name] = self.progress.add_task(
-            escape(spec.run.name), total=spec.run.total_steps, info="starting torchrun"
-        )
-
-    def metrics(self, spec: LaunchSpec, rows: list[dict[str, Any]]) -> None:
-        last = rows[-1]
-        info = f"loss {last['loss']:.4g}" if isinstance(last.get("loss"), int | float) else ""
-        samples, seconds = last.get("samples"), last.get("time")
-        if isinstance(samples, int | float) and isinstance(seconds, int | float) and seconds > 0:
-            info += f"  {samples / seconds:,.0f} samples/s"
-        self.progress.update(self.tasks[spec.run_dir.name], completed=last.get("step", 0), info=info)
-
-    def run_ended(self, spec: LaunchSpec, record: RunRecord) -> None:
-        task = self.tasks[spec.run_dir.name]
-        status = record.status
-        if status == "completed":
-            self.progress.update(task, completed=spec.run.total_steps, info="[green]completed[/]")
-        else:
-            self.progress.update(task, info=f"[red]{status}[/]")
-
-
-def _report_failures(results: list[RunResult]) -> None:
-    for result in results:
-        record = result.record
-        if result.status == "completed":
-            continue
-        stderr.print(
-            f"[bold red]{escape(record.name)} {result.status}[/] (exit code {record.exit_code}); "
-            f"logs in {escape(display_path(result.spec.run_dir / 'logs'))}",
-            soft_wrap=True,
-        )
-        for failure in record.failed_ranks[:1]:
-            stderr.print(
-                f"  rank {failure.rank} exited {failure.exit_code}: {escape(failure.error or '')}", soft_wrap=True
-            )
-            if failure.log_tail:
-                stderr.print(escape(_indent(failure.log_tail)), soft_wrap=True)
-
-
-def _report_findings(results: list[RunResult]) -> None:
-    """What each run did that its plan did not say (ddpcli.rundir.findings), under the table."""
-    for result in results:
-        findings = result.record.findings
-        if not findings:
-            continue
-        stdout.print(f"[bold]{escape(result.record.name)}[/]: what the observer found", soft_wrap=True)
-        for finding in findings:
-            colour = {"error": "red", "warning": "yellow"}.get(finding.severity, "dim")
-            stdout.print(f"  [{colour}]{finding.code}[/] {escape(finding.message)}", soft_wrap=True, highlight=False)
-
-
-def _indent(text: str) -> str:
-    return "\n".join(f"    {line}" for line in text.splitlines())

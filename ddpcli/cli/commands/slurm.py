@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from typing import Annotated
 import typer
 
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE, ExperimentFileArgument
-from ddpcli.cli.console import stderr, stdout, user_errors, write_text
+from ddpcli.cli.console import say, user_errors, write_text, wrote
 from ddpcli.errors import UserError
 from ddpcli.experiment.planning import load_plan
 from ddpcli.experiment.resolved import Plan, ResolvedRun
@@ -86,11 +87,17 @@ def slurm_command(
         job_id = _submit(script, output)
         print(job_id)
         run_dir = (options.runs_dir or plan.runs_dir.resolve()) / run.name / job_id
-        stderr.print(f"submitted job {job_id}; its run directory will be {run_dir}", soft_wrap=True)
+        say(f"submitted job {job_id}; its run directory will be {run_dir}")
     elif output is None:
         sys.stdout.write(script)
     else:
-        stdout.print(f"wrote {output}; submit it with: sbatch {output}", soft_wrap=True)
+        wrote(output, f"; submit it with: sbatch {shell_path(output)}")
+
+
+def shell_path(path: Path) -> str:
+    """The path as one shell word that no command reads as an option (`-o --wrap=x` is `./--wrap=x`)."""
+    text = str(path)
+    return shlex.quote(f"./{text}" if text.startswith("-") else text)
 
 
 def _one_run(plan: Plan, only: str | None) -> ResolvedRun:
@@ -106,7 +113,7 @@ def _submit(script: str, path: Path | None) -> str:
     sbatch = shutil.which("sbatch")
     if sbatch is None:
         raise UserError("sbatch is not on PATH: run this on a SLURM login node, or leave out --submit")
-    argv = [sbatch, "--parsable", *([str(path)] if path is not None else [])]
+    argv = [sbatch, "--parsable", *([str(path.resolve())] if path is not None else [])]  # absolute: never an option
     try:
         done = subprocess.run(
             argv, input=None if path else script, capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S

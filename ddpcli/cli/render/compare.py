@@ -13,19 +13,26 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
-from ddpcli.cli.render.format import MISSING, fixed, fmt_number, percent
+from ddpcli.cli.render.format import MISSING, fixed, fmt_number, percent, status_style
 from ddpcli.cli.render.layout import Column, fitted_tables
 from ddpcli.compare import DIVERGED, EQUIVALENT, ROW_KEYS, Comparison, ComparisonRow
 
-STATUS_STYLE = {"completed": "green", "failed": "red", "timed_out": "red", "interrupted": "yellow", "lost": "red"}
 VERDICT_STYLE = {EQUIVALENT: "green", DIVERGED: "red"}
 COLUMNS = (
-    Column("run", "left"), Column("status", "left"), Column("procs"), Column("batch"), Column("global"),
-    Column("lr"), Column("steps"), Column("samples"), Column("loss"), Column("loss at\nbase"), Column("wall\ns"),
-    Column("samples\n/s"), Column("speedup"), Column("eff"), Column("noise\nscale"),
-    Column("equivalence", "left", wraps=True), Column("loss curve", "left"),
-)  # fmt: skip
-SPLIT_AT = 10  # "wall s": training columns before it, speed and equivalence from it on
+    Column("run", "left"),
+    Column("status", "left"),
+    Column("procs"),
+    Column("batch"),
+    Column("global"),
+    Column("lr"),
+    Column("steps"),
+    Column("samples"),
+    Column("loss"),
+    Column("loss at\nbase"),
+    *(Column(header, section="speed") for header in ("wall\ns", "samples\n/s", "speedup", "eff", "noise\nscale")),
+    Column("equivalence", "left", wraps=True, section="speed"),
+    Column("loss curve", "left", section="speed"),
+)  # fmt: skip  (a narrow console splits training columns from speed and equivalence)
 
 
 def comparison_tables(comparison: Comparison, width: int) -> list[RenderableType]:
@@ -35,7 +42,6 @@ def comparison_tables(comparison: Comparison, width: int) -> list[RenderableType
         COLUMNS,
         [_cells(row) for row in comparison.rows],
         width,
-        sections=[range(1, SPLIT_AT), range(SPLIT_AT, len(COLUMNS))],
         title=Text(f"Compare: baseline {comparison.baseline.label} ({comparison.baseline_reason})"),
         caption=_caption(comparison),
     )
@@ -63,7 +69,7 @@ def _cells(row: ComparisonRow) -> list[Text]:
     ]
     return [
         Text(row.label + _marks(row), style="bold" if row.is_baseline else ""),
-        Text(record.status, style=STATUS_STYLE.get(record.status, "")),
+        Text(record.status, style=status_style(record.status)),
         *map(Text, cells),
         _equivalence_cell(row),
         Text(row.sparkline or MISSING),

@@ -6,6 +6,12 @@ import math
 from pathlib import Path
 
 MISSING = "-"
+STATUS_STYLE = {"completed": "green", "running": "cyan", "interrupted": "yellow"}  # anything else failed: red
+
+
+def status_style(status: str) -> str:
+    """One colour per run status, in every table (failed, timed_out and lost are red)."""
+    return STATUS_STYLE.get(status, "red")
 
 
 def fmt_number(value: float | int | None, digits: int = 4) -> str:

@@ -27,11 +27,13 @@ Cell = RenderableType
 
 @dataclass(frozen=True)
 class Column:
-    """A column: its header, its alignment, and whether its values are free text that may wrap at spaces."""
+    """A column: its header, its alignment, whether its values are free text that may wrap at spaces, and the
+    section it belongs to (columns of one section stay together when a narrow console splits the table)."""
 
     header: str
     justify: JustifyMethod = "right"
     wraps: bool = False  # numbers and names never wrap: they move to another table instead
+    section: str = ""
 
 
 def fitted_tables(
@@ -39,18 +41,17 @@ def fitted_tables(
     rows: Sequence[Sequence[Cell]],
     width: int,
     *,
-    sections: Sequence[Sequence[int]] | None = None,
     title: str | Text | None = None,
     caption: str | None = None,
 ) -> list[RenderableType]:
     """One table when every column fits in `width`, else several, each repeating column 0 (the key).
 
-    `sections` are groups of column indices (without 0) that belong together, in order: a split happens between
-    sections when that needs no more tables than packing the columns regardless of sections. The title goes on
+    Consecutive columns of one `section` belong together: a split happens between sections when that needs no
+    more tables than packing the columns regardless of sections. The title goes on
     the first table; the caption under one table, or after several as text as wide as the console. Where even
     the key and one column do not fit, their values fold onto several lines (never '…').
     """
-    sections = [list(section) for section in sections or [range(1, len(columns))]]
+    sections = _sections(columns)
     everything = [index for section in sections for index in section]
     if _fits(columns, rows, everything, width):
         groups = [everything]
@@ -67,6 +68,16 @@ def fitted_tables(
         tables[0].caption = text
         return list(tables)
     return [*tables, text]
+
+
+def _sections(columns: Sequence[Column]) -> list[list[int]]:
+    """Indices of the columns after the key, grouped by runs of the same `section`."""
+    sections: list[list[int]] = []
+    for index in range(1, len(columns)):
+        if index == 1 or columns[index].section != columns[index - 1].section:
+            sections.append([])
+        sections[-1].append(index)
+    return sections
 
 
 def _pack(

@@ -14,11 +14,20 @@ from ddpcli.experiment.outlook import BatchOutlook, outlook_note
 from ddpcli.experiment.resolved import Plan, ResolvedRun
 
 COLUMNS = (
-    Column("run", "left"), Column("world"), Column("batch"), Column("global"), Column("lr"), Column("rule", "left"),
-    Column("warmup"), Column("steps/ep"), Column("steps"), Column("padded"),
-    Column("B_crit"), Column("x steps"), Column("eff"),
-)  # fmt: skip
-OUTLOOK_AT = 10  # index of the first outlook column: a narrow console shows them in a table of their own
+    Column("run", "left"),
+    Column("world"),
+    Column("batch"),
+    Column("global"),
+    Column("lr"),
+    Column("rule", "left"),
+    Column("warmup"),
+    Column("steps/ep"),
+    Column("steps"),
+    Column("padded"),
+    Column("B_crit", section="outlook"),
+    Column("x steps", section="outlook"),
+    Column("eff", section="outlook"),
+)  # fmt: skip  (a narrow console shows the outlook columns in a table of their own)
 
 
 def plan_tables(
@@ -31,13 +40,10 @@ def plan_tables(
     rows = [_plan_row(run) + _outlook_cells((outlooks or {}).get(run.name)) for run in runs]
     shown = [0, *(index for index in range(1, len(COLUMNS)) if any(row[index] != MISSING for row in rows))]
     columns = [COLUMNS[index] for index in shown]
-    main = [position for position, index in enumerate(shown) if 0 < index < OUTLOOK_AT]
-    outlook = [position for position, index in enumerate(shown) if index >= OUTLOOK_AT]
     return fitted_tables(
         columns,
         [[row[index] for index in shown] for row in rows],
         width,
-        sections=[main, outlook] if outlook else [main],
         title=f"Plan: {escape(str(plan.file))}",
         caption=_caption(outlooks),
     )
