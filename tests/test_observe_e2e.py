@@ -460,6 +460,7 @@ def test_a_script_with_its_own_comm_hook_is_not_measured(noise: dict[str, dict[s
 CLEAN_EXIT_RUNS = 20
 
 
+@pytest.mark.slow  # a soak test (about 2 minutes): CI runs it, a developer's `pytest` skips it (conftest.py)
 def test_twenty_plain_two_process_runs_all_exit_cleanly(tmp_path: Path) -> None:
     experiments = "\n".join(
         f'[[experiments]]\nname = "run{index:02d}"\nnproc_per_node = 2\n' for index in range(1, CLEAN_EXIT_RUNS)
