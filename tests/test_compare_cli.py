@@ -229,7 +229,7 @@ def test_unwritable_csv_path_is_one_line(runs: Path, tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Malformed files: a warning and a skipped row or an `unchecked` verdict, never a traceback (defect 7)
+# Malformed files: a warning and a skipped row or an `unchecked` verdict, never a traceback
 
 DEEP = "[" * 100_000 + "]" * 100_000  # json raises RecursionError on it
 
@@ -384,7 +384,7 @@ def test_random_run_files_never_crash_compare(run_json: bytes, metrics: bytes, a
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Messages that must not mislead (defect 14) and torch's NumPy warning (defect 13)
+# Messages that must not mislead, and torch's NumPy warning
 
 
 @pytest.mark.parametrize("option", ["--csv", "--plot"])

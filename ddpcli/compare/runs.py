@@ -35,9 +35,6 @@ class RunRecord(run_record.RunRecord):
     def observed_from_run(self) -> bool:
         return self.observed is not None and self.observed.optimizer_steps not in (None, 0)
 
-    def planned(self, key: str) -> Any:
-        return self.plan.get(key)
-
     def _batch(self, key: str) -> int | None:
         seen = getattr(self.observed, key) if self.observed_from_run else None
         return seen if seen is not None else _int_or_none(self.plan.get(key))

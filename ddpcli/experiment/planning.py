@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ddpcli.errors import ConfigError, UserError
+from ddpcli.errors import ConfigError, OptionError
 from ddpcli.experiment.notes import run_notes
 from ddpcli.experiment.resolved import Plan, ResolvedRun, samples_kept_warmup
 from ddpcli.experiment.schema import (
@@ -50,7 +50,7 @@ def with_nnodes(
     value = int(nnodes) if isinstance(nnodes, str) and nnodes.isascii() and nnodes.isdigit() else nnodes
     problem = nnodes_problem(value)
     if problem:
-        raise UserError(f"--nnodes {nnodes}: {problem}")
+        raise OptionError("nnodes", nnodes, problem)
     data = experiment_file.model_dump(exclude_unset=True)
     entries = [data["baseline"], *data.get("experiments", [])]
     for entry in entries:

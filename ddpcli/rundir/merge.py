@@ -1,7 +1,8 @@
 """What a run really did, from the files every rank's observer wrote (<run_dir>/observed/rank-<rank>.jsonl).
 
-Pure: reads JSON lines, returns numbers. `ddpcli launch` calls `observe_run` once torchrun has ended; the run
-record gets `observed` and `findings` (ddpcli.rundir.findings), and metrics.jsonl is written from the merged steps.
+Pure: reads JSON lines, returns numbers. Once torchrun has ended, `ddpcli launch` (ddpcli.launch.sweep) calls
+`read_observations`, `summarize` and `merged_metrics`: the run record gets `observed` and `findings`
+(ddpcli.rundir.findings), and metrics.jsonl is written from the merged steps.
 
 Row kinds (ddpcli.worker.observer and ddpcli.worker.runtime write them; docs/contracts.md lists them):
   start        a process began (restart count, pid)
@@ -257,10 +258,6 @@ def _step_norms(rows: list[dict[str, Any]]) -> tuple[float, float, float, int] |
     if not rows:
         return None
     return sum(small) / len(small), sum(big) / len(big), sum(samples) / len(samples), sum(samples)
-
-
-def _samples_seen(ranks: dict[int, RankObservation]) -> int:
-    return sum(whole_or_none(row.get("samples")) or 0 for seen in ranks.values() for row in seen.steps.values())
 
 
 def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
