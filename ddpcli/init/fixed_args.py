@@ -8,10 +8,10 @@ form: a file whose every run fails with "the following arguments are required" h
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ddpcli.errors import UserError
-from ddpcli.init.help_text import HelpOption
+from ddpcli.init.help_text import HelpOption, with_default
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def with_given_values(options: list[HelpOption], segments: list[Segment]) -> lis
     """Options whose default is the value given after `--` (the baseline's value when init wires the flag)."""
     given = {segment.flag: segment.value for segment in segments if segment.flag and segment.value is not None}
     return [
-        replace(option, default=next(given[flag] for flag in option.flags if flag in given))
+        with_default(option, next(given[flag] for flag in option.flags if flag in given))
         if any(flag in given for flag in option.flags)
         else option
         for option in options

@@ -33,6 +33,7 @@ class HelpOption:
     required: bool = False
     name: str = ""  # a positional's name (its metavar or dest)
     nargs: str = ""  # a positional's count: "" one, "+" one or more, "?" / "*" optional, "N"
+    given: bool = False  # the default is the value given after `--` to ddpcli init
 
     @property
     def positional(self) -> bool:
@@ -126,4 +127,5 @@ def spellings(flag: str) -> set[str]:
 
 
 def with_default(option: HelpOption, value: str) -> HelpOption:
-    return replace(option, default=value)
+    """The option with the value given after `--` as its default (the baseline's value when wired)."""
+    return replace(option, default=value, given=True)

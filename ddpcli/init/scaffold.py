@@ -14,7 +14,7 @@ from ddpcli.errors import UserError
 from ddpcli.init.fixed_args import check_required, split_fixed, unwired, with_given_values
 from ddpcli.init.help_text import HelpOption
 from ddpcli.init.roles import find_flags
-from ddpcli.init.switches import wire_optimizer, wire_switches
+from ddpcli.init.switches import wire_optimizer, wire_switches, wire_workdir
 from ddpcli.init.toml_text import args_lines, assignment, env_line, header, toml_string
 from ddpcli.init.wiring import Source, Wiring, wire_roles
 
@@ -89,6 +89,7 @@ def build_experiment(
     given_flags = {segment.flag for segment in segments if segment.flag}
     wire_switches(options or [], source, request.cpu_only, given_flags, wiring)
     wire_optimizer(flags.get("optimizer"), source, wiring)
+    wire_workdir(source, wiring)
     wiring.warnings[:0] = [*([f"{not_run}: no flags are wired"] if options is None else []), *warnings]
     runs = _experiments(request, wiring)
     fixed = [*request.prefix, *unwired(segments, wiring.wired_flags)]

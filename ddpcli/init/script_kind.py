@@ -11,6 +11,7 @@ folder's modules that it imports are read too (one level), since `get_args()` of
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +52,7 @@ class ScriptFacts:
     optimizers: list[Found] = field(default_factory=list)  # optimizer kinds the source constructs
     literals: dict[str, Found] = field(default_factory=dict)  # role-named literals: lr=2e-5, batch_size=16
     warmups: list[Found] = field(default_factory=list)  # warmups the script builds itself
+    checkpoints: list[Found] = field(default_factory=list)  # relative file names it saves and loads in its cwd
     lightning_cli: ast.Call | None = None
     tree: ast.Module | None = None
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
@@ -87,6 +89,7 @@ def script_facts(path: Path, literal_names: dict[str, str]) -> ScriptFacts:
         facts.frameworks |= other.frameworks
         facts.optimizers += other.optimizers
         facts.warmups += other.warmups
+        facts.checkpoints += other.checkpoints
         facts.classes = {**other.classes, **facts.classes}
     return facts
 
@@ -116,6 +119,7 @@ def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
             facts.warmups.append(Found(None, node.lineno, f"{last}(...)"))
         for keyword in node.keywords:
             _literal(facts, literal_names, keyword.arg, keyword.value, f"{last}({keyword.arg}=...)")
+    facts.checkpoints = _relative_checkpoints(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values, strict=True):
@@ -137,6 +141,26 @@ def _literal(facts: ScriptFacts, names: dict[str, str], name: str | None, value:
     if role == "warmup_steps" and number > 0:
         facts.warmups.append(Found(number, value.lineno, how.replace("...", repr(number))))
     facts.literals.setdefault(role, Found(number, value.lineno, how.replace("...", repr(number))))
+
+
+CHECKPOINT_NAME = re.compile(r"[\w.-]+\.(pt|pth|ckpt|safetensors|tar)")
+
+
+def _relative_checkpoints(tree: ast.Module) -> list[Found]:
+    """File names such as "snapshot.pt" used as a path on their own (not joined to a directory): the script
+    saves or resumes them in its working directory, which every run of a sweep would otherwise share."""
+    joined = {
+        id(argument)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and _dotted(node.func).rsplit(".", 1)[-1] in ("join", "Path", "joinpath")
+        for argument in node.args[1:]
+    } | {id(node.right) for node in ast.walk(tree) if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)}
+    return [
+        Found(node.value, node.lineno, repr(node.value))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in joined
+        and CHECKPOINT_NAME.fullmatch(node.value)
+    ]  # fmt: skip
 
 
 def _import_aliases(tree: ast.Module) -> dict[str, str]:

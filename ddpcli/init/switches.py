@@ -70,7 +70,9 @@ def wire_optimizer(found: FoundFlag | None, source: Source, wiring: Wiring) -> N
                 f'{what}: optimizer = "other" keeps the lr as it is across batch sizes; set it to sgd, adam or '
                 "adamw in [defaults] so that scaling = auto follows the optimizer"
             )
-    if not any(key == "scaling" for key, _, _ in wiring.defaults):
+    if "lr" in wiring.stand_ins:
+        wiring.defaults.append(("scaling", "none", "the script's lr cannot be set by a flag: every run keeps it"))
+    elif not any(key == "scaling" for key, _, _ in wiring.defaults):
         wiring.defaults.append(("scaling", "auto", "sgd: lr x batch scale; adam(w): x its square root"))
 
 
@@ -85,3 +87,15 @@ def optimizer_kind(default: str | None) -> str | None:
         if name.startswith(prefix):
             return kind
     return "other"
+
+
+def wire_workdir(source: Source, wiring: Wiring) -> None:
+    """A script that saves and resumes a file in its working directory (the DDP tutorial's snapshot.pt) would
+    make every run after the first resume from the previous run's file: each run gets its own directory."""
+    if source.checkpoints:
+        wiring.defaults.append(("workdir", "run", "each run in its own directory: see the note above"))
+        wiring.notes.append(
+            f"the script saves or loads {'; '.join(source.checkpoints)} in its working directory: workdir = \"run\" "
+            "starts each run in its run directory, so no run resumes another's file (its relative data paths then "
+            "start there too; DDPCLI_EXPERIMENT_DIR names this file's folder)"
+        )

@@ -29,6 +29,7 @@ class Source:
     total_over_ranks: frozenset[str] = frozenset()  # configurator names the script divides by the world size
     one_more_step: frozenset[str] = frozenset()  # configurator names N of `if i > N: break`
     equals_form: bool = False  # `--key=value` (nanoGPT's configurator) instead of `--key value`
+    checkpoints: tuple[str, ...] = ()  # relative checkpoint names it saves or resumes, as "'x.pt' at line N"
 
 
 @dataclass
@@ -124,7 +125,7 @@ def _wire_accum(flags: dict[str, FoundFlag], source: Source, wiring: Wiring) -> 
     else:
         wiring.wire(found.flag, "{grad_accum_steps}", "micro-batches per optimizer step")
     if default != 1:
-        wiring.baseline.append(("grad_accum_steps", default, f"the script's {found.flag} default"))
+        wiring.baseline.append(("grad_accum_steps", default, _whose(found)))
 
 
 def _wire_lr(
@@ -198,7 +199,7 @@ def _wire_warmup(flags: dict[str, FoundFlag], options: list[HelpOption], source:
     steps = _non_negative_int(warmup.default) if warmup else None
     if warmup is not None and steps is not None:
         wiring.wire(warmup.flag, "{warmup_steps}", "rescaled to keep the baseline's warmup samples")
-        wiring.baseline.append(("warmup_steps", steps, f"the script's {warmup.flag} default"))
+        wiring.baseline.append(("warmup_steps", steps, _whose(warmup)))
         return
     other = find_option(options, WARMUP_NOT_IN_STEPS)
     own = [f"{other.flags[-1]} {other.default}"] if other and other.default not in (None, "0", "0.0") else []
@@ -224,20 +225,20 @@ def _wire_length(flags: dict[str, FoundFlag], source: Source, wiring: Wiring) ->
     size_value = _positive_int(size.default) if size else None
     if size is not None and size_value is not None:
         wiring.wire(size.flag, "{dataset_size}", "samples per epoch")
-        wiring.defaults.append(("dataset_size", size_value, f"the script's {size.flag} default"))
+        wiring.defaults.append(("dataset_size", size_value, _whose(size)))
     max_steps = _positive_int(steps.default) if steps else None
     if steps is not None and max_steps is not None:
         if steps.flag.lstrip("-") in source.one_more_step:
             wiring.wire(steps.flag, "{total_steps - 1}", f"the script runs {steps.flag} + 1 iterations")
-            wiring.defaults.append(("max_steps", max_steps + 1, f"the script's {steps.flag} default + 1"))
+            wiring.defaults.append(("max_steps", max_steps + 1, f"{_whose(steps)} + 1"))
         else:
             wiring.wire(steps.flag, "{total_steps}", "the same for every run")
-            wiring.defaults.append(("max_steps", max_steps, f"the script's {steps.flag} default"))
+            wiring.defaults.append(("max_steps", max_steps, _whose(steps)))
         return
     epoch_count = _positive_int(epochs.default) if epochs else None
     if epochs is not None and epoch_count is not None and size_value is not None:
         wiring.wire(epochs.flag, "{epochs}", "the same for every run")
-        wiring.defaults.append(("epochs", epoch_count, f"the script's {epochs.flag} default"))
+        wiring.defaults.append(("epochs", epoch_count, _whose(epochs)))
         return
     if steps is None and epochs is None:
         wiring.warnings.append(ROLE_BY_KEY["max_steps"].missing)
@@ -259,17 +260,23 @@ def _wire_seed_and_output(flags: dict[str, FoundFlag], wiring: Wiring) -> None:
         wiring.warnings.append(_not_usable(seed, "seed"))
     else:
         wiring.wire(seed.flag, "{seed}", "the same on every rank")
-        wiring.defaults.append(("seed", value, f"the script's {seed.flag} default"))
+        wiring.defaults.append(("seed", value, _whose(seed)))
     output = flags.get("run_dir")
     if output is not None:
         wiring.wire(output.flag, "{run_dir}", "each run writes into its own run directory")
+
+
+def _whose(found: FoundFlag) -> str:
+    if found.option is not None and found.option.given:
+        return f"{found.flag} as given after -- to ddpcli init"
+    return f"the script's {found.flag} default"
 
 
 def _origin(found: FoundFlag, given: object) -> str:
     if given is not None:
         default = f"; the script's default is {found.default}" if found.default is not None else ""
         return f"given to ddpcli init{default}"
-    return f"the script's {found.flag} default"
+    return _whose(found)
 
 
 def _no_value(help_command: str, found: FoundFlag, option: str, what: str) -> str:
