@@ -95,7 +95,7 @@ def wire_workdir(source: Source, wiring: Wiring) -> None:
     if source.checkpoints:
         wiring.defaults.append(("workdir", "run", "each run in its own directory: see the note above"))
         wiring.notes.append(
-            f"the script saves or loads {'; '.join(source.checkpoints)} in its working directory: workdir = \"run\" "
+            f'the script saves or loads {"; ".join(source.checkpoints)} in its working directory: workdir = "run" '
             "starts each run in its run directory, so no run resumes another's file (its relative data paths then "
             "start there too; DDPCLI_EXPERIMENT_DIR names this file's folder)"
         )

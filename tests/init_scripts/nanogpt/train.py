@@ -26,7 +26,7 @@ device = "cuda"  # examples: 'cpu', 'cuda', 'cuda:0'
 compile = True  # use PyTorch 2.0 to compile the model to be faster
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items() if not k.startswith("_") and isinstance(v, int | float | bool | str)]
-exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "configurator.py")).read())
+exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "configurator.py")).read())  # noqa: SIM115
 config = {k: globals()[k] for k in config_keys}
 # -----------------------------------------------------------------------------
 
@@ -65,7 +65,7 @@ iter_num = 0
 while True:
     for param_group in optimizer.param_groups:
         param_group["lr"] = get_lr(iter_num)
-    for micro_step in range(gradient_accumulation_steps):
+    for _micro_step in range(gradient_accumulation_steps):
         x, y = get_batch()
         loss = nn.functional.cross_entropy(model(x), y) / gradient_accumulation_steps
         loss.backward()
