@@ -109,7 +109,8 @@ def test_extra_args_append_to_the_inherited_args_and_workdir_run_starts_in_the_r
     assert spec.cwd == run_dir and spec.env_added["DDPCLI_EXPERIMENT_DIR"] == str(tmp_path.resolve())
     assert build_launch(runs["1x4"], run_dir, plan.file, python="/py").cwd is None
     # stand_ins: the baseline's warmup is the script's own, so the plan neither labels it 0 nor says "no warmup"
-    assert any("stand-ins" in note and "warmup_steps" in note for note in runs["2x4"].notes)
+    assert any(note.startswith("Stand-ins") and "warmup_steps 0" in note for note in runs["2x4"].notes)
+    assert runs["2x4"].warmup_steps == runs["1x4"].warmup_steps == 0  # kept, not rescaled: no flag carries it
     assert not any("no warmup" in note for note in runs["2x4"].notes)
 
 

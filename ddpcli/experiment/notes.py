@@ -29,8 +29,8 @@ def _stand_in_notes(run: ResolvedRun) -> list[str]:
         return []
     values = ", ".join(f"{key} {getattr(run, key)}" for key in run.stand_ins if getattr(run, key, None) is not None)
     return [
-        f"Not the script's values but stand-ins for yours to fill in ({', '.join(run.stand_ins)}: the script has no "
-        f"flag for them, so the runs never receive them): {values or 'none set here'}."
+        f"Stand-ins, yours to check or fill in: {values or ', '.join(run.stand_ins)} only stand in for what the "
+        "script decides itself (it has no flag for them, so no run receives them)."
     ]
 
 

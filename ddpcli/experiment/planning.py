@@ -133,7 +133,11 @@ def _resolve_run(
                 f"{scaling} scaling gives lr {baseline.lr:g} x {lr_factor(scaling, batch_scale):g} = {lr:g}, not a "
                 "usable learning rate; set lr on this run",
             )
-        warmup_steps = fields.get("warmup_steps", samples_kept_warmup(baseline, global_batch))
+        # a warmup the script decides itself (a stand-in) is what every run gets: no flag can rescale it
+        kept = baseline.warmup_steps if "warmup_steps" in (fields.get("stand_ins") or ()) else None
+        warmup_steps = fields.get(
+            "warmup_steps", kept if kept is not None else samples_kept_warmup(baseline, global_batch)
+        )
 
     epoch = _epoch_arithmetic(fields, world_size, per_device, accum, fail)
     run = ResolvedRun(

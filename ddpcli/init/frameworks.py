@@ -43,6 +43,8 @@ FRAMEWORKS = (
         Switch(("num_nodes",), "{nnodes}", "Lightning checks the node count against torchrun's world size"),
         Switch(("strategy",), "ddp", "DistributedDataParallel, as ddpcli plans"),
         Switch(("accelerator",), "cpu", "no GPU on this machine", cpu_only=True),
+        Switch(("default_root_dir",), "{run_dir}", "Lightning's logs, checkpoints and LightningCLI's config.yaml "
+               "go there: one directory per run, not the shared working directory"),
     )),
     Framework("accelerate", ("accelerate",), (
         Switch(("cpu",), None, "no GPU on this machine: without it accelerate under torchrun on CPU runs one "
@@ -107,4 +109,5 @@ LIGHTNING_CLI_TRAINER = (
     ("--trainer.max_epochs", None),
     ("--trainer.max_steps", "-1"),
     ("--trainer.accumulate_grad_batches", "1"),
+    ("--trainer.default_root_dir", None),
 )

@@ -92,7 +92,7 @@ def build_experiment(
     wire_workdir(source, wiring)
     wiring.warnings[:0] = [*([f"{not_run}: no flags are wired"] if options is None else []), *warnings]
     runs = _experiments(request, wiring)
-    fixed = [*request.prefix, *unwired(segments, wiring.wired_flags)]
+    fixed = unwired(segments, wiring.wired_flags)
     lines = _header(request, wiring, options is not None)
     lines += _defaults_table(request, wiring, fixed)
     baseline_name = run_name(1, wiring.batch, wiring.accum)
@@ -122,7 +122,7 @@ def _defaults_table(request: InitRequest, wiring: Wiring, fixed: list[str]) -> l
         lines.append(f"module = {toml_string(request.module)}  # run with python -m, from where you run ddpcli")
     else:
         lines.append(f"script = {toml_string(request.script or '')}  # relative to this file")
-    lines += args_lines(fixed, wiring.args)
+    lines += args_lines(list(request.prefix), fixed, wiring.args)
     lines += env_line(wiring.env)
     lines += [assignment(key, value, why) for key, value, why in wiring.defaults]
     lines.append('runs_dir = "runs"  # relative to this file: runs/<name>/<run id>/')

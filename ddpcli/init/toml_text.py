@@ -26,10 +26,12 @@ def header(target: str, source_line: str, wired: list[str], notes: list[str], wa
     return lines
 
 
-def args_lines(fixed: list[str], wired: list[tuple[tuple[str, ...], str]]) -> list[str]:
-    if not fixed and not wired:
+def args_lines(prefix: list[str], fixed: list[str], wired: list[tuple[tuple[str, ...], str]]) -> list[str]:
+    if not prefix and not fixed and not wired:
         return ["args = []  # no flag found to wire; add the script's own arguments here"]
     lines = ["args = ["]
+    if prefix:
+        lines.append(f"    {', '.join(toml_string(token) for token in prefix)},  # LightningCLI's subcommand")
     if fixed:
         lines.append(f"    {', '.join(toml_string(token) for token in fixed)},  # given after -- to ddpcli init")
     lines += [f"    {', '.join(toml_string(token) for token in tokens)},  # {comment(why)}" for tokens, why in wired]
