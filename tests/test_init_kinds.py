@@ -6,6 +6,7 @@ optimizer from the source and stand-ins instead of invented numbers. Each file i
 from __future__ import annotations
 
 import ast
+import json
 import shutil
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from ddpcli.experiment.planning import load_plan
 from ddpcli.experiment.resolved import Plan
 from ddpcli.init.roles import LITERAL_NAMES
 from ddpcli.init.script_kind import script_facts
-from tests.test_init import SCRIPTS, dry_run, init, script_args
+from tests.test_init import SCRIPTS, dry_run, init, launch_and_read, script_args
 
 LIGHTNING_HELP_S = "120"  # importing lightning takes 5-15 s on the loaded 2-core machine
 
@@ -211,3 +212,79 @@ def test_the_optimizer_comes_from_the_source_never_a_silent_sgd(
     assert code == 0, err
     assert load_plan(output).baseline.optimizer == optimizer
     assert ('optimizer = "other" keeps the lr' in err) == warned
+
+
+def received(run_dir: Path) -> list[dict[str, object]]:
+    """What each rank printed as `received {...}` (torchrun's tee'd stdout, one file per rank)."""
+    return [
+        json.loads(line.split("received ", 1)[1])
+        for log in sorted((run_dir / "logs").rglob("stdout.log"))
+        for line in log.read_text(encoding="utf-8").splitlines()
+        if "received " in line
+    ]
+
+
+def assert_followed(plan: Plan, runs: dict[str, tuple[Path, dict]]) -> None:
+    """Each run completed as planned: no finding (no plan_mismatch), and the observer saw the plan's numbers."""
+    planned = {run.name: run for run in plan.runs}
+    for name, (_, record) in runs.items():
+        run, observed = planned[name], record["observed"]
+        assert record["findings"] == [], (name, record["findings"])
+        assert (observed["world_size"], observed["per_device_batch_size"], observed["global_batch_size"]) == (
+            run.world_size, run.per_device_batch_size, run.global_batch_size
+        )  # fmt: skip
+        assert observed["lr_peak"] == pytest.approx(run.lr)
+        if run.total_steps is not None:
+            assert observed["optimizer_steps"] == run.total_steps
+
+
+@pytest.mark.e2e
+def test_init_then_launch_a_configurator_script(tmp_path: Path) -> None:
+    """nanoGPT's pattern on the CPU: the baseline (accumulation 4) and 2 processes x accumulation 2 (the script
+    gets --gradient_accumulation_steps=4 and divides it by 2) run max_iters + 1 = total_steps steps each."""
+    plan, _, _ = copy_and_init(tmp_path, "nanogpt", "--", "--max_iters=3")
+    runs = launch_and_read(tmp_path, "1x4-acc4", "2x4-acc2")
+    assert_followed(plan, runs)
+    ranks = received(runs["2x4-acc2"][0])
+    assert sorted((item["rank"], item["gradient_accumulation_steps"], item["device"]) for item in ranks) == [
+        (0, 2, "cpu"), (1, 2, "cpu")
+    ]  # fmt: skip
+
+
+@pytest.mark.e2e
+def test_init_then_launch_a_script_with_required_positionals_each_run_in_its_own_directory(tmp_path: Path) -> None:
+    """The DDP tutorial's pattern: `-- 2 1` fixed, snapshot.pt in the working directory. With workdir = "run"
+    the second run does not resume the first one's snapshot."""
+    plan, _, _ = copy_and_init(tmp_path, "positionals.py", "--", "2", "1")
+    runs = launch_and_read(tmp_path, "1x32", "2x16")
+    assert_followed(plan, runs)
+    for run_dir, _ in runs.values():
+        assert (run_dir / "snapshot.pt").is_file()
+        assert {(item["cwd"], item["epochs_run"]) for item in received(run_dir)} == {(str(run_dir), 0)}
+    assert not (tmp_path / "snapshot.pt").exists()
+
+
+@pytest.mark.e2e
+def test_init_then_launch_lightning_with_devices_wired(tmp_path: Path) -> None:
+    """Was: every multi-process run failed with "devices=1 ... does not match the world size (2)"."""
+    plan, _, _ = copy_and_init(tmp_path, "lightning_devices.py", "--help-timeout", LIGHTNING_HELP_S)
+    assert_followed(plan, launch_and_read(tmp_path, "1x8", "2x4"))
+
+
+@pytest.mark.e2e
+def test_init_then_launch_accelerate_on_cpu_as_one_training(tmp_path: Path) -> None:
+    """Was: without --cpu, accelerate under torchrun on a CPU machine ran one separate training per process."""
+    plan, _, _ = copy_and_init(tmp_path, "accelerate_cpu.py")
+    runs = launch_and_read(tmp_path, "1x16", "2x16")
+    assert_followed(plan, runs)
+    assert {item["distributed_type"] for item in received(runs["2x16"][0])} == {"DistributedType.MULTI_CPU"}
+
+
+@pytest.mark.e2e
+def test_init_then_launch_timm_style_with_its_own_rule_off(tmp_path: Path) -> None:
+    """The 2-process run gets --lr 0.0125 (linear from 0.00625) and --device cpu: the lr timm's rule would have
+    derived itself, so the observer sees exactly the planned lr (no double scaling)."""
+    plan, _, _ = copy_and_init(tmp_path, "timm_style.py")
+    runs = launch_and_read(tmp_path, "2x16")
+    assert_followed(plan, runs)
+    assert {(item["lr"], item["device"]) for item in received(runs["2x16"][0])} == {(0.0125, "cpu")}

@@ -13,6 +13,7 @@ from ddpcli.errors import UserError
 from ddpcli.init.frameworks import LR_RULES, LrRule
 from ddpcli.init.help_text import HelpOption
 from ddpcli.init.roles import ROLE_BY_KEY, FoundFlag, find_option
+from ddpcli.init.values import as_int, non_negative_int, positive_float, positive_int
 
 NOMINAL_BATCH = 32  # only for the plan's arithmetic when the script has no batch flag: marked a stand-in
 NOMINAL_LR = 0.001
@@ -82,7 +83,7 @@ def _wire_batch(
         value = _stand_in(wiring, "per_device_batch_size", given, source, NOMINAL_BATCH, "batch")
         wiring.batch = value if isinstance(value, int) and value >= 1 else NOMINAL_BATCH
         return
-    default = _positive_int(found.default)
+    default = positive_int(found.default)
     if given is None and default is None:
         raise UserError(_no_value(help_command, found, "--per-device-batch-size N", "the one-device batch"))
     wiring.batch = given or default or NOMINAL_BATCH
@@ -114,7 +115,7 @@ def _wire_accum(flags: dict[str, FoundFlag], source: Source, wiring: Wiring) -> 
     if found is None:
         wiring.warnings.append(ROLE_BY_KEY["grad_accum_steps"].missing)
         return
-    default = _positive_int(found.default)
+    default = positive_int(found.default)
     if default is None:
         wiring.warnings.append(_not_usable(found, "accumulation"))
         return
@@ -141,7 +142,7 @@ def _wire_lr(
         lr, note = _library_lr(rule, found, options, wiring)
         wiring.notes.append(note)
     else:
-        default = _positive_float(found.default)
+        default = positive_float(found.default)
         if given is None and default is None:
             raise UserError(_no_value(help_command, found, "--lr X", "the one-device lr"))
         lr = given or default
@@ -160,7 +161,7 @@ def _library_lr(rule: LrRule, found: FoundFlag, options: list[HelpOption], wirin
     """timm's lr for the baseline's global batch, computed as timm does; passing --lr turns timm's rule off."""
     base, size = find_option(options, (rule.base,)), find_option(options, (rule.size,))
     assert base is not None and size is not None
-    base_lr, base_size = _positive_float(base.default), _positive_int(size.default)
+    base_lr, base_size = positive_float(base.default), positive_int(size.default)
     if base_lr is None or base_size is None:
         raise UserError(f"{base.flags[-1]} or {size.flags[-1]} shows no usable default: give the lr with --lr X")
     scale_option = find_option(options, (rule.scale,))
@@ -184,7 +185,7 @@ def _library_lr(rule: LrRule, found: FoundFlag, options: list[HelpOption], wirin
 def _wire_min_lr(options: list[HelpOption], lr: float, wiring: Wiring) -> None:
     """nanoGPT's `min_lr = 6e-5  # ~= learning_rate/10`: keep the same ratio to the run's lr."""
     option = find_option(options, ("min_lr",))
-    value = _positive_float(option.default) if option else None
+    value = positive_float(option.default) if option else None
     if option is None or value is None:
         return
     ratio = lr / value
@@ -196,7 +197,7 @@ def _wire_warmup(flags: dict[str, FoundFlag], options: list[HelpOption], source:
     from ddpcli.init.frameworks import WARMUP_NOT_IN_STEPS
 
     warmup = flags.get("warmup_steps")
-    steps = _non_negative_int(warmup.default) if warmup else None
+    steps = non_negative_int(warmup.default) if warmup else None
     if warmup is not None and steps is not None:
         wiring.wire(warmup.flag, "{warmup_steps}", "rescaled to keep the baseline's warmup samples")
         wiring.baseline.append(("warmup_steps", steps, _whose(warmup)))
@@ -222,11 +223,11 @@ def _wire_warmup(flags: dict[str, FoundFlag], options: list[HelpOption], source:
 def _wire_length(flags: dict[str, FoundFlag], source: Source, wiring: Wiring) -> None:
     """max_steps from a steps flag; else epochs, which ddpcli counts only with a dataset size."""
     steps, epochs, size = flags.get("max_steps"), flags.get("epochs"), flags.get("dataset_size")
-    size_value = _positive_int(size.default) if size else None
+    size_value = positive_int(size.default) if size else None
     if size is not None and size_value is not None:
         wiring.wire(size.flag, "{dataset_size}", "samples per epoch")
         wiring.defaults.append(("dataset_size", size_value, _whose(size)))
-    max_steps = _positive_int(steps.default) if steps else None
+    max_steps = positive_int(steps.default) if steps else None
     if steps is not None and max_steps is not None:
         if steps.flag.lstrip("-") in source.one_more_step:
             wiring.wire(steps.flag, "{total_steps - 1}", f"the script runs {steps.flag} + 1 iterations")
@@ -235,7 +236,7 @@ def _wire_length(flags: dict[str, FoundFlag], source: Source, wiring: Wiring) ->
             wiring.wire(steps.flag, "{total_steps}", "the same for every run")
             wiring.defaults.append(("max_steps", max_steps, _whose(steps)))
         return
-    epoch_count = _positive_int(epochs.default) if epochs else None
+    epoch_count = positive_int(epochs.default) if epochs else None
     if epochs is not None and epoch_count is not None and size_value is not None:
         wiring.wire(epochs.flag, "{epochs}", "the same for every run")
         wiring.defaults.append(("epochs", epoch_count, _whose(epochs)))
@@ -256,7 +257,7 @@ def _wire_seed_and_output(flags: dict[str, FoundFlag], wiring: Wiring) -> None:
     seed = flags.get("seed")
     if seed is None:
         wiring.warnings.append(ROLE_BY_KEY["seed"].missing)
-    elif (value := _int(seed.default)) is None:
+    elif (value := as_int(seed.default)) is None:
         wiring.warnings.append(_not_usable(seed, "seed"))
     else:
         wiring.wire(seed.flag, "{seed}", "the same on every rank")
@@ -288,32 +289,3 @@ def _no_value(help_command: str, found: FoundFlag, option: str, what: str) -> st
 def _not_usable(found: FoundFlag, what: str) -> str:
     shown = "shows no default" if found.default is None else f"has an invalid default ({found.default})"
     return f"{found.flag} {shown}, so it is not wired: the runs use the script's own {what}"
-
-
-def _int(text: str | None) -> int | None:
-    """A whole number as printed (`3`, `3.0`), else None."""
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return int(value) if math.isfinite(value) and value == int(value) else None
-
-
-def _positive_int(text: str | None) -> int | None:
-    value = _int(text)
-    return value if value is not None and value >= 1 else None
-
-
-def _non_negative_int(text: str | None) -> int | None:
-    value = _int(text)
-    return value if value is not None and value >= 0 else None
-
-
-def _positive_float(text: str | None) -> float | None:
-    try:
-        value = float(text) if text is not None else None
-    except ValueError:
-        return None
-    return value if value is not None and math.isfinite(value) and value > 0 else None
