@@ -288,3 +288,48 @@ def test_init_then_launch_timm_style_with_its_own_rule_off(tmp_path: Path) -> No
     runs = launch_and_read(tmp_path, "2x16")
     assert_followed(plan, runs)
     assert {(item["lr"], item["device"]) for item in received(runs["2x16"][0])} == {(0.0125, "cpu")}
+
+
+def test_click_required_argument_and_option_are_named_then_kept(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(
+        "import click\n@click.command()\n@click.argument('data_dir')\n"
+        "@click.option('--model', required=True)\n@click.option('--batch-size', default=8)\n"
+        "@click.option('--lr', default=0.1)\ndef main(data_dir, model, batch_size, lr):\n"
+        "    raise SystemExit('must not train')\nif __name__ == '__main__':\n    main()\n",
+        encoding="utf-8",
+    )
+    code, _, err = init(tmp_path / "train.py", "-o", tmp_path / "e.toml")
+    assert code == 2 and "requires DATA_DIR (positional), --model:" in err
+    code, _, err = init(tmp_path / "train.py", "-o", tmp_path / "e.toml", "--", "data", "--model", "m", "--lr=0.2")
+    assert code == 0, err
+    plan = load_plan(tmp_path / "e.toml")
+    assert plan.baseline.args == ["data", "--model", "m", "--batch-size", "{per_device_batch_size}", "--lr", "{lr}"]
+    assert plan.baseline.lr == 0.2  # given after --: the baseline's value, not a fixed argument
+
+
+def test_a_module_takes_fixed_arguments_after_the_double_dash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    shutil.copy(SCRIPTS / "positionals.py", package / "train.py")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = init("-m", "pkg.train", "-o", tmp_path / "e.toml", "--", "2", "1")
+    assert code == 0, err
+    assert load_plan(tmp_path / "e.toml").baseline.args[:2] == ["2", "1"]
+
+
+def test_jsonargparse_help_text_defaults_are_read() -> None:
+    """Where no parser dump exists, jsonargparse's `(type: T, default: X)` is read from the text."""
+    from ddpcli.init.help_text import parse_help
+
+    text = """options:
+  --model.learning_rate LEARNING_RATE
+                        (type: float, default: 0.002)
+  --trainer.devices DEVICES, --trainer.devices+ DEVICES
+                        The devices to use. (type: Union[list[int], str, int], default: auto)
+  --data.batch_size BATCH_SIZE
+                        (type: int, default: 8)
+"""
+    assert [(option.flags[0], option.default) for option in parse_help(text)] == [
+        ("--model.learning_rate", "0.002"), ("--trainer.devices", "auto"), ("--data.batch_size", "8")
+    ]  # fmt: skip

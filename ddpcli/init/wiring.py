@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from ddpcli.errors import UserError
-from ddpcli.init.frameworks import LR_RULES, LrRule
+from ddpcli.init.frameworks import LR_RULES, WARMUP_NOT_IN_STEPS, LrRule
 from ddpcli.init.help_text import HelpOption
 from ddpcli.init.roles import ROLE_BY_KEY, FoundFlag, find_option
 from ddpcli.init.values import as_int, non_negative_int, positive_float, positive_int
@@ -194,8 +194,6 @@ def _wire_min_lr(options: list[HelpOption], lr: float, wiring: Wiring) -> None:
 
 
 def _wire_warmup(flags: dict[str, FoundFlag], options: list[HelpOption], source: Source, wiring: Wiring) -> None:
-    from ddpcli.init.frameworks import WARMUP_NOT_IN_STEPS
-
     warmup = flags.get("warmup_steps")
     steps = non_negative_int(warmup.default) if warmup else None
     if warmup is not None and steps is not None:
