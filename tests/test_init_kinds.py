@@ -333,3 +333,11 @@ def test_jsonargparse_help_text_defaults_are_read() -> None:
     assert [(option.flags[0], option.default) for option in parse_help(text)] == [
         ("--model.learning_rate", "0.002"), ("--trainer.devices", "auto"), ("--data.batch_size", "8")
     ]  # fmt: skip
+
+
+def test_a_parser_in_a_package_of_the_scripts_folder_counts(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "pkg" / "args.py").write_text("import argparse\ndef parse():\n    argparse.ArgumentParser()\n")
+    (tmp_path / "train.py").write_text("from pkg.args import parse\nparse()\n", encoding="utf-8")
+    assert script_facts(tmp_path / "train.py", LITERAL_NAMES).kind == "argparse"

@@ -51,7 +51,7 @@ def inspect_script(
     if path is None:  # not found without importing: let Python say what is wrong
         found = read_help(None, module, cwd, timeout_s)
         return Inspection(_options(found.dump, found.text), Source(), found.command, found.seconds)
-    facts = script_facts(path, LITERAL_NAMES)
+    facts = script_facts(path, LITERAL_NAMES, () if script is not None else (cwd,))
     source = _source(facts)
     if facts.kind == "configurator":
         return _configurator(facts, path, source, fixed_args)

@@ -111,7 +111,8 @@ def build_experiment(
 
 def _header(request: InitRequest, wiring: Wiring, was_run: bool) -> list[str]:
     target = request.script if request.script is not None else f"-m {request.module}"
-    source_line = f" from `{request.help_command}`" if was_run else ""
+    command = request.help_command
+    source_line = (f" from `{command}`" if command.startswith("python") else f" from {command}") if was_run else ""
     wired = [" ".join(tokens) for tokens, _ in wiring.args]
     return header(target, source_line, wired, wiring.notes, wiring.warnings)
 

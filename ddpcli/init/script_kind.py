@@ -32,6 +32,7 @@ PARSER_CALLS = (
                       "absl.app.run", "hydra.main")),
 )  # fmt: skip
 KINDS_THAT_ANSWER_HELP = {kind for kind, _ in PARSER_CALLS}
+MAX_LOCAL_MODULES = 20  # a script importing half a repository: the first twenty are enough to find its parser
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def read_source(path: Path) -> ast.Module:
         raise UserError(f"{path}:{error.lineno}: not valid Python ({error.msg}), so it has no flags to read") from None
 
 
-def script_facts(path: Path, literal_names: dict[str, str]) -> ScriptFacts:
+def script_facts(path: Path, literal_names: dict[str, str], roots: tuple[Path, ...] = ()) -> ScriptFacts:
     """The facts of the script at `path` and of the modules of its own folder it imports.
 
     `literal_names` maps a normalised name (`batch_size`, `learning_rate`) to the role it plays, for the literals
@@ -82,7 +83,9 @@ def script_facts(path: Path, literal_names: dict[str, str]) -> ScriptFacts:
     tree = read_source(path)
     facts = _facts_of(tree, literal_names)
     facts.tree = tree
-    for local in _local_modules(tree, path.parent):
+    for local in _local_modules(tree, [path.parent, *roots]):
+        if local.resolve() == path.resolve():
+            continue
         other = _facts_of(read_source(local), literal_names)
         if facts.kind in {"none", "hand"} and other.runs_help:
             facts.kind = other.kind
@@ -219,20 +222,23 @@ def _reads_argv(tree: ast.Module, aliases: dict[str, str]) -> bool:
     return False
 
 
-def _local_modules(tree: ast.Module, folder: Path) -> list[Path]:
-    """The `.py` files of the script's own folder that it imports (`import utils`, `from model import GPT`)."""
-    names: list[str] = []
-    for node in tree.body:
+def _local_modules(tree: ast.Module, roots: list[Path]) -> list[Path]:
+    """The `.py` files under `roots` (the script's folder; for `-m`, also the folder it runs from) that the
+    script imports: `import utils`, `from model import GPT`, `from pkg.args import parse`, `from pkg import args`."""
+    dotted: list[str] = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names += [alias.name.split(".")[0] for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.append(node.module.split(".")[0])
-    found = []
-    for name in dict.fromkeys(names):
-        candidate = folder / f"{name}.py"
-        if candidate.is_file():
-            found.append(candidate)
-    return found
+            dotted += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            dotted += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    found: list[Path] = []
+    for name in dict.fromkeys(dotted):
+        for root in roots:
+            base = root.joinpath(*name.split("."))
+            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                if candidate.is_file() and candidate not in found:
+                    found.append(candidate)
+    return found[:MAX_LOCAL_MODULES]
 
 
 def module_source(module: str, search: list[Path]) -> Path | None:
