@@ -76,14 +76,14 @@ def init_command(
     script_args: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[-- ARGS...]",
+            metavar="-- ARGS",
             help="Fixed arguments for every run, after `--`: the script's required positionals and options "
             "(`ddpcli init train.py -- 2 1`); a value for a flag init wires is the baseline's value instead.",
             show_default=False,
         ),
     ] = None,
 ) -> None:
-    """Write an experiment file for your own training script, read from its `--help`, without training.
+    """Write an experiment file for your own training script, read from its source and `--help`, without training.
 
     `ddpcli init train.py && ddpcli plan && ddpcli launch`
 
@@ -99,8 +99,8 @@ def init_command(
     that keeps the global batch (smaller per-device batch, or less accumulation).
 
     A flag it cannot find or cannot wire is listed at the top of the file and on stderr; the runs then use the
-    script's own value. Frameworks' switches are set from data tables: Lightning's `--devices`/`--num_nodes`/
-    `--strategy`, accelerate's `--cpu` (or ACCELERATE_USE_CPU=1) and `--device cpu` on a machine without GPUs,
+    script's own value. Frameworks' switches are set from data tables: Lightning's `--devices`, `--num_nodes`
+    and `--strategy`, accelerate's `--cpu` (or ACCELERATE_USE_CPU=1) and `--device cpu` on a machine without GPUs,
     timm's own lr rule turned off by passing `--lr`. Required positionals and options go after `--`.
 
     `ddpcli init --example` writes the bundled example's file instead. An existing file is never overwritten
