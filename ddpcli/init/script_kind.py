@@ -118,10 +118,11 @@ def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
         last = name.rsplit(".", 1)[-1]
         if last in OPTIMIZER_CLASSES:
             facts.optimizers.append(Found(OPTIMIZER_CLASSES[last], node.lineno, f"{last}(...)"))
-        if "warmup" in last.lower():
-            facts.warmups.append(Found(None, node.lineno, f"{last}(...)"))
+        before = len(facts.warmups)
         for keyword in node.keywords:
             _literal(facts, literal_names, keyword.arg, keyword.value, f"{last}({keyword.arg}=...)")
+        if "warmup" in last.lower() and len(facts.warmups) == before:  # no literal warmup said it already
+            facts.warmups.append(Found(None, node.lineno, f"{last}(...)"))
     facts.checkpoints = _relative_checkpoints(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
