@@ -11,9 +11,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ddpcli.experiment.planning import load_plan
 from ddpcli.experiment.resolved import Plan
+from ddpcli.init.fixed_args import split_fixed, unwired
+from ddpcli.init.help_text import HelpOption
 from ddpcli.init.roles import LITERAL_NAMES
 from ddpcli.init.script_kind import script_facts
 from tests.test_init import SCRIPTS, dry_run, init, launch_and_read, script_args
@@ -341,3 +345,12 @@ def test_a_parser_in_a_package_of_the_scripts_folder_counts(tmp_path: Path) -> N
     (tmp_path / "pkg" / "args.py").write_text("import argparse\ndef parse():\n    argparse.ArgumentParser()\n")
     (tmp_path / "train.py").write_text("from pkg.args import parse\nparse()\n", encoding="utf-8")
     assert script_facts(tmp_path / "train.py", LITERAL_NAMES).kind == "argparse"
+
+
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=12), max_size=8))
+def test_fixed_arguments_round_trip_when_nothing_is_wired(tokens: list[str]) -> None:
+    """Whatever follows `--` reaches every run unchanged (in order) unless init wires that flag."""
+    options = [HelpOption(("--lr",), True, "0.1", ""), HelpOption(("--cpu",), False, None, "")]
+    segments = split_fixed(tuple(tokens), options)
+    assert unwired(segments, set()) == tokens
+    assert "--lr" not in unwired(segments, {"--lr"})
