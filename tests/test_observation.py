@@ -88,7 +88,7 @@ def test_a_short_last_step_is_a_range_not_the_value(tmp_path: Path) -> None:
 
 def test_each_plan_field_that_differs_is_one_finding_with_both_numbers() -> None:
     observed = Observed(world_size=2, per_device_batch_size=16, grad_accum_steps=2, global_batch_size=64,
-                        optimizer_steps=3, lr_peak=0.05)  # fmt: skip
+                        optimizer_steps=3, lr_base=0.05, lr_peak=0.05)  # fmt: skip
     found = {(f.field, f.planned, f.observed) for f in plan_mismatches(PLAN, observed, completed=True)}
     assert found == {("per_device_batch_size", 8, 16), ("global_batch_size", 32, 64), ("total_steps", 4, 3),
                      ("lr", 0.1, 0.05)}  # fmt: skip

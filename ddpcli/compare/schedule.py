@@ -1,0 +1,164 @@
+"""Two lr schedules side by side, against samples seen: did a run's schedule do what its reference's did? Pure.
+
+Each run's lr per optimizer step is a function of the samples it had trained on (metrics.jsonl: `samples`, `lr`),
+as a share of the samples its plan holds (so runs planned with equal steps and different batches compare per
+step, as their schedules are written). Runs planned from one baseline keep its schedule in samples (ddpcli keeps
+the warmup's samples, a schedule over the run's own steps covers the same samples), so after scaling by the
+planned lr ratio the two functions agree, whatever the batch: a cosine that never reaches its base lr agrees with
+itself. They disagree when a schedule advanced at another rate (accelerate steps a prepared scheduler once per
+process per optimizer step; a scheduler stepped per micro-batch, or per epoch where the other steps per step),
+ended early, or sat at 0.
+
+A step's lr is the schedule's value where the step starts (a scheduler steps after the optimizer), and the step
+covers the samples from there to its row's `samples`. So the reference is its lr placed at each step's start,
+interpolated in between; the run's lr of a step must lie within the reference's range over the samples that step
+covers, give or take TOLERANCE of the reference's peak (batches of different sizes then line up). When that fails,
+time factors are tried: factor k maps the run's samples s to the reference's k x s. A k that explains the steps it
+can check (k x s within what the reference ran) says how much faster (k > 1) or slower the run's schedule advanced.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+TOLERANCE = 0.01  # of the reference's (scaled) peak lr
+FIT = 0.95  # the share of checkable steps a time factor must explain
+MIN_COVERAGE = 0.25  # and the share of the run's steps it must leave checkable
+FACTORS = tuple(sorted({float(n) for n in range(2, 17)} | {1 / n for n in range(2, 17)}))
+
+
+@dataclass(frozen=True)
+class Point:
+    """One optimizer step: samples seen after it (cumulative), its lr, its number, and the samples seen before it
+    (where the previous row is not at hand, a subsampled curve: the mean step since the previous point)."""
+
+    samples: float
+    lr: float
+    step: int
+    start: float = 0.0
+
+
+@dataclass(frozen=True)
+class ScheduleMismatch:
+    steps: int  # the run's steps that could be checked against the reference
+    steps_off: int  # of those, the steps whose lr the reference's schedule does not give at the same samples
+    first_off: int  # the first such step
+    zero_steps: int  # steps at lr 0 where the reference's lr was not 0
+    first_zero: int | None
+    factor: float | None  # the run's schedule advanced this many times as fast per sample; None: no factor fits
+
+
+def points(rows: Iterable[tuple[float | None, float | None, int | None]], scale: float = 1.0) -> list[Point]:
+    """Points from (samples, lr, step) rows with finite values, in increasing samples and steps (samples divided
+    by `scale`: what one unit of the other run's samples is worth)."""
+    found: dict[float, tuple[float, int]] = {}
+    for samples, lr, step in rows:
+        if samples is None or lr is None or step is None or not (math.isfinite(samples) and math.isfinite(lr)):
+            continue
+        if samples > 0 and step > 0:
+            found[samples / scale] = (lr, step)
+    result: list[Point] = []
+    previous_samples, previous_step = 0.0, 0
+    for samples in sorted(found):
+        lr, step = found[samples]
+        if step <= previous_step:
+            return []  # steps that do not increase with samples: not one run's timeline
+        start = samples - (samples - previous_samples) / (step - previous_step)
+        result.append(Point(samples, lr, step, start))
+        previous_samples, previous_step = samples, step
+    return result
+
+
+def compare_schedules(
+    run: Sequence[Point], reference: Sequence[Point], lr_ratio: float, factors: Iterable[float] = FACTORS
+) -> ScheduleMismatch | None:
+    """How the run's schedule differs from `lr_ratio` x the reference's, per sample seen; None when it does not
+    (or when too little overlaps to tell)."""
+    if len(run) < 2 or len(reference) < 2 or not math.isfinite(lr_ratio) or lr_ratio <= 0:
+        return None
+    ref = _Reference(reference, lr_ratio)
+    if ref.peak <= 0:
+        return None
+    checked, off = _check(run, ref, 1.0)
+    steps = sum(checked.values())
+    if not off or not steps:
+        return None
+    zeros = {step: weight for step, weight in checked.items() if step in off and _at_zero(run, step, ref)}
+    return ScheduleMismatch(
+        steps=steps,
+        steps_off=sum(off.values()),
+        first_off=min(off),
+        zero_steps=sum(zeros.values()),
+        first_zero=min(zeros) if zeros else None,
+        factor=_best_factor(run, ref, factors),
+    )
+
+
+class _Reference:
+    """The reference's scaled lr as a function of samples: each step's lr placed where the step starts,
+    interpolated in between, held over its last step."""
+
+    def __init__(self, reference: Sequence[Point], ratio: float) -> None:
+        self.samples = [point.start for point in reference] + [reference[-1].samples]
+        self.lrs = [point.lr * ratio for point in reference] + [reference[-1].lr * ratio]
+        self.peak = max(abs(lr) for lr in self.lrs)
+        self.end = self.samples[-1]
+
+    def at(self, samples: float) -> float:
+        index = bisect.bisect_left(self.samples, samples)
+        if index <= 0:
+            return self.lrs[0]
+        if index >= len(self.samples):
+            return self.lrs[-1]
+        x0, x1 = self.samples[index - 1], self.samples[index]
+        t = (samples - x0) / (x1 - x0) if x1 > x0 else 1.0
+        return self.lrs[index - 1] + (self.lrs[index] - self.lrs[index - 1]) * t
+
+    def range(self, low: float, high: float) -> tuple[float, float]:
+        """Lowest and highest lr over the samples [low, high]."""
+        start, stop = bisect.bisect_right(self.samples, low), bisect.bisect_left(self.samples, high)
+        values = [self.at(low), self.at(high), *self.lrs[start:stop]]
+        return min(values), max(values)
+
+
+def _check(run: Sequence[Point], ref: _Reference, factor: float) -> tuple[dict[int, int], dict[int, int]]:
+    """(step -> steps it stands for, of the run's points that could be checked; the same for those off)."""
+    checked: dict[int, int] = {}
+    off: dict[int, int] = {}
+    previous_step = run[0].step - 1
+    tolerance = TOLERANCE * ref.peak
+    for point in run:
+        low, high = point.start * factor, min(point.samples * factor, ref.end)
+        weight = max(point.step - previous_step, 1)
+        previous_step = point.step
+        if low >= ref.end:
+            continue  # beyond what the reference ran: nothing to check against
+        checked[point.step] = weight
+        lowest, highest = ref.range(low, high)
+        if not lowest - tolerance <= point.lr <= highest + tolerance:
+            off[point.step] = weight
+    return checked, off
+
+
+def _at_zero(run: Sequence[Point], step: int, ref: _Reference) -> bool:
+    point = next(point for point in run if point.step == step)
+    return point.lr == 0 and ref.at(point.start) > TOLERANCE * ref.peak
+
+
+def _best_factor(run: Sequence[Point], ref: _Reference, factors: Iterable[float]) -> float | None:
+    """The time factor nearest 1 that explains at least FIT of the steps it can check, on at least MIN_COVERAGE of
+    the run (among equals, the one that checks more)."""
+    total = max(run[-1].step - run[0].step + 1, 1)
+    best: tuple[float, float, float] | None = None  # (-|log k|, coverage, k)
+    for factor in factors:
+        checked, off = _check(run, ref, factor)
+        steps = sum(checked.values())
+        if steps < MIN_COVERAGE * total or len(checked) < 3 or sum(off.values()) > (1 - FIT) * steps:
+            continue
+        candidate = (-abs(math.log(factor)), steps / total, factor)
+        if best is None or candidate > best:
+            best = candidate
+    return best[2] if best is not None else None
