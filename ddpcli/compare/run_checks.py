@@ -105,7 +105,10 @@ def _message(mismatch: ScheduleMismatch, run: RunRecord, reference: RunRecord, l
         f"at the same share of the planned samples{scaled}"
     )
     if mismatch.zero_steps:
-        body += f"; {mismatch.zero_steps} of them at lr 0 (from step {mismatch.first_zero}): the schedule ended early"
+        body += (
+            f"; {mismatch.zero_steps} steps ran at lr 0 (from step {mismatch.first_zero}) where {label}'s did not: "
+            "the schedule ended early"
+        )
     return f"{head}: {body}; {_cause(k, run, reference, label)}"
 
 

@@ -9,12 +9,13 @@ itself. They disagree when a schedule advanced at another rate (accelerate steps
 process per optimizer step; a scheduler stepped per micro-batch, or per epoch where the other steps per step),
 ended early, or sat at 0.
 
-A step's lr is the schedule's value where the step starts (a scheduler steps after the optimizer), and the step
-covers the samples from there to its row's `samples`. So the reference is its lr placed at each step's start,
-interpolated in between; the run's lr of a step must lie within the reference's range over the samples that step
-covers, give or take TOLERANCE of the reference's peak (batches of different sizes then line up). When that fails,
-time factors are tried: factor k maps the run's samples s to the reference's k x s. A k that explains the steps it
-can check (k x s within what the reference ran) says how much faster (k > 1) or slower the run's schedule advanced.
+A step's lr is the schedule's value where the step starts (a scheduler steps after the optimizer). So the
+reference is its lr placed at each step's start, interpolated in between; the run's lr of a step must lie within
+the reference's range from where the step starts to the reference's next step (or the step's end, if sooner), give
+or take TOLERANCE of the reference's peak and its change of slope there (batches of different sizes then line up).
+When that fails, time factors are tried: factor k maps the run's samples s to the reference's k x s. The k that
+explains the most of the steps it can check (k x s within what the reference ran) says how much faster (k > 1) or
+slower the run's schedule advanced.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def compare_schedules(
     steps = sum(checked.values())
     if not off or not steps:
         return None
-    zeros = {step: weight for step, weight in checked.items() if step in off and _at_zero(run, step, ref)}
+    zeros = {step: weight for step, weight in checked.items() if _at_zero(run, step, ref)}
     return ScheduleMismatch(
         steps=steps,
         steps_off=sum(off.values()),
@@ -103,7 +104,9 @@ class _Reference:
 
     def __init__(self, reference: Sequence[Point], ratio: float) -> None:
         self.samples = [point.start for point in reference] + [reference[-1].samples]
-        self.lrs = [point.lr * ratio for point in reference] + [reference[-1].lr * ratio]
+        self.lrs = [point.lr * ratio for point in reference]
+        self.lrs.append(_extrapolated(self.samples, self.lrs))
+        self.held = self.lrs[-2]  # the last step's own lr
         self.peak = max(abs(lr) for lr in self.lrs)
         self.end = self.samples[-1]
 
@@ -118,10 +121,30 @@ class _Reference:
         return self.lrs[index - 1] + (self.lrs[index] - self.lrs[index - 1]) * t
 
     def range(self, low: float, high: float) -> tuple[float, float]:
-        """Lowest and highest lr over the samples [low, high]."""
+        """Lowest and highest lr over the samples [low, high], widened by the largest change of slope among the
+        reference's steps around them: at a kink between two of its steps (a warmup's end) it cannot tell more."""
         start, stop = bisect.bisect_right(self.samples, low), bisect.bisect_left(self.samples, high)
         values = [self.at(low), self.at(high), *self.lrs[start:stop]]
-        return min(values), max(values)
+        if high > self.samples[-2]:
+            values.append(self.held)  # over its last step the reference's lr was this, or went on as before
+        around = self.lrs[max(start - 3, 0) : stop + 2]
+        margin = max((abs(a - 2 * b + c) for a, b, c in zip(around, around[1:], around[2:], strict=False)), default=0)
+        return min(values) - margin, max(values) + margin
+
+    def next_knot(self, samples: float) -> float:
+        """Where the reference's next step starts after `samples` (its end after the last)."""
+        index = bisect.bisect_right(self.samples, samples)
+        return self.samples[index] if index < len(self.samples) else self.end
+
+
+def _extrapolated(samples: list[float], lrs: list[float]) -> float:
+    """The reference's lr where its last step ends, had its schedule gone on as over the step before (not past 0):
+    a run with smaller steps moves on within that last step."""
+    if len(lrs) < 2 or samples[-2] <= samples[-3]:
+        return lrs[-1]
+    slope = (lrs[-1] - lrs[-2]) / (samples[-2] - samples[-3])
+    value = lrs[-1] + slope * (samples[-1] - samples[-2])
+    return max(value, 0.0) if lrs[-1] >= 0 else value
 
 
 def _check(run: Sequence[Point], ref: _Reference, factor: float) -> tuple[dict[int, int], dict[int, int]]:
@@ -131,7 +154,9 @@ def _check(run: Sequence[Point], ref: _Reference, factor: float) -> tuple[dict[i
     previous_step = run[0].step - 1
     tolerance = TOLERANCE * ref.peak
     for point in run:
-        low, high = point.start * factor, min(point.samples * factor, ref.end)
+        # From where the step starts (its lr is the schedule's there) to the reference's next step at most.
+        low = point.start * factor
+        high = min(point.samples * factor, ref.next_knot(low), ref.end)
         weight = max(point.step - previous_step, 1)
         previous_step = point.step
         if low >= ref.end:
@@ -144,21 +169,22 @@ def _check(run: Sequence[Point], ref: _Reference, factor: float) -> tuple[dict[i
 
 
 def _at_zero(run: Sequence[Point], step: int, ref: _Reference) -> bool:
+    """The step ran at lr 0 where the reference's lr was more than TOLERANCE of its peak."""
     point = next(point for point in run if point.step == step)
     return point.lr == 0 and ref.at(point.start) > TOLERANCE * ref.peak
 
 
 def _best_factor(run: Sequence[Point], ref: _Reference, factors: Iterable[float]) -> float | None:
-    """The time factor nearest 1 that explains at least FIT of the steps it can check, on at least MIN_COVERAGE of
-    the run (among equals, the one that checks more)."""
+    """The time factor that explains the most of the steps it can check (at least FIT of them, on at least
+    MIN_COVERAGE of the run); among equals the one nearest 1, then the one that checks more."""
     total = max(run[-1].step - run[0].step + 1, 1)
-    best: tuple[float, float, float] | None = None  # (-|log k|, coverage, k)
+    best: tuple[float, float, float, float] | None = None  # (-share off, -|log k|, coverage, k)
     for factor in factors:
         checked, off = _check(run, ref, factor)
-        steps = sum(checked.values())
-        if steps < MIN_COVERAGE * total or len(checked) < 3 or sum(off.values()) > (1 - FIT) * steps:
+        steps, wrong = sum(checked.values()), sum(off.values())
+        if steps < MIN_COVERAGE * total or len(checked) < 3 or wrong > (1 - FIT) * steps:
             continue
-        candidate = (-abs(math.log(factor)), steps / total, factor)
+        candidate = (-wrong / steps, -abs(math.log(factor)), steps / total, factor)
         if best is None or candidate > best:
             best = candidate
-    return best[2] if best is not None else None
+    return best[-1] if best is not None else None

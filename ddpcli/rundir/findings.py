@@ -123,5 +123,6 @@ def _show(value: float) -> str:
 
 def explaining(findings: list[Finding]) -> list[Finding]:
     """The findings that can explain a run diverging from its single-process partner, most telling first."""
-    order = ("plan_mismatch", "same_samples_across_ranks", "batchnorm_not_synchronized", "uneven_steps_across_ranks")
+    order = ("plan_mismatch", "lr_schedule_mismatch", "same_samples_across_ranks", "batchnorm_not_synchronized",
+             "uneven_accumulation", "samples_below_plan", "uneven_steps_across_ranks")  # fmt: skip
     return sorted((f for f in findings if f.code in order), key=lambda f: order.index(f.code))
