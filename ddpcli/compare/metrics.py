@@ -22,7 +22,9 @@ from ddpcli.rundir.metrics import noise_scale_reading, read_metrics, unreadable
 
 SPARK_POINTS = 64  # loss read at this many evenly spaced sample counts for the sparkline, 4 per character
 PLOT_POINTS = 2000  # and at this many for --plot: plenty for a figure, cheap to find
-SCHEDULE_POINTS = 256  # rows read for the lr schedule (ddpcli.compare.schedule): every row of a run this long
+# Rows read for the lr schedule (ddpcli.compare.schedule): every row of a run this long, evenly spaced rows of a
+# longer one (steps between them are counted from their step numbers). The sparkline's rows: parsed once for both.
+SCHEDULE_POINTS = SPARK_POINTS
 
 
 @dataclass(frozen=True)
