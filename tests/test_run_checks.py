@@ -76,7 +76,10 @@ def test_a_run_of_separate_models_shows_throughput_per_model_and_no_speedup(tmp_
         tmp_path, "4x16", nproc=4, lr=0.2, steps=25, step_time=0.02,
         extra={"observed": observed(4, 25, data_parallel_size=1)},
     )  # fmt: skip
-    row = row_of(cmp.compare_runs(records(base, separate)), "4x16")
+    result = cmp.compare_runs(records(base, separate))
+    row = row_of(result, "4x16")
+    assert "4x16: its 4 processes trained 4 separate models (data_parallel_size 1): samples/s is one model's, and " \
+        "no speedup is shown." in result.notes  # fmt: skip
     assert row.run.metrics.samples_per_s == pytest.approx(3200.0)  # every process's samples
     assert row.samples_per_s == pytest.approx(800.0)  # one model's
     assert row.speedup is None and row.scaling_efficiency is None

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from ddpcli.compare.equivalence import DIVERGED
 from ddpcli.compare.row import ComparisonRow
+from ddpcli.compare.run_checks import separate_models_note
 from ddpcli.compare.runs import NO_FILE, RunRecord, status_reason
 from ddpcli.experiment.outlook import far_above_critical
 from ddpcli.rundir.findings import explaining
@@ -39,6 +40,8 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
         notes += _finding_notes(row)
     for row in rows:
         notes += _equivalence_notes(row, atol)
+    for row in rows:
+        notes += separate_models_note(row.label, row.run.record)
     for row in rows:
         notes += _noise_scale_notes(row)
     notes += _file_notes([row.run.record for row in rows])

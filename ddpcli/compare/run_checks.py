@@ -31,6 +31,19 @@ def per_model(samples_per_s: float | None, record: RunRecord) -> float | None:
     return samples_per_s / models if samples_per_s is not None and models > 1 else samples_per_s
 
 
+def separate_models_note(label: str, record: RunRecord) -> list[str]:
+    """The note under the table for a run whose processes trained separate models."""
+    models = separate_models(record)
+    if models <= 1:
+        return []
+    observed = record.observed
+    size = observed.data_parallel_size if observed is not None else None
+    return [
+        f"{label}: its {record.world_size} processes trained {models} separate models (data_parallel_size {size}): "
+        "samples/s is one model's, and no speedup is shown."
+    ]
+
+
 def schedule_findings(run: RunSummary, references: list[tuple[RunSummary, str]]) -> list[Finding]:
     """lr_schedule_mismatch against the first of the references (the baseline, then the equivalence partner) that
     runs the same program and whose schedule the run's does not follow."""
