@@ -69,6 +69,15 @@ def test_schedules_of_different_scripts_are_not_compared(tmp_path: Path) -> None
     assert row_of(result, "2x16").compare_findings == ()
 
 
+def test_schedules_whose_plans_set_different_warmups_are_not_compared(tmp_path: Path) -> None:
+    base, two = schedule_runs(tmp_path, speed=2.0)
+    path = two / "run.json"
+    record = json.loads(path.read_text())
+    record["plan"]["warmup_steps"] = 4  # 4 of 16 steps, where the baseline planned none
+    path.write_text(json.dumps(record))
+    assert row_of(cmp.compare_runs(records(base, two)), "2x16").compare_findings == ()
+
+
 def test_a_run_of_separate_models_shows_throughput_per_model_and_no_speedup(tmp_path: Path) -> None:
     # 1x16: 1000 samples/s. 4x16: 64 samples per 0.02 s over 4 processes that each trained their own model.
     base = make_run(tmp_path, "1x16", steps=100, step_time=0.016, extra={"observed": observed(1, 100)})

@@ -66,7 +66,7 @@ def same_program(first: RunRecord, second: RunRecord) -> bool:
 def schedule_finding(run: RunSummary, reference: RunSummary, label: str) -> Finding | None:
     ratio = _lr_ratio(run.record, reference.record)
     scale = _samples_scale(run.record, reference.record)
-    if ratio is None or scale is None:
+    if ratio is None or scale is None or not _same_planned_warmup(run.record, reference.record):
         return None
     mismatch = compare_schedules(points(run.metrics.lr_points, scale), points(reference.metrics.lr_points), ratio)
     if mismatch is None:
@@ -97,6 +97,19 @@ def _samples_scale(run: RunRecord, reference: RunRecord) -> float | None:
     if mine and theirs:
         return mine / theirs
     return separate_models(run) / separate_models(reference)
+
+
+def _same_planned_warmup(run: RunRecord, reference: RunRecord) -> bool:
+    """The plans' warmups cover the same share of their runs, give or take a step (ddpcli rounds warmup steps up):
+    a warmup planned differently is a schedule that differs on purpose."""
+    shares = []
+    for record in (run, reference):
+        warmup, steps = whole_or_none(record.plan.get("warmup_steps")), whole_or_none(record.plan.get("total_steps"))
+        if warmup is None or not steps:
+            return True  # nothing planned to tell
+        shares.append((warmup / steps, 1 / steps))
+    (mine, my_step), (theirs, their_step) = shares
+    return abs(mine - theirs) <= max(my_step, their_step) + 1e-12
 
 
 def _planned_samples(record: RunRecord) -> int | None:
