@@ -16,11 +16,12 @@ TOTAL = 512  # samples every run trains on
 Schedule = Callable[[float], float]  # progress in [0, 1) -> lr multiplier
 
 
-def run(schedule: Schedule, batch: int, lr: float = 1e-3, speed: float = 1.0) -> list[Point]:
+def run(schedule: Schedule, batch: int, lr: float = 1e-3, speed: float = 1.0, at_end: bool = False) -> list[Point]:
     """A run of TOTAL samples at `batch` per step: step i's lr is the schedule where it starts (a scheduler steps
-    after the optimizer), advanced `speed` times as fast."""
+    after the optimizer) or, `at_end`, where it ends ((done + 1) / warmup), advanced `speed` times as fast."""
     steps = TOTAL // batch
-    return points([(batch * i, lr * schedule(min(speed * (i - 1) / steps, 1.0)), i) for i in range(1, steps + 1)])
+    done = (lambda i: i) if at_end else (lambda i: i - 1)
+    return points([(batch * i, lr * schedule(min(speed * done(i) / steps, 1.0)), i) for i in range(1, steps + 1)])
 
 
 def linear(progress: float) -> float:
@@ -52,6 +53,18 @@ def test_one_schedule_at_any_batch_size_and_scaled_lr_agrees_with_itself(
     schedule: Schedule, mine: int, theirs: int, ratio: float
 ) -> None:
     assert compare_schedules(run(schedule, mine, lr=1e-3 * ratio), run(schedule, theirs), ratio) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(warmup=st.sampled_from([0.0625, 0.125, 0.25]), mine=batches, theirs=batches)
+def test_a_warmup_of_done_plus_one_steps_agrees_with_itself_at_any_batch(warmup: float, mine: int, theirs: int) -> None:
+    """The runtime example's warmup: step 1 already runs at 1 / warmup steps of the lr; a run whose warmup is one
+    step long starts at the full lr, where its baseline with 4 steps of a quarter of its batch starts at a quarter."""
+
+    def schedule(progress: float) -> float:
+        return min(1.0, progress / warmup)
+
+    assert compare_schedules(run(schedule, mine, at_end=True), run(schedule, theirs, at_end=True), 1.0) is None
 
 
 @settings(max_examples=40, deadline=None)

@@ -9,10 +9,12 @@ itself. They disagree when a schedule advanced at another rate (accelerate steps
 process per optimizer step; a scheduler stepped per micro-batch, or per epoch where the other steps per step),
 ended early, or sat at 0.
 
-A step's lr is the schedule's value where the step starts (a scheduler steps after the optimizer). So the
-reference is its lr placed at each step's start, interpolated in between; the run's lr of a step must lie within
-the reference's range from where the step starts to the reference's next step (or the step's end, if sooner), give
-or take TOLERANCE of the reference's peak and its change of slope there (batches of different sizes then line up).
+A step's lr is the schedule's value where the step starts (torch's schedulers step after the optimizer: the lr
+of the steps done so far), or where it ends (a warmup of (done + 1) / warmup steps). So the reference is its lr
+placed at each step's start, interpolated in between; the run's lr of a step must lie within the reference's range
+from where the step starts to the reference's next step, or from the reference's step before where it ends to
+there, give or take TOLERANCE of the reference's peak and its change of slope there (batches of different sizes
+then line up).
 When that fails, time factors are tried: factor k maps the run's samples s to the reference's k x s. The k that
 explains the most of the steps it can check (k x s within what the reference ran) says how much faster (k > 1) or
 slower the run's schedule advanced.
@@ -98,52 +100,89 @@ def compare_schedules(
     )
 
 
-class _Reference:
-    """The reference's scaled lr as a function of samples: each step's lr placed where the step starts,
-    interpolated in between, held over its last step."""
+class _Curve:
+    """lr at knots (samples), interpolated in between; `held` is a segment (low, high, lr) that was extrapolated,
+    over which the lr may also have been `lr`."""
 
-    def __init__(self, reference: Sequence[Point], ratio: float) -> None:
-        self.samples = [point.start for point in reference] + [reference[-1].samples]
-        self.lrs = [point.lr * ratio for point in reference]
-        self.lrs.append(_extrapolated(self.samples, self.lrs))
-        self.held = self.lrs[-2]  # the last step's own lr
-        self.peak = max(abs(lr) for lr in self.lrs)
-        self.end = self.samples[-1]
+    def __init__(self, knots: list[float], lrs: list[float], held: tuple[float, float, float]) -> None:
+        self.knots, self.lrs, self.held = knots, lrs, held
 
     def at(self, samples: float) -> float:
-        index = bisect.bisect_left(self.samples, samples)
+        index = bisect.bisect_left(self.knots, samples)
         if index <= 0:
             return self.lrs[0]
-        if index >= len(self.samples):
+        if index >= len(self.knots):
             return self.lrs[-1]
-        x0, x1 = self.samples[index - 1], self.samples[index]
+        x0, x1 = self.knots[index - 1], self.knots[index]
         t = (samples - x0) / (x1 - x0) if x1 > x0 else 1.0
         return self.lrs[index - 1] + (self.lrs[index] - self.lrs[index - 1]) * t
 
     def range(self, low: float, high: float) -> tuple[float, float]:
         """Lowest and highest lr over the samples [low, high], widened by the largest change of slope among the
-        reference's steps around them: at a kink between two of its steps (a warmup's end) it cannot tell more."""
-        start, stop = bisect.bisect_right(self.samples, low), bisect.bisect_left(self.samples, high)
+        knots around them: at a kink between two of the reference's steps (a warmup's end) it cannot tell more."""
+        start, stop = bisect.bisect_right(self.knots, low), bisect.bisect_left(self.knots, high)
         values = [self.at(low), self.at(high), *self.lrs[start:stop]]
-        if high > self.samples[-2]:
-            values.append(self.held)  # over its last step the reference's lr was this, or went on as before
+        held_low, held_high, held = self.held
+        if low < held_high and high > held_low:
+            values.append(held)
         around = self.lrs[max(start - 3, 0) : stop + 2]
         margin = max((abs(a - 2 * b + c) for a, b, c in zip(around, around[1:], around[2:], strict=False)), default=0)
         return min(values) - margin, max(values) + margin
 
     def next_knot(self, samples: float) -> float:
-        """Where the reference's next step starts after `samples` (its end after the last)."""
-        index = bisect.bisect_right(self.samples, samples)
-        return self.samples[index] if index < len(self.samples) else self.end
+        index = bisect.bisect_right(self.knots, samples)
+        return self.knots[index] if index < len(self.knots) else self.knots[-1]
+
+    def previous_knot(self, samples: float) -> float:
+        index = bisect.bisect_left(self.knots, samples)
+        return self.knots[index - 1] if index > 0 else self.knots[0]
 
 
-def _extrapolated(samples: list[float], lrs: list[float]) -> float:
-    """The reference's lr where its last step ends, had its schedule gone on as over the step before (not past 0):
-    a run with smaller steps moves on within that last step."""
-    if len(lrs) < 2 or samples[-2] <= samples[-3]:
+class _Reference:
+    """The reference's scaled lr as a function of samples, two ways: each step's lr placed where the step starts
+    (extended over its last step as the schedule went on), and placed where it ends (extended back to 0)."""
+
+    def __init__(self, reference: Sequence[Point], ratio: float) -> None:
+        lrs = [point.lr * ratio for point in reference]
+        first, last = reference[0], reference[-1]
+        starts = [point.start for point in reference]
+        ends = [point.samples for point in reference]
+        self.starts = _Curve(
+            [*starts, last.samples], [*lrs, _extended(starts, lrs, last.samples)], (last.start, last.samples, lrs[-1])
+        )
+        # Within its first step the reference shows nothing of a warmup that ends there: from 0 (a warmup's start)
+        # to its schedule extended back.
+        backwards = _extended(ends[::-1], lrs[::-1], 0.0)
+        self.ends = _Curve([0.0, *ends], [backwards, *lrs], (0.0, first.samples, 0.0))
+        self.peak = max(abs(lr) for lr in lrs)
+        self.end = last.samples
+
+    def at(self, samples: float) -> float:
+        return self.starts.at(samples)
+
+    def explains(self, lr: float, start: float, end: float, tolerance: float) -> bool:
+        """Whether `lr` is the schedule's where a step over [start, end] starts (torch's schedulers: the lr of the
+        steps done so far) or where it ends (a warmup of (done + 1) / warmup), within one of the reference's steps
+        and the tolerance."""
+        end = min(end, self.end)
+        windows = (
+            (self.starts, start, min(self.starts.next_knot(start), end)),
+            (self.ends, max(self.ends.previous_knot(end), start), end),
+        )
+        for curve, low, high in windows:
+            lowest, highest = curve.range(low, high)
+            if lowest - tolerance <= lr <= highest + tolerance:
+                return True
+        return False
+
+
+def _extended(knots: list[float], lrs: list[float], to: float) -> float:
+    """The lr at `to`, past the last knot, had the schedule gone on as over the last two (not past 0): a run with
+    smaller steps moves on within the reference's first or last step."""
+    if len(lrs) < 2 or knots[-1] == knots[-2]:
         return lrs[-1]
-    slope = (lrs[-1] - lrs[-2]) / (samples[-2] - samples[-3])
-    value = lrs[-1] + slope * (samples[-1] - samples[-2])
+    slope = (lrs[-1] - lrs[-2]) / (knots[-1] - knots[-2])
+    value = lrs[-1] + slope * (to - knots[-1])
     return max(value, 0.0) if lrs[-1] >= 0 else value
 
 
@@ -154,16 +193,13 @@ def _check(run: Sequence[Point], ref: _Reference, factor: float) -> tuple[dict[i
     previous_step = run[0].step - 1
     tolerance = TOLERANCE * ref.peak
     for point in run:
-        # From where the step starts (its lr is the schedule's there) to the reference's next step at most.
-        low = point.start * factor
-        high = min(point.samples * factor, ref.next_knot(low), ref.end)
+        low, high = point.start * factor, point.samples * factor
         weight = max(point.step - previous_step, 1)
         previous_step = point.step
         if low >= ref.end:
             continue  # beyond what the reference ran: nothing to check against
         checked[point.step] = weight
-        lowest, highest = ref.range(low, high)
-        if not lowest - tolerance <= point.lr <= highest + tolerance:
+        if not ref.explains(point.lr, low, high, tolerance):
             off[point.step] = weight
     return checked, off
 

@@ -83,8 +83,6 @@ def plan_mismatches(plan: dict[str, Any], observed: Observed, completed: bool) -
             continue
         if plan_field == "total_steps" and not completed:
             continue
-        if plan_field == "lr" and _number(observed.lr_peak) and _same(planned, observed.lr_peak):
-            continue  # a warmup written by hand (no scheduler's initial_lr) reaches the plan's lr as its peak
         found.append(Finding(
             code="plan_mismatch", severity="warning", field=plan_field, planned=planned, observed=seen,
             message=f"the script ran {words} {_show(seen)}; the plan said {_show(planned)}",

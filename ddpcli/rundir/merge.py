@@ -299,7 +299,7 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         lr_first=lrs[0] if lrs else None,
         lr_peak=max(lrs) if lrs else None,
         lr_last=lrs[-1] if lrs else None,
-        lr_base=base_lr(main.end, main.steps.get(1)),
+        lr_base=base_lr(main.end, lrs),
         sampler=str(loader["sampler"]) if loader is not None else None,
         sampler_chain=_sampler_chain(loader),
         distinct_samples_across_ranks=distinct_samples(ranks),

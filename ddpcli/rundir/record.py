@@ -57,7 +57,7 @@ class Observed(_Record):
     lr_first: float | None = None
     lr_peak: float | None = None
     lr_last: float | None = None
-    lr_base: float | None = None  # initial_lr where a scheduler set it, else the lr of the first step
+    lr_base: float | None = None  # initial_lr where a scheduler set it, else the peak
     sampler: str | None = None
     sampler_chain: list[str] | None = None  # outermost first, down to `sampler`
     distinct_samples_across_ranks: bool | None = None

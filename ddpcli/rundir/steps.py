@@ -22,14 +22,14 @@ SAMPLES_BELOW_PLAN = "samples_below_plan"
 LISTED_STEPS = 8  # step numbers named in a message; the rest are counted
 
 
-def base_lr(end: dict[str, Any], first_step: dict[str, Any] | None) -> float | None:
+def base_lr(end: dict[str, Any], lrs: list[float]) -> float | None:
     """The first param group's base lr: `initial_lr` where a scheduler set it (the main rank's end row), else the
-    lr of the first optimizer step (the lr before any scheduler step)."""
+    peak of the lrs its steps ran (without a scheduler the lr starts at its base, or a warmup written by hand
+    rises to it)."""
     initial = end.get("initial_lr")
     if isinstance(initial, list) and initial and (value := finite_or_none(initial[0])) is not None:
         return value
-    lrs = first_step.get("lr") if first_step is not None else None
-    return finite_or_none(lrs[0]) if isinstance(lrs, list) and lrs else finite_or_none(lrs)
+    return max(lrs) if lrs else None
 
 
 def step_findings(

@@ -99,7 +99,7 @@ def sampler_epoch(loader: DataLoader) -> int | None:
 
 def initial_lrs(optimizer: torch.optim.Optimizer) -> list[float | None]:
     """Each param group's base lr where a scheduler recorded it (`initial_lr`: torch's and timm's schedulers set it
-    when they are built), else None (then the lr of the first step is the base)."""
+    when they are built), else None (then the peak lr is the base)."""
     values = [group.get("initial_lr") for group in optimizer.param_groups]
     return [float(value) if isinstance(value, int | float | torch.Tensor) else None for value in values]
 
