@@ -109,6 +109,16 @@ def test_a_constant_lr_at_another_value_is_no_schedule_mismatch_once_scaled() ->
     assert compare_schedules(run(linear, 8, lr=2e-3), run(linear, 8), 1.0) is not None
 
 
+def test_one_odd_step_is_no_schedule_mismatch() -> None:
+    odd = run(linear, 8)
+    odd[10] = Point(odd[10].samples, 0.0, odd[10].step, odd[10].start)
+    assert compare_schedules(odd, run(linear, 8), 1.0) is None
+    for index in (20, 30, 40):
+        odd[index] = Point(odd[index].samples, 0.0, odd[index].step, odd[index].start)
+    found = compare_schedules(odd, run(linear, 8), 1.0)
+    assert found is not None and (found.steps_off, found.zero_steps, found.factor) == (4, 4, None)  # 4 of 64
+
+
 def test_only_the_samples_both_ran_are_compared() -> None:
     """A run that went on past its reference's samples is judged on what they share."""
     longer = points([(8 * i, 1e-3 * max(0.0, 1 - (i - 1) / 64), i) for i in range(1, 129)])

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 TOLERANCE = 0.01  # of the reference's (scaled) peak lr
 FIT = 0.95  # the share of checkable steps a time factor must explain
 MIN_COVERAGE = 0.25  # and the share of the run's steps it must leave checkable
+MIN_OFF = 0.05  # a finding needs at least this share of the checked steps off, and 2 steps: one odd step is no schedule
 FACTORS = tuple(sorted({float(n) for n in range(2, 17)} | {1 / n for n in range(2, 17)}))
 
 
@@ -87,7 +88,7 @@ def compare_schedules(
         return None
     checked, off = _check(run, ref, 1.0)
     steps = sum(checked.values())
-    if not off or not steps:
+    if not steps or sum(off.values()) < max(2, MIN_OFF * steps):
         return None
     zeros = {step: weight for step, weight in checked.items() if _at_zero(run, step, ref)}
     return ScheduleMismatch(
