@@ -58,6 +58,25 @@ def test_a_schedule_twice_as_fast_as_the_baselines_is_found_and_marked(tmp_path:
     assert any(note.startswith("2x16: the lr schedule advanced 2x") for note in result.notes)
 
 
+def test_a_schedule_stepped_per_epoch_names_the_epoch(tmp_path: Path) -> None:
+    """2x8: a linear schedule over its 32 steps, stepped once per epoch of 4 steps: 4x slower than 1x16's."""
+    base = make_run(tmp_path, "1x16", steps=32, extra={"launch": {"script": "train.py"}, "observed": observed(1, 32)})
+    run = make_run(
+        tmp_path, "2x8", nproc=2, per_device=8, steps=32,
+        extra={"launch": {"script": "train.py"}, "observed": observed(2, 32)},
+    )  # fmt: skip
+    path = run / "run.json"
+    record = json.loads(path.read_text())
+    record["plan"]["steps_per_epoch"] = 4
+    path.write_text(json.dumps(record))
+    with_schedule(base, linear())
+    with_schedule(run, lambda done: 0.05 * (1 - ((done * 32) // 4) / 32))
+    (finding,) = row_of(cmp.compare_runs(records(base, run)), "2x8").compare_findings
+    assert finding.model_dump()["factor"] == 0.25
+    assert "advanced 4x slower than 1x16's" in finding.message
+    assert "a scheduler stepped once per epoch (4 steps) where 1x16's steps once per optimizer step" in finding.message
+
+
 def test_the_same_schedule_at_another_batch_is_no_finding(tmp_path: Path) -> None:
     result = cmp.compare_runs(records(*schedule_runs(tmp_path, speed=1.0)))
     row = row_of(result, "2x16")

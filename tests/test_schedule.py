@@ -137,3 +137,12 @@ def test_points_keep_finite_rows_in_order_and_estimate_where_each_step_starts() 
     assert points(rows) == [Point(8.0, 0.2, 1, 0.0), Point(16.0, 0.1, 2, 8.0), Point(64.0, 0.05, 8, 56.0)]
     assert points(rows, scale=2.0)[0] == Point(4.0, 0.2, 1, 0.0)
     assert points([(8.0, 0.1, 2), (16.0, 0.1, 1)]) == []  # steps going back as samples grow: no one timeline
+
+
+def test_a_scheduler_stepped_per_epoch_where_the_reference_steps_per_step() -> None:
+    """A linear schedule over 64 steps, stepped once per epoch of 16 steps: 16x slower than the reference's."""
+    per_epoch = points([(8 * i, 1e-3 * (1 - ((i - 1) // 16) / 64), i) for i in range(1, 65)])
+    found = compare_schedules(per_epoch, run(linear, 8), 1.0, preferred=[1 / 16])
+    assert found is not None and found.factor == pytest.approx(1 / 16) and found.zero_steps == 0
+    alone = compare_schedules(per_epoch, run(linear, 8), 1.0)  # 1/14 to 1/16 all fit a schedule this slow
+    assert alone is not None and alone.factor is not None and 1 / 16 <= alone.factor <= 1 / 14

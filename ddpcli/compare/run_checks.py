@@ -68,7 +68,12 @@ def schedule_finding(run: RunSummary, reference: RunSummary, label: str) -> Find
     scale = _samples_scale(run.record, reference.record)
     if ratio is None or scale is None or not _same_planned_warmup(run.record, reference.record):
         return None
-    mismatch = compare_schedules(points(run.metrics.lr_points, scale), points(reference.metrics.lr_points), ratio)
+    mismatch = compare_schedules(
+        points(run.metrics.lr_points, scale),
+        points(reference.metrics.lr_points),
+        ratio,
+        preferred=_likely_factors(run.record, reference.record),
+    )
     if mismatch is None:
         return None
     return Finding(
@@ -76,6 +81,19 @@ def schedule_finding(run: RunSummary, reference: RunSummary, label: str) -> Find
         steps=mismatch.steps, steps_off=mismatch.steps_off, zero_steps=mismatch.zero_steps,
         message=_message(mismatch, run.record, reference.record, label, ratio),
     )  # fmt: skip
+
+
+def _likely_factors(run: RunRecord, reference: RunRecord) -> list[float]:
+    """Speeds a schedule usually runs at by mistake: once per process, once per micro-batch (or the reference
+    did), once per epoch where the reference steps per step."""
+    ratios = [
+        _ratio(run.world_size, reference.world_size),
+        _ratio(run.grad_accum_steps, reference.grad_accum_steps),
+        _ratio(reference.grad_accum_steps, run.grad_accum_steps),
+        whole_or_none(run.plan.get("steps_per_epoch")),
+    ]
+    factors = [float(ratio) for ratio in ratios[:2] if ratio and ratio > 1]
+    return factors + [1 / ratio for ratio in ratios[2:] if ratio and ratio > 1]
 
 
 def _lr_ratio(run: RunRecord, reference: RunRecord) -> float | None:
@@ -156,6 +174,14 @@ def _cause(k: float | None, run: RunRecord, reference: RunRecord, label: str) ->
             "a scheduler stepped once per micro-batch instead of once per optimizer step: step it where the "
             "optimizer steps"
         )
+    slower = round(1 / k) if k < 1 and abs(1 / k - round(1 / k)) < 1e-6 else None
+    if slower is not None and slower == whole_or_none(run.plan.get("steps_per_epoch")):
+        causes.append(
+            f"a scheduler stepped once per epoch ({slower} steps) where {label}'s steps once per optimizer step: "
+            "step both the same way"
+        )
+    if slower is not None and slower == _ratio(reference.grad_accum_steps, run.grad_accum_steps):
+        causes.append(f"{label} stepped its scheduler once per micro-batch, this run once per optimizer step")
     if causes:
         return "; or ".join(causes)
     if k < 1:

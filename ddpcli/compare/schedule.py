@@ -77,10 +77,16 @@ def points(rows: Iterable[tuple[float | None, float | None, int | None]], scale:
 
 
 def compare_schedules(
-    run: Sequence[Point], reference: Sequence[Point], lr_ratio: float, factors: Iterable[float] = FACTORS
+    run: Sequence[Point],
+    reference: Sequence[Point],
+    lr_ratio: float,
+    factors: Iterable[float] = FACTORS,
+    preferred: Iterable[float] = (),
 ) -> ScheduleMismatch | None:
     """How the run's schedule differs from `lr_ratio` x the reference's, per sample seen; None when it does not
-    (or when too little overlaps to tell)."""
+    (or when too little overlaps to tell). Among factors that explain the run equally well, one of `preferred`
+    (the ratio of the runs' processes, of their accumulation, one step per epoch) wins: a slowly changing schedule
+    cannot tell 1/14 from 1/16 by itself."""
     if len(run) < 2 or len(reference) < 2 or not math.isfinite(lr_ratio) or lr_ratio <= 0:
         return None
     ref = _Reference(reference, lr_ratio)
@@ -97,7 +103,7 @@ def compare_schedules(
         first_off=min(off),
         zero_steps=sum(zeros.values()),
         first_zero=min(zeros) if zeros else None,
-        factor=_best_factor(run, ref, factors),
+        factor=_best_factor(run, ref, {*factors, *preferred}, set(preferred)),
     )
 
 
@@ -211,17 +217,21 @@ def _at_zero(run: Sequence[Point], step: int, ref: _Reference) -> bool:
     return point.lr == 0 and ref.at(point.start) > TOLERANCE * ref.peak
 
 
-def _best_factor(run: Sequence[Point], ref: _Reference, factors: Iterable[float]) -> float | None:
+def _best_factor(
+    run: Sequence[Point], ref: _Reference, factors: Iterable[float], preferred: set[float]
+) -> float | None:
     """The time factor that explains the most of the steps it can check (at least FIT of them, on at least
-    MIN_COVERAGE of the run); among equals the one nearest 1, then the one that checks more."""
+    MIN_COVERAGE of the run); among equals a preferred one, then the one nearest 1, then the one that checks more."""
     total = max(run[-1].step - run[0].step + 1, 1)
-    best: tuple[float, float, float, float] | None = None  # (-share off, -|log k|, coverage, k)
-    for factor in factors:
+    best: tuple[float, bool, float, float, float] | None = None  # (-share off, preferred, -|log k|, coverage, k)
+    for factor in sorted(factors):
+        if not math.isfinite(factor) or factor <= 0 or factor == 1:
+            continue
         checked, off = _check(run, ref, factor)
         steps, wrong = sum(checked.values()), sum(off.values())
         if steps < MIN_COVERAGE * total or len(checked) < 3 or wrong > (1 - FIT) * steps:
             continue
-        candidate = (-wrong / steps, -abs(math.log(factor)), steps / total, factor)
+        candidate = (-wrong / steps, factor in preferred, -abs(math.log(factor)), steps / total, factor)
         if best is None or candidate > best:
             best = candidate
     return best[-1] if best is not None else None
