@@ -14,9 +14,9 @@ RUN_JSON_FIELDS = (
     "metrics_from_observations", "findings", "resumes", "previous_wall_time_s", "previous_restarts", "group_rank",
 )  # fmt: skip
 OBSERVED_KEYS = (
-    "world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size", "ranges", "optimizer_steps",
-    "samples_seen", "lr_first", "lr_peak", "lr_last", "sampler", "distinct_samples_across_ranks",
-    "batchnorm_layers", "batchnorm_synchronized", "amp", "backend", "device", "ddp",
+    "world_size", "data_parallel_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size", "ranges",
+    "optimizer_steps", "samples_seen", "lr_first", "lr_peak", "lr_last", "lr_base", "sampler", "sampler_chain",
+    "distinct_samples_across_ranks", "batchnorm_layers", "batchnorm_synchronized", "amp", "backend", "device", "ddp",
 )  # fmt: skip
 COMPARE_KEYS = (
     "name", "status", "run_dir", "world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size",
@@ -28,4 +28,5 @@ COMPARE_KEYS = (
 FINDING_CODES = {
     "plan_mismatch", "same_samples_across_ranks", "sampler_epoch_not_set", "batchnorm_not_synchronized",
     "uneven_steps_across_ranks", "observer_error", "noise_scale_not_measured",
+    "lr_schedule_mismatch", "uneven_accumulation", "samples_below_plan",
 }  # fmt: skip

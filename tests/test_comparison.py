@@ -323,7 +323,7 @@ def test_baseline_choice(tmp_path: Path) -> None:
     four = make_run(tmp_path, "4x16", nproc=4, lr=0.2, experiment_file=str(toml))
     assert cmp.choose_baseline(records(one, big, four)) == (cmp.read_run_record(big), f"baseline of {toml}")
     assert cmp.choose_baseline(records(one, big, four), "4x16")[0].name == "4x16"
-    with pytest.raises(UserError, match="^baseline 'nope': no such run here; runs: 1x16, 1x64, 4x16"):
+    with pytest.raises(UserError, match=r"^baseline 'nope': no such run here; runs: 1x16, 1x64, 4x16"):
         cmp.choose_baseline(records(one, big, four), "nope")
     toml.unlink()  # unreadable now: fall back to the plan's scaling, then to the smallest world size
     assert cmp.choose_baseline(records(one, big, four))[1] == "smallest world size"

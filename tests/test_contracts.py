@@ -85,14 +85,29 @@ def test_contracts_md_lists_the_compare_keys_in_order() -> None:
 
 
 def emitted_finding_codes() -> set[str]:
-    """Every `code="..."` passed to a Finding anywhere in the package, read with ast."""
+    """Every `code=` passed to a Finding anywhere in the package, read with ast: a string, or a module-level name
+    bound to one (`UNEVEN_ACCUMULATION = "uneven_accumulation"`)."""
     codes = set()
     for path in (REPO / "ddpcli").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        constants = {
+            target.id: node.value.value
+            for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            for target in node.targets
+            if isinstance(target, ast.Name) and isinstance(node.value.value, str)
+        }
+        for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Finding":
                 for keyword in node.keywords:
-                    if keyword.arg == "code" and isinstance(keyword.value, ast.Constant):
+                    if keyword.arg != "code":
+                        continue
+                    if isinstance(keyword.value, ast.Constant):
                         codes.add(keyword.value.value)
+                    elif isinstance(keyword.value, ast.Name):
+                        codes.add(constants.get(keyword.value.id, f"<unresolved {keyword.value.id} in {path.name}>"))
+                    else:
+                        codes.add(f"<computed in {path.name}>")
     return codes
 
 

@@ -182,7 +182,9 @@ def test_samplers_are_the_ones_each_stack_uses(frameworks: dict[str, dict[str, A
     assert sampler["lightning-1"] == "RandomSampler"  # Lightning adds a DistributedSampler only under DDP
     assert sampler["lightning-2x2"] == "DistributedSampler"
     assert sampler["hf-1"] == "SeedableRandomSampler"  # accelerate's, not the DataLoader's placeholder
-    assert sampler["hf-2x2"] == "BatchSamplerShard(SeedableRandomSampler)"
+    assert sampler["hf-2x2"] == "SeedableRandomSampler"  # the sampler that decides the order, behind its shard
+    chain = frameworks["hf-2x2"]["record"]["observed"]["sampler_chain"]
+    assert chain == ["BatchSamplerShard", "BatchSampler", "SeedableRandomSampler"]
 
 
 def test_compare_lists_every_framework_run(frameworks: dict[str, dict[str, Any]]) -> None:

@@ -10,6 +10,8 @@ from typing import Any
 
 from ddpcli.compare.equivalence import ParamDiff
 from ddpcli.compare.metrics import RunSummary
+from ddpcli.compare.run_checks import MARKED_CODES, per_model
+from ddpcli.rundir.record import Finding
 
 # The keys of one row of `ddpcli compare --json` and --csv, in order. People's scripts read these names.
 ROW_KEYS = (
@@ -43,6 +45,22 @@ class ComparisonRow:
     # fewer steps its global batch needs than the baseline's, and the fraction of its samples not wasted.
     predicted_step_speedup: float | None = None
     data_efficiency: float | None = None
+    compare_findings: tuple[Finding, ...] = ()  # found between runs (lr_schedule_mismatch), not in run.json
+
+    @property
+    def findings(self) -> list[Finding]:
+        """run.json's findings, then what compare found against the baseline or the equivalence partner."""
+        return [*self.run.record.findings, *self.compare_findings]
+
+    @property
+    def marked(self) -> bool:
+        """Shown with `!`: a finding says the run trained on something else than its numbers say."""
+        return any(finding.code in MARKED_CODES for finding in self.findings)
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """Throughput of one model: a run whose processes each trained their own counts one process's samples."""
+        return per_model(self.run.metrics.samples_per_s, self.run.record)
 
     @property
     def sparkline(self) -> str:
@@ -57,7 +75,7 @@ class ComparisonRow:
         row["values_from"] = "observed" if record.observed_from_run else "plan"
         row["plan_followed"] = not record.plan_mismatches if record.observed_from_run else None
         row["observed"] = record.observed.model_dump(mode="json") if record.observed is not None else None
-        row["findings"] = [finding.model_dump(mode="json", exclude_none=True) for finding in record.findings]
+        row["findings"] = [finding.model_dump(mode="json", exclude_none=True) for finding in self.findings]
         return row
 
     def _values(self) -> dict[str, Any]:
@@ -76,7 +94,7 @@ class ComparisonRow:
             "final_loss": metrics.final_loss,
             "loss_at_baseline_samples": self.loss_at_baseline_samples,
             "wall_time_s": record.wall_time_s,
-            "samples_per_s": metrics.samples_per_s,
+            "samples_per_s": self.samples_per_s,
             "speedup": self.speedup,
             "scaling_efficiency": self.scaling_efficiency,
             "equivalent_to": self.partner_label,

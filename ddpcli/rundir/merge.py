@@ -31,6 +31,7 @@ from ddpcli.jsonvalues import finite_or_none, parse_row, text_or_none, whole_or_
 from ddpcli.noise_scale import NoiseScaleTracker, simple_noise_scale
 from ddpcli.rundir.layout import OBSERVED_DIR
 from ddpcli.rundir.record import Observed
+from ddpcli.rundir.steps import base_lr
 
 NOISE_BETA = 0.99  # EMA factor of the observer's noise-scale measurement (the runtime helper's default)
 
@@ -152,6 +153,11 @@ def training_loader(ranks: dict[int, RankObservation]) -> dict[str, Any] | None:
     if not isinstance(loaders, list) or not loaders or not isinstance(loaders[0], dict):
         return None
     return loaders[0]
+
+
+def _sampler_chain(loader: dict[str, Any] | None) -> list[str] | None:
+    chain = loader.get("sampler_chain") if loader is not None else None
+    return [str(name) for name in chain] if isinstance(chain, list) else None
 
 
 def merged_metrics(ranks: dict[int, RankObservation]) -> list[dict[str, Any]]:
@@ -290,7 +296,9 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         lr_first=lrs[0] if lrs else None,
         lr_peak=max(lrs) if lrs else None,
         lr_last=lrs[-1] if lrs else None,
+        lr_base=base_lr(main.end, lrs),
         sampler=str(loader["sampler"]) if loader is not None else None,
+        sampler_chain=_sampler_chain(loader),
         distinct_samples_across_ranks=distinct_samples(ranks),
         batchnorm_layers=norms,
         # One process: its statistics are the global batch's, there is nothing to synchronise.
