@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from ddpcli.rundir.merge import RankObservation, main_rank, training_loader
+from ddpcli.rundir.parallel import check_data_parallel, parallel_findings
 from ddpcli.rundir.record import Finding, Observed
 
 # (field of the plan, field of Observed, words)
@@ -27,6 +28,9 @@ def run_findings(
     plan: dict[str, Any], observed: Observed, ranks: dict[int, RankObservation], completed: bool
 ) -> list[Finding]:
     findings = plan_mismatches(plan, observed, completed)
+    parallel = parallel_findings(check_data_parallel(ranks, observed.world_size), _one_process_batch(observed),
+                                 (main_rank(ranks) or RankObservation(0)).run)  # fmt: skip
+    findings += parallel
     world = observed.world_size or len(ranks)
     if observed.distinct_samples_across_ranks is False:
         findings.append(Finding(
@@ -41,7 +45,8 @@ def run_findings(
             message=f"the training DataLoader ran {loader.get('iterations')} epochs with a DistributedSampler whose "
             "epoch never changed (set_epoch was not called): every epoch repeated one order",
         ))  # fmt: skip
-    if world > 1 and observed.batchnorm_layers and observed.batchnorm_synchronized is False:
+    alone = any(finding.severity == "error" for finding in parallel)  # separate trainings: nothing to synchronise
+    if world > 1 and not alone and observed.batchnorm_layers and observed.batchnorm_synchronized is False:
         findings.append(Finding(
             code="batchnorm_not_synchronized", severity="warning",
             message=f"{observed.batchnorm_layers} BatchNorm layer(s) computed statistics per process (a batch of "
@@ -87,6 +92,12 @@ def plan_mismatches(plan: dict[str, Any], observed: Observed, completed: bool) -
     return found
 
 
+def _one_process_batch(observed: Observed) -> int | None:
+    if observed.per_device_batch_size is None or observed.grad_accum_steps is None:
+        return None
+    return observed.per_device_batch_size * observed.grad_accum_steps
+
+
 def _noise_scale_blocked(ranks: dict[int, RankObservation]) -> bool:
     """The noise scale was asked for, nobody measured it, and the script's own comm hook is why."""
     end = (main_rank(ranks) or RankObservation(0)).end
@@ -118,5 +129,6 @@ def _show(value: float) -> str:
 
 def explaining(findings: list[Finding]) -> list[Finding]:
     """The findings that can explain a run diverging from its single-process partner, most telling first."""
-    order = ("plan_mismatch", "same_samples_across_ranks", "batchnorm_not_synchronized", "uneven_steps_across_ranks")
+    order = ("no_process_group", "ranks_not_synchronized", "plan_mismatch", "same_samples_across_ranks",
+             "batchnorm_not_synchronized", "uneven_steps_across_ranks")  # fmt: skip
     return sorted((f for f in findings if f.code in order), key=lambda f: order.index(f.code))

@@ -29,6 +29,7 @@ from typing import Any
 from ddpcli.jsonvalues import finite_or_none, parse_row, text_or_none, whole_or_none
 from ddpcli.noise_scale import NoiseScaleTracker, simple_noise_scale
 from ddpcli.rundir.layout import OBSERVED_DIR
+from ddpcli.rundir.parallel import check_data_parallel, trained_together
 from ddpcli.rundir.record import Observed
 
 NOISE_BETA = 0.99  # EMA factor of the observer's noise-scale measurement (the runtime helper's default)
@@ -42,6 +43,7 @@ class RankObservation:
     fingerprints: list[list[float]] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)
     end: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter digests by "at" (rundir.parallel)
     errors: list[str] = field(default_factory=list)
     skipped_lines: int = 0
 
@@ -68,6 +70,8 @@ def read_rank_file(path: Path, rank: int) -> RankObservation:
             seen.fingerprints.append([value for value in row["values"] if isinstance(value, int | float)])
         elif kind in ("run", "end"):
             setattr(seen, kind, row)
+        elif kind == "params":
+            seen.params[str(row.get("at"))] = row
         elif kind == "error":
             seen.errors.append(str(row.get("message", "")))
     return seen
@@ -263,6 +267,10 @@ def _samples_seen(ranks: dict[int, RankObservation]) -> int:
     return sum(whole_or_none(row.get("samples")) or 0 for seen in ranks.values() for row in seen.steps.values())
 
 
+def _product(*factors: int | None) -> int | None:
+    return None if any(factor is None for factor in factors) else math.prod(factors)  # type: ignore[arg-type]
+
+
 def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
     """The run's `observed` record; None when no rank wrote anything (run with observe = false, or no worker ran)."""
     if not ranks:
@@ -274,21 +282,26 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
     norms = whole_or_none(main.run.get("batchnorm_layers"))
     synchronised = whole_or_none(main.run.get("batchnorm_synchronized"))
     world = whole_or_none(main.run.get("world_size"))
+    parallel = check_data_parallel(ranks, world)
     ranges = {
         name: [counted.low, counted.high]
         for name, counted in (("per_device_batch_size", per_device), ("grad_accum_steps", accumulation),
                               ("global_batch_size", global_batch))
         if counted.low is not None and counted.high is not None
+        and (name != "global_batch_size" or parallel.synchronized is not False)
     }  # fmt: skip
     return Observed(
         world_size=world if world is not None else len(ranks),
+        data_parallel_size=parallel.size,
         per_device_batch_size=per_device.value,
         grad_accum_steps=accumulation.value,
-        global_batch_size=global_batch.value,
+        global_batch_size=_product(per_device.value, accumulation.value, parallel.size),
         ranges=ranges,
         optimizer_steps=len(main.steps),
         samples_seen=sum(
-            whole_or_none(row.get("samples")) or 0 for seen in ranks.values() for row in seen.steps.values()
+            whole_or_none(row.get("samples")) or 0
+            for seen in trained_together(ranks, parallel).values()
+            for row in seen.steps.values()
         ),
         lr_first=lrs[0] if lrs else None,
         lr_peak=max(lrs) if lrs else None,

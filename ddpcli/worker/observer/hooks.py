@@ -27,13 +27,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ddpcli.rundir.layout import PARAMS_FILE
 from ddpcli.worker import process_group
 from ddpcli.worker.observer.noise import BucketNorms
+from ddpcli.worker.observer.parallel import params_row
 from ddpcli.worker.observer.reading import (
     fingerprint,
     first_tensor,
@@ -99,12 +100,15 @@ class Observer:
         self.scaler: Any = None  # the GradScaler whose scale the step's gradients carry
         self.errors: set[str] = set()
         self.finished = False
+        self.process_group = False  # the script called init_process_group
+        self.stepped = False  # the first optimizer step happened (its parameters were digested)
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.stream.add({"kind": "start", "rank": self.rank, "restart": restart, "pid": os.getpid()})
 
     # -- installing ----------------------------------------------------------------------------------------------
 
     def _patch(self) -> None:
+        register_optimizer_step_pre_hook(self._guard(self._before_step))
         register_optimizer_step_post_hook(self._guard(self._after_step))
         self._original_call = nn.Module.__call__
         nn.Module.__call__ = self._discovering_call()
@@ -114,7 +118,11 @@ class Observer:
         wrap(_BaseDataLoaderIter, "__next__", before=self._guard(self._loader_next))
         wrap(DistributedDataParallel, "__init__", after=self._guard(self._ddp_built))
         wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
-        wrap(dist, "init_process_group", after=self._guard(lambda *args, **kwargs: process_group.hold_world_group()))
+        wrap(dist, "init_process_group", after=self._guard(self._group_started))
+
+    def _group_started(self, *args: Any, **kwargs: Any) -> None:
+        self.process_group = True
+        process_group.hold_world_group()
 
     def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Observation must never break training: an error is recorded once per kind and otherwise ignored."""
@@ -218,6 +226,10 @@ class Observer:
             if self.amp is None or not self.amp.endswith("GradScaler"):
                 self.amp = f"{self.amp or 'fp16'} + GradScaler"
 
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self.optimizers:  # the run's first optimizer step: the parameters are still the initial ones
+            self.stream.add(params_row([optimizer], self._modules(), "initial"))
+
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.optimizers:
             self.optimizers.append(optimizer)
@@ -239,6 +251,9 @@ class Observer:
         if norms is not None:
             row["sq_small"], row["sq_big"] = self._unscaled_norms(*norms)
         self.stream.add(row)
+        if not self.stepped:  # ranks that average their gradients hold the same parameters from here on
+            self.stepped = True
+            self.stream.add(params_row(self.optimizers, self._modules(), "first_step"))
         self.micro_batches, self.samples, self.loss = 0, 0, None
         if self.discovering and self.roots:  # a step before any training forward (a warm-up call) finds nothing
             self._describe_run(optimizer)
@@ -303,9 +318,12 @@ class Observer:
 
     # -- the run as a whole -----------------------------------------------------------------------------------------
 
+    def _modules(self) -> list[nn.Module]:
+        return [module for ref in self.roots.values() if (module := ref()) is not None]
+
     def _describe_run(self, optimizer: torch.optim.Optimizer) -> None:
         params = [param for group in optimizer.param_groups for param in group["params"]]
-        modules = [module for ref in self.roots.values() if (module := ref()) is not None]
+        modules = self._modules()
         norms = [layer for module in modules for layer in module.modules() if isinstance(layer, _BatchNorm)]
         synchronised = sum(type(layer).__name__ in _SYNCHRONISED_BATCHNORM for layer in norms)
         self.stream.add({
@@ -333,12 +351,15 @@ class Observer:
             self.stream.add({
                 "kind": "end",
                 "steps": self.step,
+                "process_group": self.process_group or dist.is_initialized(),
                 "loaders": loaders,
                 "amp": self.amp,
                 "script_comm_hook": self.script_comm_hook,
                 "noise_scale_requested": self.measure_noise,
                 "noise_scale_by": "observer" if self.noise is not None else "runtime" if self.runtime_noise else None,
             })  # fmt: skip
+            if self.optimizers:
+                self.stream.add(params_row(self.optimizers, self._modules(), "end"))
             if self.rank == 0:
                 self._save_params()
         except Exception as error:
