@@ -263,8 +263,11 @@ def _step_norms(rows: list[dict[str, Any]]) -> tuple[float, float, float, int] |
     return sum(small) / len(small), sum(big) / len(big), sum(samples) / len(samples), sum(samples)
 
 
-def _samples_seen(ranks: dict[int, RankObservation]) -> int:
-    return sum(whole_or_none(row.get("samples")) or 0 for seen in ranks.values() for row in seen.steps.values())
+def _samples_seen(ranks: dict[int, RankObservation]) -> int | None:
+    """Samples over the steps; None when a step's batch size could not be read (unknown, never counted as 0)."""
+    rows = [row for seen in ranks.values() for row in seen.steps.values()]
+    counts = [whole_or_none(row.get("samples")) for row in rows]
+    return None if any(count is None for count in counts) else sum(counts)  # type: ignore[arg-type]
 
 
 def _product(*factors: int | None) -> int | None:
@@ -298,11 +301,7 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         global_batch_size=_product(per_device.value, accumulation.value, parallel.size),
         ranges=ranges,
         optimizer_steps=len(main.steps),
-        samples_seen=sum(
-            whole_or_none(row.get("samples")) or 0
-            for seen in trained_together(ranks, parallel).values()
-            for row in seen.steps.values()
-        ),
+        samples_seen=_samples_seen(trained_together(ranks, parallel)),
         lr_first=lrs[0] if lrs else None,
         lr_peak=max(lrs) if lrs else None,
         lr_last=lrs[-1] if lrs else None,
