@@ -34,7 +34,7 @@ def run_pattern(run_dir: Path, pattern: str, *, observe: bool = True, extra_env:
     return result.returncode, params, result.stderr
 
 
-def observed_unchanged(tmp_path: Path, pattern: str, **kwargs):
+def observed_unchanged(tmp_path: Path, pattern: str, read: bool = True, **kwargs):
     """Run with and without the observer: same exit code, bit-identical parameters; the observations."""
     import torch
 
@@ -44,7 +44,7 @@ def observed_unchanged(tmp_path: Path, pattern: str, **kwargs):
     assert params is not None and bare_params is not None
     assert params.keys() == bare_params.keys()
     assert all(torch.equal(params[key], bare_params[key]) for key in params)
-    return code, read_observations(tmp_path / "observed"), stderr
+    return code, read_observations(tmp_path / "observed") if read else {}, stderr
 
 
 def test_the_reference_loop(tmp_path: Path) -> None:
@@ -127,3 +127,26 @@ def test_a_batch_whose_size_cannot_be_read_is_unknown_not_zero(tmp_path: Path) -
     assert observed is not None and observed.optimizer_steps == 4
     assert (observed.per_device_batch_size, observed.samples_seen, observed.grad_accum_steps) == (None, None, None)
     assert [row["samples"] for row in ranks[0].steps.values()] == [None] * 4
+
+
+def test_a_file_that_cannot_be_written_never_changes_the_exit_code(tmp_path: Path) -> None:
+    """Item 7: a full disk made the worker exit 1 although the script ended 0. /dev/full fails every write with
+    ENOSPC: the failure is reported once on stderr, and the script's exit code and parameters are its own."""
+    observed_dir = tmp_path / "observed" / "observed"
+    observed_dir.mkdir(parents=True)
+    (observed_dir / "rank-0.jsonl").symlink_to("/dev/full")
+    code, _, stderr = observed_unchanged(tmp_path, "plain", read=False)  # reading /dev/full never ends
+    assert code == 0
+    assert stderr.count("observer_error") == 1 and "No space left on device" in stderr
+
+
+def test_a_script_that_spawns_its_own_processes_is_told_so(tmp_path: Path) -> None:
+    """Item 13: training ran in a child process the observer never saw; "optimizer steps 0" and no hint."""
+    from ddpcli.rundir.findings import run_findings
+
+    code, ranks, _ = observed_unchanged(tmp_path, "spawn")
+    observed = summarize(ranks)
+    assert code == 0 and observed is not None and observed.optimizer_steps == 0
+    findings = run_findings({"total_steps": 4}, observed, ranks, completed=True)
+    spawn = next(finding for finding in findings if finding.code == "script_spawned_processes")
+    assert "torch.multiprocessing.spawn" in spawn.message and "1 process" in spawn.message

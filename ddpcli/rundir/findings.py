@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ddpcli.rundir.causes import script_findings, with_causes
 from ddpcli.rundir.merge import RankObservation, main_rank, training_loader
 from ddpcli.rundir.parallel import check_data_parallel, parallel_findings
 from ddpcli.rundir.record import Finding, Observed
@@ -27,10 +28,12 @@ COMPARED = (
 def run_findings(
     plan: dict[str, Any], observed: Observed, ranks: dict[int, RankObservation], completed: bool
 ) -> list[Finding]:
-    findings = plan_mismatches(plan, observed, completed)
-    parallel = parallel_findings(check_data_parallel(ranks, observed.world_size), _one_process_batch(observed),
-                                 (main_rank(ranks) or RankObservation(0)).run)  # fmt: skip
-    findings += parallel
+    main = main_rank(ranks) or RankObservation(0)
+    findings = with_causes(plan_mismatches(plan, observed, completed), plan, observed, main.end)
+    parallel = parallel_findings(
+        check_data_parallel(ranks, observed.world_size), _one_process_batch(observed), main.run
+    )
+    findings += parallel + script_findings(main.end, observed.optimizer_steps)
     world = observed.world_size or len(ranks)
     if observed.distinct_samples_across_ranks is False:
         findings.append(Finding(

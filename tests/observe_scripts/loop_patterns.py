@@ -16,6 +16,7 @@ unless the pattern says otherwise:
   numpy-lr          the param group's lr is a numpy float32
   os-exit           the script ends with os._exit(0) (the last rows were lost)
   exit-code         the script ends with sys.exit(3)
+  spawn             the script trains in a child process it starts with torch.multiprocessing.spawn
 --save writes the final parameters (torch.save of the state_dict) for a bit-identical comparison.
 """
 
@@ -33,7 +34,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 PATTERNS = (
     "plain", "fresh-optimizer", "instance-step", "double-backward", "loss-list", "grad-validation", "eval-wrapper",
-    "list-batch", "numpy-lr", "os-exit", "exit-code",
+    "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn",
 )  # fmt: skip
 
 
@@ -54,6 +55,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--save", default=None)
     args = parser.parse_args()
+    if args.pattern == "spawn":
+        torch.multiprocessing.spawn(spawned, args=(args,), nprocs=1)
+        return
+    train(args)
+
+
+def spawned(index: int, args: argparse.Namespace) -> None:
+    train(args)
+
+
+def train(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     data = torch.Generator().manual_seed(1)
     x, x_val = torch.randn(64, 4, generator=data), torch.randn(64, 4, generator=data)

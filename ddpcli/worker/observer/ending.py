@@ -44,6 +44,7 @@ def end_rows(observer: Any) -> list[dict[str, Any]]:
         "steps": observer.step,
         "process_group": observer.process_group or dist.is_initialized(),
         "spawned": observer.spawned,
+        "loaded": observer.loaded,
         "loaders": loaders,
         "amp": observer.amp,
         "script_comm_hook": observer.script_comm_hook,

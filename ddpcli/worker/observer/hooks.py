@@ -36,6 +36,7 @@ from ddpcli.rundir.layout import PARAMS_FILE
 from ddpcli.worker import process_group
 from ddpcli.worker.observer.ending import end_rows, run_row, save_params
 from ddpcli.worker.observer.forwards import Counts, ForwardTracker
+from ddpcli.worker.observer.loads import loaded_file
 from ddpcli.worker.observer.noise import BucketNorms
 from ddpcli.worker.observer.optimizers import replaces, watch_instance_steps
 from ddpcli.worker.observer.parallel import params_row
@@ -105,6 +106,7 @@ class Observer:
         self.finished = False
         self.process_group = False  # the script called init_process_group
         self.spawned = 0  # processes the script started itself with torch.multiprocessing.spawn
+        self.loaded: list[dict[str, Any]] = []  # files torch.load read before the first step (loads.py)
         self.stepped = False  # the first optimizer step happened (its parameters were digested)
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.stream.add({"kind": "start", "rank": self.rank, "restart": restart, "pid": os.getpid()})
@@ -126,12 +128,19 @@ class Observer:
         wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
         wrap(dist, "init_process_group", after=self._guard(self._group_started))
         wrap(torch.multiprocessing, "spawn", before=self._guard(self._spawning))
+        wrap(torch, "load", before=self._guard(self._loading))
 
     def _optimizer_created(self, result: Any, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
         self.created.append(weakref.ref(optimizer))
 
     def _spawning(self, fn: Any, args: Any = (), nprocs: int = 1, *rest: Any, **kwargs: Any) -> None:
         self.spawned += nprocs if isinstance(nprocs, int) else 1
+
+    def _loading(self, *args: Any, **kwargs: Any) -> None:
+        if not self.stepped and len(self.loaded) < 16:  # before the first step: what the run starts from
+            found = loaded_file(args[0] if args else kwargs.get("f"), self.run_dir)
+            if found is not None and found not in self.loaded:
+                self.loaded.append(found)
 
     def _group_started(self, *args: Any, **kwargs: Any) -> None:
         self.process_group = True
