@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ddpcli.compare.equivalence import DIVERGED
+from ddpcli.compare.initial import initial_params_cause
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.runs import NO_FILE, RunRecord, status_reason
 from ddpcli.experiment.outlook import far_above_critical
@@ -152,7 +153,9 @@ def _unexplained(run: RunRecord, partner: RunRecord) -> str:
 
 def divergence_causes(run: RunRecord, partner: RunRecord) -> list[str]:
     """Differences recorded in run.json that break equivalence, each in words with its numbers."""
-    causes = [
+    initial = initial_params_cause(run, partner)  # before any other: nothing later makes such runs end alike
+    causes = [initial] if initial else []
+    causes += [
         f"{record.name}: {finding.message} ({finding.code})"
         for record in (run, partner)
         for finding in explaining(record.findings)

@@ -29,7 +29,7 @@ from typing import Any
 from ddpcli.jsonvalues import finite_or_none, parse_row, text_or_none, whole_or_none
 from ddpcli.noise_scale import NoiseScaleTracker, simple_noise_scale
 from ddpcli.rundir.layout import OBSERVED_DIR
-from ddpcli.rundir.parallel import check_data_parallel, trained_together
+from ddpcli.rundir.parallel import check_data_parallel, initial_fingerprint, trained_together
 from ddpcli.rundir.record import Observed
 
 NOISE_BETA = 0.99  # EMA factor of the observer's noise-scale measurement (the runtime helper's default)
@@ -314,4 +314,5 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         backend=text_or_none(main.run.get("backend")),
         device=text_or_none(main.run.get("device")),
         ddp=main.run.get("ddp") if isinstance(main.run.get("ddp"), bool) else None,
+        initial_params_fingerprint=initial_fingerprint(main),
     )

@@ -11,6 +11,8 @@ Where the ranks hold shards of the parameters (FSDP, ZeRO-3, tensor parallelism)
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,3 +159,13 @@ def parallel_findings(check: ParallelCheck, batch: int | None, run: dict[str, An
             "model does not apply",
         )]  # fmt: skip
     return []
+
+
+def initial_fingerprint(main: Any) -> str | None:
+    """A short hash of rank 0's parameters before its first optimizer step: equal for runs that started from the
+    same initial parameters (a seeded initialisation, whatever the world size: DDP starts every rank from rank 0's)."""
+    values = _values(main.params.get("initial")) if main is not None else None
+    if values is None:
+        return None
+    text = json.dumps([values[0], values[1], values[2]], allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -65,6 +65,7 @@ class Observed(_Record):
     backend: str | None = None
     device: str | None = None
     ddp: bool | None = None
+    initial_params_fingerprint: str | None = None  # rank 0's parameters before the first step (rundir.parallel)
 
 
 class RunRecord(_Record):
