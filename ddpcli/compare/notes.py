@@ -9,6 +9,7 @@ from ddpcli.compare.equivalence import DIVERGED
 from ddpcli.compare.initial import initial_params_cause
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.runs import NO_FILE, RunRecord, status_reason
+from ddpcli.compare.script_notes import beta2_note
 from ddpcli.experiment.outlook import far_above_critical
 from ddpcli.rundir.findings import explaining
 
@@ -41,6 +42,7 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
         notes += _equivalence_notes(row, atol)
     for row in rows:
         notes += _noise_scale_notes(row)
+    notes += [note for row in rows if (note := beta2_note(row.label, row.run.record))]
     notes += _file_notes([row.run.record for row in rows])
     return notes
 

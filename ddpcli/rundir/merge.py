@@ -315,4 +315,5 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         device=text_or_none(main.run.get("device")),
         ddp=main.run.get("ddp") if isinstance(main.run.get("ddp"), bool) else None,
         initial_params_fingerprint=initial_fingerprint(main),
+        optimizer=main.run.get("optimizer") if isinstance(main.run.get("optimizer"), dict) else None,
     )

@@ -32,7 +32,25 @@ def run_row(observer: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         "batchnorm_layers": len(norms),
         "batchnorm_synchronized": synchronised,
         "amp": observer.amp,
+        "optimizer": optimizer_row(optimizer),
     }
+
+
+_HYPER_PARAMETERS = ("betas", "momentum", "weight_decay", "eps", "nesterov", "dampening")
+
+
+def optimizer_row(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's class and its first param group's hyper-parameters (what the script really used: nanoGPT's
+    AdamW has beta2 0.95, not the 0.999 a note would assume). Tensors stay on the device until the flush."""
+    found: dict[str, Any] = {"class": type(optimizer).__name__}
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    for key in _HYPER_PARAMETERS:
+        value = group.get(key)
+        if isinstance(value, tuple | list):
+            found[key] = [item.detach().clone() if isinstance(item, torch.Tensor) else item for item in value]
+        elif value is not None:
+            found[key] = value.detach().clone() if isinstance(value, torch.Tensor) else value
+    return found
 
 
 def end_rows(observer: Any) -> list[dict[str, Any]]:
