@@ -77,3 +77,8 @@ def test_the_beta2_note_uses_the_scripts_beta2() -> None:
     )
     assert beta2_note("x", record("x", None, optimizer={"class": "AdamW", "betas": [0.9, 0.999]})) is None
     assert beta2_note("x", record("x", None, optimizer={"class": "SGD", "momentum": 0.9})) is None
+
+
+def test_one_process_where_several_ran_without_a_process_group_is_named() -> None:
+    message = explained({"world_size": 2}, Observed(world_size=1), {"process_group": False})["world_size"]
+    assert message.endswith("no process called init_process_group: 2 separate trainings (see no_process_group)")

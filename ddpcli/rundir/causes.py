@@ -7,7 +7,8 @@ A plan_mismatch says which number differs; this module adds why, when the observ
 - an lr equal to the baseline's while the plan scaled it: the lr is hard-coded or its flag not wired;
 - fewer steps after loading a file before the first step: the script resumed from a checkpoint (and which run
   wrote it, when the worker could tell);
-- a global batch smaller than planned because the processes trained separately.
+- a global batch smaller than planned because the processes trained separately, one process where several were
+  launched because none started a process group.
 Also the findings of their own: a checkpoint another run wrote, loaded at start (`resumed_from_other_run`), and a
 script that started processes of its own (`script_spawned_processes`).
 """
@@ -59,8 +60,11 @@ def _cause(finding: Finding, plan: dict[str, Any], observed: Observed, end: dict
                 f"the lr stayed at the baseline's {baseline:g} though the plan scaled it: the script hard-codes its "
                 "lr or ignores the flag (wire it with `{lr}` in args)"
             )
-    if finding.field == "global_batch_size" and observed.data_parallel_size == 1 and (world or 0) > 1:
-        return "the processes never averaged their gradients, each trained alone (see ranks_not_synchronized)"
+    if finding.field == "world_size" and seen == 1 and end.get("process_group") is False:
+        return f"no process called init_process_group: {planned} separate trainings (see no_process_group)"
+    launched = max(world or 0, whole_or_none(plan.get("world_size")) or 0)
+    if finding.field == "global_batch_size" and observed.data_parallel_size == 1 and launched > 1:
+        return "the processes never averaged their gradients: each trained alone, its own model"
     return None
 
 

@@ -60,9 +60,9 @@ def end_rows(observer: Any) -> list[dict[str, Any]]:
     end = {
         "kind": "end",
         "steps": observer.step,
-        "process_group": observer.process_group or dist.is_initialized(),
-        "spawned": observer.spawned,
-        "loaded": observer.loaded,
+        "process_group": observer.habits.process_group or dist.is_initialized(),
+        "spawned": observer.habits.spawned,
+        "loaded": observer.habits.loaded,
         "loaders": loaders,
         "amp": observer.amp,
         "script_comm_hook": observer.script_comm_hook,

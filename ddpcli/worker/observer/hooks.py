@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -33,10 +32,9 @@ from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ddpcli.rundir.layout import PARAMS_FILE
-from ddpcli.worker import process_group
 from ddpcli.worker.observer.ending import end_rows, run_row, save_params
 from ddpcli.worker.observer.forwards import Counts, ForwardTracker
-from ddpcli.worker.observer.loads import loaded_file
+from ddpcli.worker.observer.habits import ScriptHabits
 from ddpcli.worker.observer.noise import BucketNorms
 from ddpcli.worker.observer.optimizers import replaces, watch_instance_steps
 from ddpcli.worker.observer.parallel import params_row
@@ -85,7 +83,6 @@ class Observer:
         self.step = 0
         self.forwards = ForwardTracker(self.error)  # which forwards fed each backward: micro-batches, samples
         self.hooked_steps = 0  # optimizer steps seen through torch's hooks
-        self.created: list[weakref.ref[torch.optim.Optimizer]] = []  # every optimizer, for a step replaced on it
         self.extra_optimizers: set[int] = set()  # optimizers over other parameters than the first (a GAN's)
         self.loss: torch.Tensor | None = None
         self.unscaled: dict[int, torch.Tensor] = {}  # id(scaler.scale(loss)) -> loss, until its backward
@@ -104,10 +101,8 @@ class Observer:
         self.scaler: Any = None  # the GradScaler whose scale the step's gradients carry
         self.errors: set[str] = set()
         self.finished = False
-        self.process_group = False  # the script called init_process_group
-        self.spawned = 0  # processes the script started itself with torch.multiprocessing.spawn
-        self.loaded: list[dict[str, Any]] = []  # files torch.load read before the first step (loads.py)
         self.stepped = False  # the first optimizer step happened (its parameters were digested)
+        self.habits = ScriptHabits(self.run_dir, lambda: self.stepped)
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.stream.add({"kind": "start", "rank": self.rank, "restart": restart, "pid": os.getpid()})
 
@@ -120,31 +115,12 @@ class Observer:
         nn.Module.__call__ = self._discovering_call()
         wrap(torch.autograd, "backward", before=self._guard(self._before_backward),
              after=self._guard(self.forwards.backward_ended))  # fmt: skip
-        wrap(torch.optim.Optimizer, "__init__", after=self._guard(self._optimizer_created))
         wrap(torch.amp.GradScaler, "scale", after=self._guard(self._scaled))
         wrap(DataLoader, "__iter__", after=self._guard(self._loader_iter))
         wrap(_BaseDataLoaderIter, "__next__", before=self._guard(self._loader_next))
         wrap(DistributedDataParallel, "__init__", after=self._guard(self._ddp_built))
         wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
-        wrap(dist, "init_process_group", after=self._guard(self._group_started))
-        wrap(torch.multiprocessing, "spawn", before=self._guard(self._spawning))
-        wrap(torch, "load", before=self._guard(self._loading))
-
-    def _optimizer_created(self, result: Any, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
-        self.created.append(weakref.ref(optimizer))
-
-    def _spawning(self, fn: Any, args: Any = (), nprocs: int = 1, *rest: Any, **kwargs: Any) -> None:
-        self.spawned += nprocs if isinstance(nprocs, int) else 1
-
-    def _loading(self, *args: Any, **kwargs: Any) -> None:
-        if not self.stepped and len(self.loaded) < 16:  # before the first step: what the run starts from
-            found = loaded_file(args[0] if args else kwargs.get("f"), self.run_dir)
-            if found is not None and found not in self.loaded:
-                self.loaded.append(found)
-
-    def _group_started(self, *args: Any, **kwargs: Any) -> None:
-        self.process_group = True
-        process_group.hold_world_group()
+        self.habits.patch(self._guard)
 
     def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Observation must never break training: an error is recorded once per kind and otherwise ignored."""
@@ -224,7 +200,7 @@ class Observer:
         given = [tensor for tensor in given if isinstance(tensor, torch.Tensor) and tensor.requires_grad]
         if not given:
             return
-        watch_instance_steps(self.created, self)
+        watch_instance_steps(self.habits.optimizers, self)
         self.forwards.backward_started()
         for tensor in given:
             if tensor.numel() == 1:
