@@ -83,3 +83,38 @@ def test_compare_never_shows_separate_trainings_with_a_joint_global_batch(modes:
     rows = {row["name"]: row for row in compare_json(root)}
     assert rows["ddp"]["global_batch_size"] == rows["allreduce"]["global_batch_size"] == 16
     assert rows["unwrapped"]["global_batch_size"] == rows["no-group"]["global_batch_size"] == 8
+
+
+SHARDED = f"""
+[defaults]
+script = "{SCRIPTS / "fsdp_train.py"}"
+per_device_batch_size = 8
+lr = 0.1
+max_steps = 3
+scaling = "none"
+nproc_per_node = 2
+env = {{ OMP_NUM_THREADS = "1" }}
+
+[baseline]
+name = "fsdp1"
+args = ["--api", "fsdp1", "--steps", "{{total_steps}}"]
+
+[[experiments]]
+name = "fsdp2"
+args = ["--api", "fsdp2", "--steps", "{{total_steps}}"]
+"""
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    return launched_runs(tmp_path_factory.mktemp("sharded"), SHARDED)
+
+
+@pytest.mark.parametrize(("name", "what"), [("fsdp1", "FullyShardedDataParallel"), ("fsdp2", "FSDPModule")])
+def test_sharded_parameters_are_said_to_be_unchecked(sharded: dict[str, dict[str, Any]], name: str, what: str) -> None:
+    record = sharded[name]["record"]
+    assert record["status"] == "completed"
+    assert (record["observed"]["data_parallel_size"], record["observed"]["global_batch_size"]) == (2, 16)
+    [finding] = record["findings"]
+    assert (finding["code"], finding["severity"]) == ("data_parallel_unchecked", "info")
+    assert f"({what})" in finding["message"] and "does not apply" in finding["message"]
