@@ -51,6 +51,7 @@ def test_averaging_gradients_is_data_parallel_whatever_does_it(modes: dict[str, 
     observed = record["observed"]
     assert (observed["world_size"], observed["data_parallel_size"], observed["global_batch_size"]) == (2, 2, 16)
     assert observed["samples_seen"] == 4 * 16
+    assert [row["samples"] for row in modes[mode]["metrics"].rows] == [16, 32, 48, 64]
     assert observed["ddp"] is (mode == "ddp")
     assert codes(record) == []
 
@@ -60,6 +61,7 @@ def test_ranks_that_never_averaged_gradients_are_separate_trainings(modes: dict[
     observed = record["observed"]
     assert (observed["world_size"], observed["data_parallel_size"], observed["global_batch_size"]) == (2, 1, 8)
     assert observed["samples_seen"] == 4 * 8  # rank 0's model saw rank 0's samples
+    assert [row["samples"] for row in modes["unwrapped"]["metrics"].rows] == [8, 16, 24, 32]  # and so do its metrics
     finding = next(f for f in record["findings"] if f["code"] == "ranks_not_synchronized")
     assert finding["severity"] == "error"
     assert "never averaged gradients" in finding["message"] and "2 separate trainings" in finding["message"]
