@@ -50,6 +50,11 @@ args = {ARGS.format(habit="unseeded")}
 name = "two"
 nproc_per_node = 2
 args = {ARGS.format(habit="unseeded")}
+
+[[experiments]]
+name = "scaled"
+nproc_per_node = 2
+args = {ARGS.format(habit="scale-loss")}
 """
 
 
@@ -97,3 +102,10 @@ def test_unseeded_runs_are_told_they_started_from_different_parameters(habits: d
     assert note.index(cause) < min(  # before any other guess
         (note.index(guess) for guess in ("likely causes", "sum-reduced") if guess in note), default=len(note)
     )
+
+
+def test_a_loss_scaled_by_the_world_size_is_named(habits: dict[str, dict[str, Any]]) -> None:
+    record = habits["scaled"]["record"]
+    finding = next(f for f in record["findings"] if f["code"] == "loss_scaled_by_world_size")
+    assert "2 x the loss the model returned" in finding["message"]
+    assert "loss_scaled_by_world_size" not in codes(habits["two"]["record"])

@@ -9,8 +9,9 @@ A plan_mismatch says which number differs; this module adds why, when the observ
   wrote it, when the worker could tell);
 - a global batch smaller than planned because the processes trained separately, one process where several were
   launched because none started a process group.
-Also the findings of their own: a checkpoint another run wrote, loaded at start (`resumed_from_other_run`), and a
-script that started processes of its own (`script_spawned_processes`).
+Also the findings of their own: a checkpoint another run wrote, loaded at start (`resumed_from_other_run`), a
+script that started processes of its own (`script_spawned_processes`), a loss back-propagated at world-size times
+the one the model returned (`loss_scaled_by_world_size`).
 """
 
 from __future__ import annotations
@@ -101,6 +102,28 @@ def _written(entry: dict[str, Any]) -> str:
         words += ", after this sweep began"
     writer = text_or_none(entry.get("written_by"))
     return f"{words}; written by run {writer}" if writer else words
+
+
+def loss_scale_findings(steps: dict[int, dict[str, Any]], world: int | None) -> list[Finding]:
+    """`loss_scaled_by_world_size`: the loss back-propagated is the world size times the loss the model returned at
+    every step (transformers' Trainer multiplies it so that DDP's average gives the mean over every process's
+    tokens): the gradients are right, but the loss curve reads world-size times a single process's."""
+    if not world or world < 2:
+        return []
+    ratios = []
+    for row in steps.values():
+        back, model = finite_or_none(row.get("loss")), finite_or_none(row.get("output_loss"))
+        if back is None or not model:
+            continue
+        ratios.append(back / model)
+    if not ratios or not all(math.isclose(ratio, world, rel_tol=1e-3) for ratio in ratios):
+        return []
+    return [Finding(
+        code="loss_scaled_by_world_size", severity="warning",
+        message=f"the loss back-propagated is {world} x the loss the model returned at every step: the script (or its "
+        f"framework: transformers' Trainer does, averaging tokens across devices) scales it by the world size, so "
+        f"its loss curve reads {world} x a single process's though the gradients are the same",
+    )]  # fmt: skip
 
 
 def script_findings(end: dict[str, Any], steps: int | None) -> list[Finding]:

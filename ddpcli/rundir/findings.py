@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ddpcli.rundir.causes import script_findings, with_causes
+from ddpcli.rundir.causes import loss_scale_findings, script_findings, with_causes
 from ddpcli.rundir.merge import RankObservation, main_rank, training_loader
 from ddpcli.rundir.parallel import check_data_parallel, parallel_findings
 from ddpcli.rundir.record import Finding, Observed
@@ -34,6 +34,7 @@ def run_findings(
         check_data_parallel(ranks, observed.world_size), _one_process_batch(observed), main.run
     )
     findings += parallel + script_findings(main.end, observed.optimizer_steps)
+    findings += loss_scale_findings(main.steps, observed.world_size)
     world = observed.world_size or len(ranks)
     if observed.distinct_samples_across_ranks is False:
         findings.append(Finding(

@@ -6,6 +6,8 @@
 --habit snapshot      the DDP tutorial: resume from ./snapshot.pt when it exists (left in the shared working
                       directory by an earlier run), save it after every step
 --habit unseeded      the model's initialisation is not seeded (the data is)
+--habit scale-loss    transformers' Trainer: the model returns {"loss": ...} and the loss back-propagated is that
+                      times the world size (DDP's average then gives the mean over every process's samples)
 A DDP-wrapped MLP, a mean-reduced loss, SGD; every rank draws its own seeded samples.
 """
 
@@ -25,9 +27,21 @@ from torch.nn.parallel import DistributedDataParallel
 SNAPSHOT = Path("snapshot.pt")
 
 
+class WithLoss(nn.Module):
+    """A model that computes its own loss, as Hugging Face models do when given labels."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"loss": F.mse_loss(self.net(x), x.sum(dim=1, keepdim=True))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--habit", choices=("none", "divide-accum", "snapshot", "unseeded"), default="none")
+    habits = ("none", "divide-accum", "snapshot", "unseeded", "scale-loss")
+    parser.add_argument("--habit", choices=habits, default="none")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--steps", type=int, default=4)
@@ -48,7 +62,8 @@ def main() -> None:
         snapshot = torch.load(SNAPSHOT, weights_only=True)
         net.load_state_dict(snapshot["model"])
         start = snapshot["step"]
-    model = DistributedDataParallel(net) if world > 1 else net
+    wrapped: nn.Module = WithLoss(net) if args.habit == "scale-loss" else net
+    model = DistributedDataParallel(wrapped) if world > 1 else wrapped
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     data = torch.Generator().manual_seed(100 + rank)
     for step in range(start, args.steps):
@@ -56,7 +71,11 @@ def main() -> None:
             x = torch.randn(args.batch_size, 4, generator=data)
             last = index == accumulation - 1
             with model.no_sync() if world > 1 and not last else contextlib.nullcontext():
-                (F.mse_loss(model(x), x.sum(dim=1, keepdim=True)) / accumulation).backward()
+                if args.habit == "scale-loss":
+                    loss = model(x)["loss"] * world
+                else:
+                    loss = F.mse_loss(model(x), x.sum(dim=1, keepdim=True))
+                (loss / accumulation).backward()
         optimizer.step()
         optimizer.zero_grad()
         if args.habit == "snapshot" and rank == 0:

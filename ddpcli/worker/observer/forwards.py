@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from ddpcli.worker.observer.reading import first_tensor, tensors
 
 
@@ -31,6 +33,7 @@ class Forward:
     samples: int | None
     loader: int | None  # id of the DataLoader that gave the last batch
     fingerprint: Any = None  # device tensor, kept for the first training batches
+    loss: Any = None  # the scalar `loss` the module returned (a Hugging Face model's), detached
     reached: bool = False
 
 
@@ -38,6 +41,7 @@ class Forward:
 class Counts:
     micro_batches: int = 0
     samples: int | None = 0  # None once one micro-batch's size is unknown
+    output_loss: Any = None  # sum of the losses the model returned (to tell a loss the script scaled afterwards)
     loaders: set[int] = field(default_factory=set)
 
 
@@ -67,6 +71,9 @@ class ForwardTracker:
         record = Forward(self.order, id(module), self.batch_size(args, kwargs), loader)
         if fingerprint is not None:
             record.fingerprint = fingerprint()
+        loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            record.loss = loss.detach().reshape(())
         for node in nodes.values():
             node.register_prehook(self._hook(record))
 
@@ -108,6 +115,10 @@ class ForwardTracker:
         sizes = [record.samples for record in reached if record.module == first]
         samples = None if any(size is None for size in sizes) else sum(sizes)  # type: ignore[misc]
         self.counts.samples = None if samples is None or self.counts.samples is None else self.counts.samples + samples
+        for record in reached:
+            if record.module == first and record.loss is not None:
+                loss = self.counts.output_loss
+                self.counts.output_loss = record.loss if loss is None else loss + record.loss
         self.counts.loaders.update(record.loader for record in reached if record.loader is not None)
         self.first_trained += [
             record for record in reached if record.fingerprint is not None and record.module == first

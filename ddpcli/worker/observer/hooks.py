@@ -241,6 +241,8 @@ class Observer:
             "lr": [snapshot(group["lr"]) for group in optimizer.param_groups],
             "time": round(time.perf_counter() - self.start, 6),
         }  # fmt: skip
+        if counts.output_loss is not None:
+            row["output_loss"] = counts.output_loss  # the model's own loss: the script may scale what it back-props
         norms = self.noise.take() if self.noise is not None else None
         if norms is not None:
             row["sq_small"], row["sq_big"] = self._unscaled_norms(*norms)
