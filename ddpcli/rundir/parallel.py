@@ -12,7 +12,6 @@ Where the ranks hold shards of the parameters (FSDP, ZeRO-3, tensor parallelism)
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,5 +166,5 @@ def initial_fingerprint(main: Any) -> str | None:
     values = _values(main.params.get("initial")) if main is not None else None
     if values is None:
         return None
-    text = json.dumps([values[0], values[1], values[2]], allow_nan=True)
+    text = repr([values[0], values[1], values[2]])  # floats' repr round-trips; a NaN is "nan", not JSON
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -68,7 +68,8 @@ class RankStream:
         self.flush()
         try:
             if self.failed is not None and self._file is not None:  # one last try: the space may have come back
-                self._file.write(json.dumps({"kind": "error", "message": f"cannot write: {self.failed}"}) + "\n")
+                row = {"kind": "error", "message": f"cannot write: {self.failed}"}
+                self._file.write(json.dumps(row, allow_nan=False) + "\n")
             if self._file is not None:
                 self._file.close()
         except Exception:  # nothing more to report: stderr already says it
