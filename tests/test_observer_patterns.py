@@ -92,6 +92,16 @@ def test_a_step_replaced_on_the_instance_is_counted(tmp_path: Path) -> None:
     assert observed is not None and (observed.optimizer_steps, observed.per_device_batch_size) == (4, 8)
 
 
+def test_a_bound_step_on_the_instance_stays_a_bound_method(tmp_path: Path) -> None:
+    """An lr scheduler created after the observer wrapped `opt.step` unwraps `opt.step.__func__`: it must still work
+    (the run's parameters are the same), and every step is counted once."""
+    code, ranks, stderr = observed_unchanged(tmp_path, "bound-step")
+    observed = summarize(ranks)
+    assert code == 0 and observed is not None, stderr[-2000:]
+    assert (observed.optimizer_steps, observed.samples_seen) == (4, 32)
+    assert (observed.lr_first, observed.lr_last) == (pytest.approx(0.1), pytest.approx(0.05))
+
+
 @pytest.mark.parametrize("pattern", ["double-backward", "loss-list"])
 def test_several_losses_on_one_batch_are_one_micro_batch(tmp_path: Path, pattern: str) -> None:
     """Item 10: two backward calls counted as 2 micro-batches of half the batch; a list of losses not at all."""

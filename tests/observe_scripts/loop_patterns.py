@@ -9,6 +9,8 @@ unless the pattern says otherwise:
   instance-step     `opt.step` replaced on the instance by the script's own update (torch's step hooks never run)
   double-backward   a main and an auxiliary loss, two backward calls on one batch (retain_graph)
   loss-list         `torch.autograd.backward([main, aux])`
+  bound-step        `opt.step` replaced on the instance by a bound method that clips, then calls the class's step;
+                    an lr scheduler created after the first step (it unwraps `opt.step.__func__`)
   grad-validation   after each step a validation batch of 32 through the model in train mode with grad enabled and
                     no backward (from a second DataLoader, a SequentialSampler)
   eval-wrapper      the model is in eval mode while it trains (Lightning's sanity check leaves its wrapper so)
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import types
 
 import numpy as np
 import torch
@@ -33,8 +36,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 PATTERNS = (
-    "plain", "fresh-optimizer", "instance-step", "double-backward", "loss-list", "grad-validation", "eval-wrapper",
-    "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn",
+    "plain", "fresh-optimizer", "instance-step", "bound-step", "double-backward", "loss-list", "grad-validation",
+    "eval-wrapper", "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn",
 )  # fmt: skip
 
 
@@ -85,6 +88,13 @@ def train(args: argparse.Namespace) -> None:
                     param.add_(param.grad, alpha=-0.1)
 
         optimizer.step = own_step  # type: ignore[method-assign]
+    if args.pattern == "bound-step":
+
+        def clipped_step(self: torch.optim.Optimizer, closure=None):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            return type(self).step(self, closure)
+
+        optimizer.step = types.MethodType(clipped_step, optimizer)  # type: ignore[method-assign]
     if args.pattern == "eval-wrapper":
         model.eval()
     step = 0
@@ -108,6 +118,8 @@ def train(args: argparse.Namespace) -> None:
             optimizer.step()
             optimizer.zero_grad()
             step += 1
+            if args.pattern == "bound-step" and step == 1:
+                torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: 0.5)  # halves the lr from here on
             if args.pattern == "grad-validation":
                 val_inputs, val_targets = next(iter(validation))
                 F.mse_loss(model(val_inputs), val_targets)  # grad enabled, train mode, never back-propagated

@@ -9,6 +9,8 @@
 """
 
 import functools
+import inspect
+import types
 import weakref
 from typing import Any
 
@@ -40,10 +42,19 @@ def watch_instance_steps(created: list[weakref.ref[torch.optim.Optimizer]], obse
 
 
 def _counting(optimizer: torch.optim.Optimizer, replaced: Any, observer: Any) -> Any:
+    """A function like `replaced` that counts the step when torch's hooks did not. A bound method stays a bound
+    method (an lr scheduler created later unwraps `opt.step.__func__`)."""
     reference = weakref.ref(optimizer)  # the function lives on the optimizer: no cycle through a strong reference
 
     @functools.wraps(replaced)  # keeps the attributes an lr scheduler marks its own wrapper with
     def step(*args: Any, **kwargs: Any) -> Any:
+        return _counted(*args, **kwargs)
+
+    @functools.wraps(replaced)
+    def bound_step(_self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _counted(*args, **kwargs)
+
+    def _counted(*args: Any, **kwargs: Any) -> Any:
         before = observer.hooked_steps
         target = reference()
         if target is not None:
@@ -53,5 +64,8 @@ def _counting(optimizer: torch.optim.Optimizer, replaced: Any, observer: Any) ->
             observer.step_without_hooks(target)
         return result
 
+    if inspect.ismethod(replaced):
+        bound_step._ddpcli_counts = True  # type: ignore[attr-defined]
+        return types.MethodType(bound_step, optimizer)
     step._ddpcli_counts = True  # type: ignore[attr-defined]
     return step
