@@ -14,7 +14,8 @@ from ddpcli.worker import process_group
 from ddpcli.worker.observer.loads import loaded_file
 from ddpcli.worker.observer.reading import wrap
 
-MAX_LOADED = 16
+MAX_LOADED = 16  # files recorded
+MAX_LOAD_CALLS = 64  # torch.load calls looked at (a dataset of .pt shards read before the first step: no cost)
 
 
 class ScriptHabits:
@@ -24,6 +25,7 @@ class ScriptHabits:
         self.process_group = False  # the script called init_process_group
         self.spawned = 0  # processes the script started itself with torch.multiprocessing.spawn
         self.loaded: list[dict[str, Any]] = []  # files torch.load read before the first step
+        self.load_calls = 0
         self.optimizers: list[weakref.ref[torch.optim.Optimizer]] = []  # every optimizer created
 
     def patch(self, guard: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
@@ -43,7 +45,8 @@ class ScriptHabits:
         self.spawned += nprocs if isinstance(nprocs, int) else 1
 
     def _loading(self, *args: Any, **kwargs: Any) -> None:
-        if not self.stepped() and len(self.loaded) < MAX_LOADED:  # before the first step: what the run starts from
+        self.load_calls += 1
+        if not self.stepped() and len(self.loaded) < MAX_LOADED and self.load_calls <= MAX_LOAD_CALLS:
             found = loaded_file(args[0] if args else kwargs.get("f"), self.run_dir)
             if found is not None and found not in self.loaded:
                 self.loaded.append(found)
