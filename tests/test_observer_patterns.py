@@ -160,3 +160,23 @@ def test_a_script_that_spawns_its_own_processes_is_told_so(tmp_path: Path) -> No
     findings = run_findings({"total_steps": 4}, observed, ranks, completed=True)
     spawn = next(finding for finding in findings if finding.code == "script_spawned_processes")
     assert "torch.multiprocessing.spawn" in spawn.message and "1 process" in spawn.message
+
+
+def test_every_value_a_row_holds_becomes_a_plain_number_or_is_dropped() -> None:
+    """Item 6: what a script may put in a param group (numpy, Decimal, Fraction) is written as a number; what JSON
+    cannot hold (a complex number, an object) is dropped rather than failing the flush."""
+    import json
+    from decimal import Decimal
+    from fractions import Fraction
+
+    import numpy as np
+
+    from ddpcli.worker.stream import _to_host
+
+    row = {
+        "lr": [np.float32(0.5), np.float64(0.25), np.int64(3), Decimal("0.1"), Fraction(1, 4), np.bool_(True)],
+        "odd": [complex(1, 2), object(), np.float32("nan"), np.array([1.5, 2.5])],
+    }
+    [plain] = _to_host([row])
+    assert plain == {"lr": [0.5, 0.25, 3, 0.1, 0.25, True], "odd": [None, None, "nan", [1.5, 2.5]]}
+    json.dumps(plain, allow_nan=False)
