@@ -82,3 +82,11 @@ def test_ranks_of_different_sizes_hold_shards() -> None:
 def test_one_process_is_its_own_group() -> None:
     check = check_data_parallel({0: rank(0, [1.0], group=False)}, 1)
     assert (check.size, check.synchronized) == (1, None)
+
+
+def test_ranks_on_other_nodes_are_taken_at_torchs_word() -> None:
+    """A node's run directory holds its own ranks' files: a synchronised pair of a world of 4 is 4, a single rank of
+    a world of 2 is 2 (nothing to compare it with), one process alone is 1."""
+    assert check_data_parallel({0: rank(0, [1.0]), 1: rank(1, [1.0])}, 4).size == 4
+    assert check_data_parallel({2: rank(2, [1.0])}, 2).size == 2
+    assert check_data_parallel({0: rank(0, [1.0], group=False)}, 1).size == 1

@@ -42,8 +42,8 @@ def check_data_parallel(ranks: dict[int, Any], world_size: int | None) -> Parall
     """`ranks`: rank -> RankObservation (its `params` by "at", its `run` and `end` rows)."""
     processes = len(ranks)
     group = _process_group(ranks)
-    if processes < 2:
-        return ParallelCheck(processes, group, 1 if processes else None, None)
+    if processes < 2:  # nothing to compare: torch's world size (the other ranks' files are on other nodes)
+        return ParallelCheck(processes, group, max(world_size or 1, 1) if processes else None, None)
     if group is False:
         return ParallelCheck(processes, False, 1, False, group_ranks=(min(ranks),))
     sharded = next((text for seen in ranks.values() for row in seen.params.values()
@@ -72,7 +72,8 @@ def _compared(
         difference = _largest_difference(main, values)
         largest = max(largest, difference) if difference is not None and largest is not None else None
     synchronized = len(same) == len(digests)
-    return ParallelCheck(processes, group, len(same), synchronized, largest, at, group_ranks=same)
+    size = max(len(same), fallback) if synchronized else len(same)  # ranks of other nodes are not here to compare
+    return ParallelCheck(processes, group, size, synchronized, largest, at, group_ranks=same)
 
 
 def _values(row: dict[str, Any] | None) -> tuple[list[float], list[float], int] | None:
