@@ -130,6 +130,15 @@ def test_a_model_in_eval_mode_that_trains_is_the_model(tmp_path: Path) -> None:
     assert ranks[0].run["models"] == ["Sequential"]
 
 
+def test_blocks_recomputed_inside_the_backward_are_not_the_model(tmp_path: Path) -> None:
+    """Activation checkpointing calls the block again, at the top level, while the backward runs."""
+    _, ranks, _ = observed_unchanged(tmp_path, "checkpointed")
+    observed = summarize(ranks)
+    assert observed is not None
+    assert (observed.per_device_batch_size, observed.grad_accum_steps, observed.samples_seen) == (8, 1, 32)
+    assert ranks[0].run["models"] == ["Checkpointed"]
+
+
 def test_a_batch_whose_size_cannot_be_read_is_unknown_not_zero(tmp_path: Path) -> None:
     """Item 12: a list batch was reported as batch 0."""
     _, ranks, _ = observed_unchanged(tmp_path, "list-batch")
@@ -180,3 +189,25 @@ def test_every_value_a_row_holds_becomes_a_plain_number_or_is_dropped() -> None:
     [plain] = _to_host([row])
     assert plain == {"lr": [0.5, 0.25, 3, 0.1, 0.25, True], "odd": [None, None, "nan", [1.5, 2.5]]}
     json.dumps(plain, allow_nan=False)
+
+
+def test_rows_that_cannot_be_converted_are_dropped_and_said_so_the_rest_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A value the flush cannot read (a tensor on the meta device) loses its own rows, not the file: an error row
+    says so, the rows after it are written, and stderr says it once."""
+    import json
+
+    import torch
+
+    from ddpcli.worker.stream import RankStream
+
+    stream = RankStream(tmp_path / "rank-0.jsonl")
+    stream.add({"kind": "step", "step": 1, "loss": torch.empty((), device="meta")})
+    stream.flush()
+    stream.add({"kind": "step", "step": 2, "loss": torch.tensor(0.5)})
+    stream.close()
+    rows = [json.loads(line) for line in (tmp_path / "rank-0.jsonl").read_text().splitlines()]
+    assert [row["kind"] for row in rows] == ["error", "step"] and rows[1] == {"kind": "step", "step": 2, "loss": 0.5}
+    assert rows[0]["message"].startswith("rows dropped: ")
+    assert capsys.readouterr().err.count("observer_error") == 1

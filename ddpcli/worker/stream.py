@@ -32,6 +32,7 @@ class RankStream:
         self._last_flush = time.monotonic()
         self._flushing = False
         self.failed: str | None = None  # why the file could not be written (then rows are dropped, training goes on)
+        self._warned = False
 
     def add(self, row: dict[str, Any]) -> None:
         if self.failed is not None:
@@ -54,18 +55,27 @@ class RankStream:
             self._file.write("".join(json.dumps(row, allow_nan=False) + "\n" for row in _to_host(rows)))
             self._file.flush()
             self._last_flush = time.monotonic()
-        except Exception as error:
+        except OSError as error:  # the file: nothing more can be written
             self._fail(f"{type(error).__name__}: {error}")
+        except Exception as error:  # a value: these rows are lost, not the ones after them
+            self._warn(f"rows dropped ({type(error).__name__}: {error})")
+            self.rows.append({"kind": "error", "message": f"rows dropped: {type(error).__name__}: {error}"[:500]})
         finally:
             self._flushing = False
 
     def _fail(self, reason: str) -> None:
         self.failed, self.rows = reason, []
-        print(f"ddpcli observer: observer_error: cannot write {self.path} ({reason}); the observation stops here, "
-              "training is not affected", file=sys.stderr, flush=True)  # fmt: skip
+        self._warn(f"cannot write {self.path} ({reason}); the observation stops here")
+
+    def _warn(self, what: str) -> None:
+        """Once per process, on stderr: the script's own output goes on."""
+        if not self._warned:
+            self._warned = True
+            print(f"ddpcli observer: observer_error: {what}; training is not affected", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self.flush()
+        self.flush()  # the error row of rows the first flush had to drop
         try:
             if self.failed is not None and self._file is not None:  # one last try: the space may have come back
                 row = {"kind": "error", "message": f"cannot write: {self.failed}"}

@@ -14,6 +14,7 @@ unless the pattern says otherwise:
   grad-validation   after each step a validation batch of 32 through the model in train mode with grad enabled and
                     no backward (from a second DataLoader, a SequentialSampler)
   eval-wrapper      the model is in eval mode while it trains (Lightning's sanity check leaves its wrapper so)
+  checkpointed      activation checkpointing: the first block is recomputed inside the backward
   list-batch        the model takes a list of Python lists: no tensor, so the batch size cannot be read
   numpy-lr          the param group's lr is a numpy float32
   os-exit           the script ends with os._exit(0) (the last rows were lost)
@@ -33,11 +34,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 PATTERNS = (
     "plain", "fresh-optimizer", "instance-step", "bound-step", "double-backward", "loss-list", "grad-validation",
-    "eval-wrapper", "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn",
+    "eval-wrapper", "checkpointed", "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn",
 )  # fmt: skip
 
 
@@ -50,6 +52,17 @@ class ListModel(nn.Module):
 
     def forward(self, rows: list[list[float]]) -> torch.Tensor:
         return self.net(torch.tensor(rows))
+
+
+class Checkpointed(nn.Module):
+    """Recomputes its first block in the backward instead of keeping its activations."""
+
+    def __init__(self, net: nn.Sequential) -> None:
+        super().__init__()
+        self.block, self.head = net[:2], net[2:]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(checkpoint(self.block, x, use_reentrant=False))
 
 
 def main() -> None:
@@ -76,6 +89,8 @@ def train(args: argparse.Namespace) -> None:
     validation = DataLoader(TensorDataset(x_val, x_val.sum(dim=1, keepdim=True)), batch_size=32)
     net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
     model: nn.Module = ListModel(net) if args.pattern == "list-batch" else net
+    if args.pattern == "checkpointed":
+        model = Checkpointed(net)
     head = net[2].parameters() if args.pattern == "fresh-optimizer" else model.parameters()
     optimizer = torch.optim.SGD(head, lr=0.1, momentum=0.9)
     if args.pattern == "numpy-lr":

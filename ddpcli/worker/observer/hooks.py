@@ -166,13 +166,15 @@ class Observer:
     def _root_called(self, module: nn.Module) -> None:
         """Before a top-level call's forward. One without parameters (a loss module, `criterion(logits.view(-1, V),
         ...)`) is not the model: its leading dimension is no batch size."""
+        if self.forwards.in_backward:  # activation checkpointing recomputes blocks inside the backward: no model
+            return
         if id(module) not in self.roots and next(module.parameters(), None) is not None:
             self.roots[id(module)] = weakref.ref(module)
         if self.measure_noise and self.noise is None and isinstance(module, DistributedDataParallel):
             self._measure_noise(module)
 
     def _root_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        if id(module) not in self.roots or not torch.is_grad_enabled():
+        if id(module) not in self.roots or not torch.is_grad_enabled() or self.forwards.in_backward:
             return
         batch = first_tensor((args, kwargs))
         device = batch.device.type if batch is not None else "cpu"
