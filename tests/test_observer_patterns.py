@@ -17,7 +17,8 @@ SCRIPT = REPO / "tests" / "observe_scripts" / "loop_patterns.py"
 
 
 def run_pattern(run_dir: Path, pattern: str, *, observe: bool = True, extra_env: dict | None = None):
-    """(exit code, final parameters, stderr) of the script under `python -m ddpcli.worker.observer`."""
+    """(exit code, final parameters, stderr) of the script under `python -m ddpcli.worker.observer`, or run as
+    `python SCRIPT` when not observed (what torchrun runs with `--no-observe`)."""
     import torch
 
     env = {key: value for key, value in os.environ.items() if not key.startswith(("DDPCLI_", "TORCHELASTIC"))}
@@ -28,7 +29,8 @@ def run_pattern(run_dir: Path, pattern: str, *, observe: bool = True, extra_env:
     env.update(extra_env or {})
     run_dir.mkdir(parents=True, exist_ok=True)
     saved = run_dir / "script_final.pt"
-    command = [sys.executable, "-m", "ddpcli.worker.observer", str(SCRIPT), "--pattern", pattern, "--save", str(saved)]
+    entry = ["-m", "ddpcli.worker.observer"] if observe else []  # --no-observe runs the script itself
+    command = [sys.executable, *entry, str(SCRIPT), "--pattern", pattern, "--save", str(saved)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
     params = torch.load(saved, weights_only=True) if saved.exists() else None
     return result.returncode, params, result.stderr
