@@ -17,6 +17,7 @@ OBSERVED_KEYS = (
     "world_size", "data_parallel_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size", "ranges",
     "optimizer_steps", "samples_seen", "lr_first", "lr_peak", "lr_last", "lr_base", "sampler", "sampler_chain",
     "distinct_samples_across_ranks", "batchnorm_layers", "batchnorm_synchronized", "amp", "backend", "device", "ddp",
+    "initial_params_fingerprint", "optimizer",
 )  # fmt: skip
 COMPARE_KEYS = (
     "name", "status", "run_dir", "world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size",
@@ -29,4 +30,6 @@ FINDING_CODES = {
     "plan_mismatch", "same_samples_across_ranks", "sampler_epoch_not_set", "batchnorm_not_synchronized",
     "uneven_steps_across_ranks", "observer_error", "noise_scale_not_measured",
     "lr_schedule_mismatch", "uneven_accumulation", "samples_below_plan",
+    "ranks_not_synchronized", "no_process_group", "data_parallel_unchecked", "script_spawned_processes",
+    "resumed_from_other_run", "loss_scaled_by_world_size",
 }  # fmt: skip

@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ddpcli.compare.equivalence import DIVERGED
+from ddpcli.compare.initial import initial_params_cause
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.run_checks import separate_models_note
 from ddpcli.compare.runs import NO_FILE, RunRecord, status_reason
+from ddpcli.compare.script_notes import beta2_note
 from ddpcli.experiment.outlook import far_above_critical
 from ddpcli.rundir.findings import explaining
 from ddpcli.rundir.record import Finding
@@ -44,6 +46,7 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
         notes += separate_models_note(row.label, row.run.record)
     for row in rows:
         notes += _noise_scale_notes(row)
+    notes += [note for row in rows if (note := beta2_note(row.label, row.run.record))]
     notes += _file_notes([row.run.record for row in rows])
     return notes
 
@@ -157,7 +160,9 @@ def _unexplained(run: RunRecord, partner: RunRecord) -> str:
 def divergence_causes(run: RunRecord, partner: RunRecord, found: Sequence[Finding] = ()) -> list[str]:
     """Differences recorded in run.json (and `found` by compare between the two) that break equivalence, each in
     words with its numbers."""
-    causes = [
+    initial = initial_params_cause(run, partner)  # before any other: nothing later makes such runs end alike
+    causes = [initial] if initial else []
+    causes += [
         f"{record.name}: {finding.message} ({finding.code})"
         for record, findings in ((run, [*run.findings, *found]), (partner, partner.findings))
         for finding in explaining(findings)

@@ -28,6 +28,7 @@ from ddpcli.rundir.findings import run_findings
 from ddpcli.rundir.layout import METRICS_FILE, PARAMS_FILE, RUN_FILE, new_run_id, utc_now
 from ddpcli.rundir.merge import merged_metrics, read_observations, summarize
 from ddpcli.rundir.metrics import write_metrics
+from ddpcli.rundir.parallel import check_data_parallel, trained_together
 from ddpcli.rundir.record import FailedRank, RunRecord, validation_message
 
 
@@ -124,7 +125,8 @@ def observe(record: RunRecord, run_dir: Path) -> RunRecord:
     observed = summarize(ranks)
     if observed is None:
         return record
-    rows, metrics = merged_metrics(ranks), run_dir / METRICS_FILE
+    together = trained_together(ranks, check_data_parallel(ranks, observed.world_size))  # rank 0's model's ranks
+    rows, metrics = merged_metrics(together), run_dir / METRICS_FILE
     ours = record.metrics_from_observations or not metrics.exists()  # a script that writes its own keeps it
     if rows and ours:
         write_metrics(metrics, rows)

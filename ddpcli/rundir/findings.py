@@ -10,7 +10,9 @@ import math
 from typing import Any
 
 from ddpcli.rundir.advice import batchnorm_fix
+from ddpcli.rundir.causes import loss_scale_findings, script_findings, with_causes
 from ddpcli.rundir.merge import RankObservation, main_rank, training_loader
+from ddpcli.rundir.parallel import check_data_parallel, parallel_findings
 from ddpcli.rundir.record import Finding, Observed
 from ddpcli.rundir.steps import step_findings
 
@@ -28,7 +30,14 @@ COMPARED = (
 def run_findings(
     plan: dict[str, Any], observed: Observed, ranks: dict[int, RankObservation], completed: bool
 ) -> list[Finding]:
-    findings = plan_mismatches(plan, observed, completed) + step_findings(plan, observed, ranks, completed)
+    main = main_rank(ranks) or RankObservation(0)
+    findings = with_causes(plan_mismatches(plan, observed, completed), plan, observed, main.end)
+    findings += step_findings(plan, observed, ranks, completed)
+    parallel = parallel_findings(
+        check_data_parallel(ranks, observed.world_size), _one_process_batch(observed), main.run
+    )
+    findings += parallel + script_findings(main.end, observed.optimizer_steps)
+    findings += loss_scale_findings(main.steps, observed.world_size)
     world = observed.world_size or len(ranks)
     if observed.distinct_samples_across_ranks is False:
         findings.append(Finding(
@@ -43,7 +52,8 @@ def run_findings(
             message=f"the training DataLoader ran {loader.get('iterations')} epochs with a DistributedSampler whose "
             "epoch never changed (set_epoch was not called): every epoch repeated one order",
         ))  # fmt: skip
-    if world > 1 and observed.batchnorm_layers and observed.batchnorm_synchronized is False:
+    alone = any(finding.severity == "error" for finding in parallel)  # separate trainings: nothing to synchronise
+    if world > 1 and not alone and observed.batchnorm_layers and observed.batchnorm_synchronized is False:
         findings.append(Finding(
             code="batchnorm_not_synchronized", severity="warning",
             message=f"{observed.batchnorm_layers} BatchNorm layer(s) computed statistics per process (a batch of "
@@ -90,6 +100,12 @@ def plan_mismatches(plan: dict[str, Any], observed: Observed, completed: bool) -
     return found
 
 
+def _one_process_batch(observed: Observed) -> int | None:
+    if observed.per_device_batch_size is None or observed.grad_accum_steps is None:
+        return None
+    return observed.per_device_batch_size * observed.grad_accum_steps
+
+
 def _noise_scale_blocked(ranks: dict[int, RankObservation]) -> bool:
     """The noise scale was asked for, nobody measured it, and the script's own comm hook is why."""
     end = (main_rank(ranks) or RankObservation(0)).end
@@ -121,6 +137,7 @@ def _show(value: float) -> str:
 
 def explaining(findings: list[Finding]) -> list[Finding]:
     """The findings that can explain a run diverging from its single-process partner, most telling first."""
-    order = ("plan_mismatch", "lr_schedule_mismatch", "same_samples_across_ranks", "batchnorm_not_synchronized",
-             "uneven_accumulation", "samples_below_plan", "uneven_steps_across_ranks")  # fmt: skip
+    order = ("no_process_group", "ranks_not_synchronized", "plan_mismatch", "lr_schedule_mismatch",
+             "same_samples_across_ranks", "batchnorm_not_synchronized", "uneven_accumulation", "samples_below_plan",
+             "uneven_steps_across_ranks")  # fmt: skip
     return sorted((f for f in findings if f.code in order), key=lambda f: order.index(f.code))

@@ -30,6 +30,7 @@ from typing import Any
 from ddpcli.jsonvalues import finite_or_none, parse_row, text_or_none, whole_or_none
 from ddpcli.noise_scale import NoiseScaleTracker, simple_noise_scale
 from ddpcli.rundir.layout import OBSERVED_DIR
+from ddpcli.rundir.parallel import check_data_parallel, initial_fingerprint, trained_together
 from ddpcli.rundir.record import Observed
 from ddpcli.rundir.steps import base_lr
 
@@ -44,6 +45,7 @@ class RankObservation:
     fingerprints: list[list[float]] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)
     end: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter digests by "at" (rundir.parallel)
     errors: list[str] = field(default_factory=list)
     skipped_lines: int = 0
 
@@ -70,6 +72,8 @@ def read_rank_file(path: Path, rank: int) -> RankObservation:
             seen.fingerprints.append([value for value in row["values"] if isinstance(value, int | float)])
         elif kind in ("run", "end"):
             setattr(seen, kind, row)
+        elif kind == "params":
+            seen.params[str(row.get("at"))] = row
         elif kind == "error":
             seen.errors.append(str(row.get("message", "")))
     return seen
@@ -266,6 +270,17 @@ def _step_norms(rows: list[dict[str, Any]]) -> tuple[float, float, float, int] |
     return sum(small) / len(small), sum(big) / len(big), sum(samples) / len(samples), sum(samples)
 
 
+def _samples_seen(ranks: dict[int, RankObservation]) -> int | None:
+    """Samples over the steps; None when a step's batch size could not be read (unknown, never counted as 0)."""
+    rows = [row for seen in ranks.values() for row in seen.steps.values()]
+    counts = [whole_or_none(row.get("samples")) for row in rows]
+    return None if any(count is None for count in counts) else sum(counts)  # type: ignore[arg-type]
+
+
+def _product(*factors: int | None) -> int | None:
+    return None if any(factor is None for factor in factors) else math.prod(factors)  # type: ignore[arg-type]
+
+
 def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
     """The run's `observed` record; None when no rank wrote anything (run with observe = false, or no worker ran)."""
     if not ranks:
@@ -277,22 +292,23 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
     norms = whole_or_none(main.run.get("batchnorm_layers"))
     synchronised = whole_or_none(main.run.get("batchnorm_synchronized"))
     world = whole_or_none(main.run.get("world_size"))
+    parallel = check_data_parallel(ranks, world)
     ranges = {
         name: [counted.low, counted.high]
         for name, counted in (("per_device_batch_size", per_device), ("grad_accum_steps", accumulation),
                               ("global_batch_size", global_batch))
         if counted.low is not None and counted.high is not None
+        and (name != "global_batch_size" or parallel.synchronized is not False)
     }  # fmt: skip
     return Observed(
         world_size=world if world is not None else len(ranks),
+        data_parallel_size=parallel.size,
         per_device_batch_size=per_device.value,
         grad_accum_steps=accumulation.value,
-        global_batch_size=global_batch.value,
+        global_batch_size=_product(per_device.value, accumulation.value, parallel.size),
         ranges=ranges,
         optimizer_steps=len(main.steps),
-        samples_seen=sum(
-            whole_or_none(row.get("samples")) or 0 for seen in ranks.values() for row in seen.steps.values()
-        ),
+        samples_seen=_samples_seen(trained_together(ranks, parallel)),
         lr_first=lrs[0] if lrs else None,
         lr_peak=max(lrs) if lrs else None,
         lr_last=lrs[-1] if lrs else None,
@@ -307,4 +323,6 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         backend=text_or_none(main.run.get("backend")),
         device=text_or_none(main.run.get("device")),
         ddp=main.run.get("ddp") if isinstance(main.run.get("ddp"), bool) else None,
+        initial_params_fingerprint=initial_fingerprint(main),
+        optimizer=main.run.get("optimizer") if isinstance(main.run.get("optimizer"), dict) else None,
     )

@@ -67,6 +67,8 @@ class Observed(_Record):
     backend: str | None = None
     device: str | None = None
     ddp: bool | None = None
+    initial_params_fingerprint: str | None = None  # rank 0's parameters before the first step (rundir.parallel)
+    optimizer: dict[str, Any] | None = None  # class and hyper-parameters of the first param group
 
 
 class RunRecord(_Record):

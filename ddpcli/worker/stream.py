@@ -8,7 +8,9 @@ them to the host in one transfer per device. So recording a step costs no device
 
 import json
 import math
+import numbers
 import os
+import sys
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -29,14 +31,20 @@ class RankStream:
         self._file: IO[str] | None = None
         self._last_flush = time.monotonic()
         self._flushing = False
+        self.failed: str | None = None  # why the file could not be written (then rows are dropped, training goes on)
+        self._warned = False
 
     def add(self, row: dict[str, Any]) -> None:
+        if self.failed is not None:
+            return
         self.rows.append(row)
         if len(self.rows) >= FLUSH_ROWS or time.monotonic() - self._last_flush > FLUSH_S:
             self.flush()
 
     def flush(self) -> None:
-        if self._flushing or not self.rows:
+        """Write the rows. Never raises: a file that cannot be written (a full disk) is reported once, on stderr and
+        as an `error` row if one can still be written at close, and observation stops; the script goes on."""
+        if self._flushing or not self.rows or self.failed is not None:
             return
         self._flushing = True  # a signal handler may flush while a flush runs: let the first one finish
         try:
@@ -47,14 +55,36 @@ class RankStream:
             self._file.write("".join(json.dumps(row, allow_nan=False) + "\n" for row in _to_host(rows)))
             self._file.flush()
             self._last_flush = time.monotonic()
+        except OSError as error:  # the file: nothing more can be written
+            self._fail(f"{type(error).__name__}: {error}")
+        except Exception as error:  # a value: these rows are lost, not the ones after them
+            self._warn(f"rows dropped ({type(error).__name__}: {error})")
+            self.rows.append({"kind": "error", "message": f"rows dropped: {type(error).__name__}: {error}"[:500]})
         finally:
             self._flushing = False
 
+    def _fail(self, reason: str) -> None:
+        self.failed, self.rows = reason, []
+        self._warn(f"cannot write {self.path} ({reason}); the observation stops here")
+
+    def _warn(self, what: str) -> None:
+        """Once per process, on stderr: the script's own output goes on."""
+        if not self._warned:
+            self._warned = True
+            print(f"ddpcli observer: observer_error: {what}; training is not affected", file=sys.stderr, flush=True)
+
     def close(self) -> None:
         self.flush()
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self.flush()  # the error row of rows the first flush had to drop
+        try:
+            if self.failed is not None and self._file is not None:  # one last try: the space may have come back
+                row = {"kind": "error", "message": f"cannot write: {self.failed}"}
+                self._file.write(json.dumps(row, allow_nan=False) + "\n")
+            if self._file is not None:
+                self._file.close()
+        except Exception:  # nothing more to report: stderr already says it
+            pass
+        self._file = None
 
 
 def _to_host(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -113,7 +143,25 @@ def _replace_item(item: Any, values: dict[int, Any]) -> Any:
         return strict_number(values[id(item)])
     if isinstance(item, dict | list | tuple):
         return _replace(item, values)
-    return strict_number(item)
+    return _plain_number(item)
+
+
+def _plain_number(item: Any) -> Any:
+    """A numpy number, a Decimal, a Fraction as a plain number (an lr a script set to np.float32(0.1)); anything
+    else that JSON cannot hold is dropped (None), never written as text nor left to fail the flush."""
+    if isinstance(item, float):  # float subclasses (np.float64)
+        return strict_number(float(item))
+    if isinstance(item, numbers.Integral):
+        return int(item)
+    try:
+        if isinstance(item, numbers.Real) or type(item).__name__ in ("Decimal", "bool_"):
+            value = item.item() if type(item).__name__ == "bool_" else float(item)  # type: ignore[union-attr]
+            return strict_number(value)
+        if hasattr(item, "tolist") and getattr(item, "ndim", None) in (0, 1):  # a numpy scalar or vector
+            return strict_number(item.tolist())
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None
 
 
 _streams: dict[tuple[str, str], RankStream] = {}

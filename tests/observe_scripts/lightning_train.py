@@ -3,6 +3,9 @@
     python tests/observe_scripts/lightning_train.py --batch-size 16
     torchrun --standalone --nproc-per-node 2 tests/observe_scripts/lightning_train.py --batch-size 8 --grad-accum 2
 
+--validate adds a validation loop (a loader of batch 32) every 2 training batches and keeps Lightning's default
+sanity check (2 validation batches before training, which leave the DDP wrapper in eval mode).
+
 Under torchrun Lightning joins the process group torchrun describes (strategy "ddp", devices = processes per node),
 adds the DistributedSampler itself and skips the gradient all-reduce of accumulating micro-batches.
 """
@@ -32,6 +35,10 @@ class Regressor(L.LightningModule):
         inputs, targets = batch
         return F.mse_loss(self(inputs), targets)
 
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        inputs, targets = batch
+        return F.mse_loss(self(inputs), targets)
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
@@ -44,6 +51,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--dataset-size", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--validate", action="store_true")
     args = parser.parse_args()
     L.seed_everything(args.seed, verbose=False)
     generator = torch.Generator().manual_seed(args.seed + 1)
@@ -62,8 +70,10 @@ def main() -> None:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        **({"val_check_interval": 2, "check_val_every_n_epoch": None} if args.validate else {"limit_val_batches": 0}),
     )
-    trainer.fit(Regressor(args.lr), loader)
+    validation = DataLoader(TensorDataset(x[:128], y[:128]), batch_size=32) if args.validate else None
+    trainer.fit(Regressor(args.lr), loader, validation)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ def _install():  # -> Observer | None
         observer = Observer.install()
         if observer is not None:
             _flush_on_sigterm(observer)
+            _finish_before_os_exit(observer)
         return observer
     except Exception as error:  # observation must never stop a script from running
         print(f"ddpcli observer: not installed ({type(error).__name__}: {error})", file=sys.stderr)
@@ -75,6 +76,21 @@ def _flush_on_sigterm(observer) -> None:
         os.kill(os.getpid(), signum)
 
     signal.signal(signal.SIGTERM, flush_then_die)
+
+
+def _finish_before_os_exit(observer) -> None:
+    """A script that ends with os._exit skips everything after it: the observer's last rows (up to FLUSH_S of
+    steps) and the final parameters would be lost. os._exit finishes the observation first, in this process only
+    (a forked child, a DataLoader worker, leaves through os._exit too and must not write the parent's rows)."""
+    original, pid = os._exit, os.getpid()
+
+    def finish_then_exit(code: int) -> None:
+        if os.getpid() == pid:
+            with contextlib.suppress(Exception):
+                observer.finish()
+        original(code)
+
+    os._exit = finish_then_exit
 
 
 def _run_recorded(target: Target) -> int:

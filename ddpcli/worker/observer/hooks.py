@@ -1,16 +1,18 @@
 """The observer: torch's public hooks where they exist, thin wrappers elsewhere, and nothing that changes training.
 
-Per optimizer step (a global optimizer step hook): the backward passes since the last step (a wrapper around
-torch.autograd.backward, which Tensor.backward, Lightning and accelerate all end in), the samples that fed them
-(the leading dimension of the batch that reached the model's forward in training mode with grad enabled:
-evaluation does not count), the loss that was back-propagated (with an AMP GradScaler's scale taken out), the lr of
-each param group, the time. Per run: DDP and its options, the training DataLoaders' samplers and their epochs,
-BatchNorm layers, AMP, a fingerprint of the first training batches (to tell whether ranks got different samples),
-and at the end, from rank 0, the parameters the optimizer updated.
+Per optimizer step (a global optimizer step hook, or a step the script put on the instance: optimizers.py): the
+micro-batches since the last step (backward passes, through a wrapper around torch.autograd.backward, which
+Tensor.backward, Lightning and accelerate all end in, that reached a model's forward), the samples that fed them
+(the leading dimension of the batch of the forwards a backward reached, whatever the model's training flag:
+evaluation and forwards no backward reached do not count; forwards.py), the loss that was back-propagated (with
+an AMP GradScaler's scale taken out), the lr of each param group, the time. Per run: DDP and its options, the
+training DataLoaders' samplers and their epochs, BatchNorm layers, AMP, a fingerprint of the first training
+batches (to tell whether ranks got different samples), a digest of the parameters before and after the first step
+and at the end (parallel.py), and at the end, from rank 0, the parameters the optimizer updated (ending.py).
 
 Costs: values stay on the device (ddpcli.worker.stream reads them in chunks); no collective, no synchronisation
 per step. Until the first optimizer step every module call goes through a thin wrapper, to find the top-level
-modules (the model, whatever wraps it); after it only those modules have a forward pre-hook. Any failure inside
+modules (the model, whatever wraps it); after it only those modules have a forward hook. Any failure inside
 the observer is caught, recorded once as an `observer_error` row, and training goes on.
 """
 
@@ -23,22 +25,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ddpcli.rundir.layout import PARAMS_FILE
-from ddpcli.worker import process_group
 from ddpcli.worker.observer.attribution import skip_in_warnings
+from ddpcli.worker.observer.ending import end_rows, run_row, save_params
+from ddpcli.worker.observer.forwards import Counts, ForwardTracker
+from ddpcli.worker.observer.habits import ScriptHabits
 from ddpcli.worker.observer.noise import BucketNorms
+from ddpcli.worker.observer.optimizers import replaces, watch_instance_steps
+from ddpcli.worker.observer.parallel import params_row
 from ddpcli.worker.observer.reading import (
     fingerprint,
     first_tensor,
-    initial_lrs,
     loader_info,
     sampler_epoch,
     snapshot,
@@ -49,7 +52,6 @@ from ddpcli.worker.observer.reading import (
 from ddpcli.worker.stream import RankStream, rank_stream
 
 FINGERPRINT_BATCHES = 4
-_SYNCHRONISED_BATCHNORM = ("SyncBatchNorm", "CrossProcessBatchNorm")
 
 _active: "Observer | None" = None
 
@@ -80,16 +82,15 @@ class Observer:
         self.measure_noise = wants_noise_scale()
         self.start = time.perf_counter()
         self.step = 0
-        self.micro_batches = 0
-        self.samples = 0
-        self.pending_samples = 0  # forwards since the last backward
+        self.forwards = ForwardTracker(self.error)  # which forwards fed each backward: micro-batches, samples
+        self.hooked_steps = 0  # optimizer steps seen through torch's hooks
+        self.extra_optimizers: set[int] = set()  # optimizers over other parameters than the first (a GAN's)
         self.loss: torch.Tensor | None = None
         self.unscaled: dict[int, torch.Tensor] = {}  # id(scaler.scale(loss)) -> loss, until its backward
         self.optimizers: list[torch.optim.Optimizer] = []  # strong references: the final parameters live in them
         self.roots: dict[int, weakref.ref[nn.Module]] = {}
         self.discovering = True  # until the first step: every module call is seen, to find the top-level ones
         self.depth = 0
-        self.forward_seen = False  # a training forward since the last backward
         self.fingerprints = 0
         self.loaders: dict[int, dict[str, Any]] = {}
         self.last_loader: int | None = None
@@ -101,22 +102,26 @@ class Observer:
         self.scaler: Any = None  # the GradScaler whose scale the step's gradients carry
         self.errors: set[str] = set()
         self.finished = False
+        self.stepped = False  # the first optimizer step happened (its parameters were digested)
+        self.habits = ScriptHabits(self.run_dir, lambda: self.stepped)
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.stream.add({"kind": "start", "rank": self.rank, "restart": restart, "pid": os.getpid()})
 
     # -- installing ----------------------------------------------------------------------------------------------
 
     def _patch(self) -> None:
+        register_optimizer_step_pre_hook(self._guard(self._before_step))
         register_optimizer_step_post_hook(self._guard(self._after_step))
         self._original_call = nn.Module.__call__
         nn.Module.__call__ = self._discovering_call()
-        wrap(torch.autograd, "backward", before=self._guard(self._before_backward))
+        wrap(torch.autograd, "backward", before=self._guard(self._before_backward),
+             after=self._guard(self.forwards.backward_ended))  # fmt: skip
         wrap(torch.amp.GradScaler, "scale", after=self._guard(self._scaled))
         wrap(DataLoader, "__iter__", after=self._guard(self._loader_iter))
         wrap(_BaseDataLoaderIter, "__next__", before=self._guard(self._loader_next))
         wrap(DistributedDataParallel, "__init__", after=self._guard(self._ddp_built))
         wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
-        wrap(dist, "init_process_group", after=self._guard(lambda *args, **kwargs: process_group.hold_world_group()))
+        self.habits.patch(self._guard)
 
     def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Observation must never break training: an error is recorded once per kind and otherwise ignored."""
@@ -139,53 +144,47 @@ class Observer:
     # -- forward: which modules are the model, how many samples reach it -----------------------------------------
 
     def _discovering_call(self) -> Callable[..., Any]:
-        """nn.Module.__call__ until the first optimizer step: a call at depth 0 in training is a top-level module.
+        """nn.Module.__call__ until the first optimizer step: a call at depth 0 with grad enabled is a top-level
+        module, whatever its training flag (a backward decides whether it trained: forwards.py).
         (A plain function, not a bound method: it must bind to each module as __call__ does.)"""
-        original, found_root = self._original_call, self._guard(self._found_root)
+        original, before, after = self._original_call, self._guard(self._root_called), self._guard(self._root_forward)
 
         def call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if self.depth == 0 and module.training and torch.is_grad_enabled():
-                found_root(module, args, kwargs)
+            top = self.depth == 0 and torch.is_grad_enabled()
+            if top:
+                before(module)
             self.depth += 1
             try:
-                return original(module, *args, **kwargs)
+                output = original(module, *args, **kwargs)
             finally:
                 self.depth -= 1
+            if top:
+                after(module, args, kwargs, output)
+            return output
 
         skip_in_warnings(call)
         return call
 
-    def _found_root(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """A top-level call. One without parameters (a loss module, `criterion(logits.view(-1, V), ...)`) is not the
-        model: its leading dimension is no batch size."""
-        if id(module) not in self.roots:
-            if next(module.parameters(), None) is None:
-                return
+    def _root_called(self, module: nn.Module) -> None:
+        """Before a top-level call's forward. One without parameters (a loss module, `criterion(logits.view(-1, V),
+        ...)`) is not the model: its leading dimension is no batch size."""
+        if self.forwards.in_backward:  # activation checkpointing recomputes blocks inside the backward: no model
+            return
+        if id(module) not in self.roots and next(module.parameters(), None) is not None:
             self.roots[id(module)] = weakref.ref(module)
         if self.measure_noise and self.noise is None and isinstance(module, DistributedDataParallel):
             self._measure_noise(module)
-        self._training_forward(module, args, kwargs)
 
-    def _root_pre_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if module.training and torch.is_grad_enabled():
-            self._training_forward(module, args, kwargs)
-
-    def _training_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _root_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        if id(module) not in self.roots or not torch.is_grad_enabled() or self.forwards.in_backward:
+            return
         batch = first_tensor((args, kwargs))
-        if batch is not None and batch.dim() > 0 and not self.forward_seen:
-            # Several top-level calls before one backward (an encoder, then a head on its output, which may be
-            # flattened to batch x tokens) see one batch: the first call's, the one that takes the input.
-            self.pending_samples = batch.shape[0]
-            if self.fingerprints < FINGERPRINT_BATCHES:
-                self.fingerprints += 1
-                values = fingerprint(tensors((args, kwargs)))
-                self.stream.add({"kind": "fingerprint", "index": self.fingerprints, "values": values})
-        self.forward_seen = True
-        if self.last_loader is not None and self.last_loader in self.loaders:
-            self.loaders[self.last_loader]["training"] = True
-        if self.amp is None and torch.is_autocast_enabled(batch.device.type if batch is not None else "cpu"):
-            device = batch.device.type if batch is not None else "cpu"
+        device = batch.device.type if batch is not None else "cpu"
+        if self.amp is None and torch.is_autocast_enabled(device):
             self.amp = f"autocast {str(torch.get_autocast_dtype(device)).removeprefix('torch.')}"
+        wanted = self.fingerprints + len(self.forwards.first_trained) < FINGERPRINT_BATCHES
+        prints = (lambda: fingerprint(tensors((args, kwargs)))) if wanted and batch is not None else None
+        self.forwards.forward(module, args, kwargs, output, self.last_loader, prints)
 
     def _switch_to_root_hooks(self) -> None:
         """After the first step the top-level modules are known: hook them alone from now on (cheaper)."""
@@ -194,25 +193,24 @@ class Observer:
         for ref in self.roots.values():
             module = ref()
             if module is not None:
-                module.register_forward_pre_hook(self._guard(self._root_pre_forward), with_kwargs=True)
+                module.register_forward_hook(self._guard(self._root_forward), with_kwargs=True)
 
     # -- backward and step --------------------------------------------------------------------------------------
 
     def _before_backward(self, outputs: Any, *args: Any, **kwargs: Any) -> None:
-        if isinstance(outputs, list | tuple) and len(outputs) == 1:
-            outputs = outputs[0]  # torch.autograd.backward([loss])
-        tensor = outputs if isinstance(outputs, torch.Tensor) else None
-        if tensor is None or tensor.numel() != 1 or not tensor.requires_grad:
+        """A backward of tensors that need gradients: the forwards it reaches are counted (forwards.py); the loss is
+        the sum of the scalars back-propagated (`torch.autograd.backward([l1, l2])`)."""
+        given = list(outputs) if isinstance(outputs, list | tuple) else [outputs]
+        given = [tensor for tensor in given if isinstance(tensor, torch.Tensor) and tensor.requires_grad]
+        if not given:
             return
-        self.micro_batches += 1
-        self.samples += self.pending_samples
-        self.pending_samples = 0
-        self.forward_seen = False
-        loss = self.unscaled.pop(id(tensor), tensor).detach()
-        loss = loss if loss.dim() == 0 else loss.reshape(())
-        if self.unscaled:
-            self.unscaled.clear()
-        self.loss = loss if self.loss is None else self.loss + loss
+        watch_instance_steps(self.habits.optimizers, self)
+        self.forwards.backward_started()
+        for tensor in given:
+            if tensor.numel() == 1:
+                loss = self.unscaled.pop(id(tensor), tensor).detach().reshape(())
+                self.loss = loss if self.loss is None else self.loss + loss
+        self.unscaled.clear()
 
     def _scaled(self, result: Any, scaler: Any, outputs: Any) -> None:
         if isinstance(outputs, torch.Tensor) and isinstance(result, torch.Tensor) and result is not outputs:
@@ -221,31 +219,64 @@ class Observer:
             if self.amp is None or not self.amp.endswith("GradScaler"):
                 self.amp = f"{self.amp or 'fp16'} + GradScaler"
 
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self.optimizers:  # the run's first optimizer step: the parameters are still the initial ones
+            self.stream.add(params_row([optimizer], self._modules(), "initial"))
+
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.hooked_steps += 1
         if not self.optimizers:
             self.optimizers.append(optimizer)
         elif optimizer is not self.optimizers[0]:
             if all(optimizer is not known for known in self.optimizers):
                 self.optimizers.append(optimizer)
-            return  # the first optimizer that steps defines the optimizer step (a GAN's second one is extra)
+            if not replaces(optimizer, self.optimizers[0], self.extra_optimizers):
+                return  # the first optimizer that steps defines the optimizer step (a GAN's second one is extra)
+            self.optimizers.remove(optimizer)  # a fresh optimizer over the same parameters (unfreezing) took over
+            self.optimizers.insert(0, optimizer)
         self.step += 1
+        counts = self.forwards.take()
         row = {
             "kind": "step",
             "step": self.step,
-            "micro_batches": self.micro_batches,
-            "samples": self.samples,
+            "micro_batches": counts.micro_batches,
+            "samples": counts.samples if counts.micro_batches else 0,
             "loss": self.loss,
             "lr": [snapshot(group["lr"]) for group in optimizer.param_groups],
             "time": round(time.perf_counter() - self.start, 6),
         }  # fmt: skip
+        if counts.output_loss is not None:
+            row["output_loss"] = counts.output_loss  # the model's own loss: the script may scale what it back-props
         norms = self.noise.take() if self.noise is not None else None
         if norms is not None:
             row["sq_small"], row["sq_big"] = self._unscaled_norms(*norms)
         self.stream.add(row)
-        self.micro_batches, self.samples, self.loss = 0, 0, None
+        self._trained_on(counts)
+        if not self.stepped:  # ranks that average their gradients hold the same parameters from here on
+            self.stepped = True
+            self.stream.add(params_row(self.optimizers, self._modules(), "first_step"))
+        self.loss = None
         if self.discovering and self.roots:  # a step before any training forward (a warm-up call) finds nothing
             self._describe_run(optimizer)
             self._switch_to_root_hooks()
+
+    def step_starting(self, optimizer: torch.optim.Optimizer) -> None:
+        """A step replaced on the instance is about to run (optimizers.py): torch's hooks may not see it."""
+        self._guard(self._before_step)(optimizer, (), {})
+
+    def step_without_hooks(self, optimizer: torch.optim.Optimizer) -> None:
+        self._guard(self._after_step)(optimizer, (), {})
+
+    def _trained_on(self, counts: Counts) -> None:
+        """The loaders and first batches of the forwards a backward reached: the training ones."""
+        for loader in counts.loaders:
+            if loader in self.loaders:
+                self.loaders[loader]["training"] = True
+        for record in self.forwards.first_trained:
+            if self.fingerprints < FINGERPRINT_BATCHES:
+                self.fingerprints += 1
+                self.stream.add({"kind": "fingerprint", "index": self.fingerprints, "values": record.fingerprint})
+        self.forwards.first_trained.clear()
 
     def _unscaled_norms(self, small: torch.Tensor, big: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Under a GradScaler the buckets held gradients x scale: divide the squared norms by scale^2 (the scale
@@ -306,61 +337,27 @@ class Observer:
 
     # -- the run as a whole -----------------------------------------------------------------------------------------
 
-    def _describe_run(self, optimizer: torch.optim.Optimizer) -> None:
-        params = [param for group in optimizer.param_groups for param in group["params"]]
+    def _modules(self) -> list[nn.Module]:
+        """The top-level modules a backward reached (all of them until one did)."""
         modules = [module for ref in self.roots.values() if (module := ref()) is not None]
-        norms = [layer for module in modules for layer in module.modules() if isinstance(layer, _BatchNorm)]
-        synchronised = sum(type(layer).__name__ in _SYNCHRONISED_BATCHNORM for layer in norms)
-        self.stream.add({
-            "kind": "run",
-            "world_size": dist.get_world_size() if dist.is_initialized() else 1,
-            "backend": str(dist.get_backend()) if dist.is_initialized() else None,
-            "device": params[0].device.type if params else None,
-            "ddp": bool(self.ddp) or any(isinstance(module, DistributedDataParallel) for module in modules),
-            "ddp_options": self.ddp[0] if self.ddp else {},
-            "models": [type(module).__name__ for module in modules],
-            "batchnorm_layers": len(norms),
-            "batchnorm_synchronized": synchronised,
-            "amp": self.amp,
-        })  # fmt: skip
+        trained = [module for module in modules if id(module) in self.forwards.trained]
+        return trained or modules
+
+    def _describe_run(self, optimizer: torch.optim.Optimizer) -> None:
+        self.stream.add(run_row(self, optimizer))
 
     def finish(self) -> None:
-        """Last rows (loaders, AMP, hooks), rank 0's final parameters, then the file is closed."""
+        """Last rows (loaders, AMP, hooks, parameters), rank 0's final parameters, then the file is closed."""
         if self.finished:
             return
         self.finished = True
         try:
             if self.discovering and self.optimizers:  # it stepped, but no training forward was ever seen
                 self._describe_run(self.optimizers[0])
-            loaders = [info for info in self.loaders.values() if info.get("training")]
-            self.stream.add({
-                "kind": "end",
-                "steps": self.step,
-                "loaders": loaders,
-                "initial_lr": initial_lrs(self.optimizers[0]) if self.optimizers else None,
-                "amp": self.amp,
-                "script_comm_hook": self.script_comm_hook,
-                "noise_scale_requested": self.measure_noise,
-                "noise_scale_by": "observer" if self.noise is not None else "runtime" if self.runtime_noise else None,
-            })  # fmt: skip
+            for row in end_rows(self):
+                self.stream.add(row)
             if self.rank == 0:
-                self._save_params()
+                save_params(self.optimizers, self.run_dir / PARAMS_FILE)
         except Exception as error:
             self.error(f"finish: {type(error).__name__}: {error}")
         self.stream.close()
-
-    def _save_params(self) -> None:
-        """The parameters the optimizers updated, in their order: keys `<optimizer>.<group>.<index>`, the same for
-        a script run bare, under DDP, Lightning or accelerate. Not when the script saved its own (runtime)."""
-        path = self.run_dir / PARAMS_FILE
-        if path.exists() or not self.optimizers:
-            return
-        state = {
-            f"{o}.{g}.{i}": param.detach().cpu().clone()
-            for o, optimizer in enumerate(self.optimizers)
-            for g, group in enumerate(optimizer.param_groups)
-            for i, param in enumerate(group["params"])
-        }
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(state, temp)
-        os.replace(temp, path)

@@ -1,0 +1,171 @@
+"""Whether a multi-process run was data-parallel, judged from the ranks' parameters rather than assumed. Pure.
+
+Every rank's observer digests the parameters its optimizer updates (ddpcli.worker.observer.parallel): before the
+first optimizer step, after it and at the end. Processes that average their gradients (a DDP wrapper, or the
+script's own all-reduce of the gradients) hold the very same parameters after every step; processes that do not
+each train a model of their own, and their parameters drift apart from the first step on. So the number of
+processes whose gradients were averaged together, `data_parallel_size`, is the number of ranks whose parameters
+match rank 0's at the end (after the first step when the end was not recorded); 1 without a process group.
+Where the ranks hold shards of the parameters (FSDP, ZeRO-3, tensor parallelism) the comparison does not apply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from ddpcli.jsonvalues import finite_or_none, text_or_none, whole_or_none
+from ddpcli.rundir.record import Finding
+
+# Ranks that average gradients hold bit-identical parameters; this leaves room for a float64 sum taken on
+# different hardware, far below what one step of independent training moves a parameter.
+RELATIVE_TOLERANCE = 1e-6
+AT_ORDER = ("end", "first_step")
+
+
+@dataclass(frozen=True)
+class ParallelCheck:
+    """What the comparison of the ranks' parameters found."""
+
+    processes: int  # ranks that wrote observations
+    process_group: bool | None  # some rank called init_process_group (None: not recorded)
+    size: int | None  # data_parallel_size
+    synchronized: bool | None  # every rank ended with rank 0's parameters (None: not checked)
+    largest_difference: float | None = None  # over the sampled parameters, between rank 0 and another rank
+    at: str | None = None  # which digest was compared
+    sharded: str | None = None  # what shards the parameters (the check does not apply)
+    group_ranks: tuple[int, ...] | None = None  # the ranks that trained rank 0's model (None: all of them)
+
+
+def check_data_parallel(ranks: dict[int, Any], world_size: int | None) -> ParallelCheck:
+    """`ranks`: rank -> RankObservation (its `params` by "at", its `run` and `end` rows)."""
+    processes = len(ranks)
+    group = _process_group(ranks)
+    if processes < 2:  # nothing to compare: torch's world size (the other ranks' files are on other nodes)
+        return ParallelCheck(processes, group, max(world_size or 1, 1) if processes else None, None)
+    if group is False:
+        return ParallelCheck(processes, False, 1, False, group_ranks=(min(ranks),))
+    sharded = next((text for seen in ranks.values() for row in seen.params.values()
+                    if (text := text_or_none(row.get("sharded")))), None)  # fmt: skip
+    fallback = world_size if world_size is not None else processes
+    if sharded:
+        return ParallelCheck(processes, group, fallback, None, sharded=sharded)
+    for at in AT_ORDER:
+        digests = {rank: _values(seen.params.get(at)) for rank, seen in ranks.items()}
+        if all(values is not None for values in digests.values()):
+            return _compared(processes, group, digests, at, fallback)  # type: ignore[arg-type]
+    return ParallelCheck(processes, group, fallback, None)
+
+
+def _compared(
+    processes: int, group: bool | None, digests: dict[int, tuple[list[float], list[float], int]], at: str,
+    fallback: int,
+) -> ParallelCheck:  # fmt: skip
+    main = digests[min(digests)]
+    if any(values[2] != main[2] or len(values[0]) != len(main[0]) for values in digests.values()):
+        shards = "ranks hold parameters of different sizes"
+        return ParallelCheck(processes, group, fallback, None, at=at, sharded=shards)
+    same = tuple(rank for rank, values in digests.items() if _close(main, values))
+    largest: float | None = 0.0
+    for values in digests.values():
+        difference = _largest_difference(main, values)
+        largest = max(largest, difference) if difference is not None and largest is not None else None
+    synchronized = len(same) == len(digests)
+    size = max(len(same), fallback) if synchronized else len(same)  # ranks of other nodes are not here to compare
+    return ParallelCheck(processes, group, size, synchronized, largest, at, group_ranks=same)
+
+
+def _values(row: dict[str, Any] | None) -> tuple[list[float], list[float], int] | None:
+    if not isinstance(row, dict):
+        return None
+    sums, samples, numel = row.get("sums"), row.get("samples"), whole_or_none(row.get("numel"))
+    if not isinstance(sums, list) or not isinstance(samples, list) or numel is None:
+        return None
+    return [_number(v) for v in sums], [_number(v) for v in samples], numel
+
+
+def _number(value: Any) -> float:
+    number = finite_or_none(value)
+    return number if number is not None else float("nan")  # NaN never equals: a NaN rank is not in sync
+
+
+def _close(first: tuple[list[float], list[float], int], second: tuple[list[float], list[float], int]) -> bool:
+    pairs = [*zip(first[0], second[0], strict=True), *zip(first[1], second[1], strict=True)]
+    return all(abs(a - b) <= RELATIVE_TOLERANCE * max(1.0, abs(a), abs(b)) for a, b in pairs)
+
+
+def _largest_difference(first: tuple[list[float], ...], second: tuple[list[float], ...]) -> float | None:
+    differences = [abs(a - b) for a, b in zip(first[1], second[1], strict=False)]
+    if any(difference != difference for difference in differences):  # NaN
+        return None
+    return max(differences, default=0.0)
+
+
+def _process_group(ranks: dict[int, Any]) -> bool | None:
+    """True when a rank used a process group, False when every rank recorded that none existed."""
+    told = [seen.end.get("process_group") for seen in ranks.values()]
+    worlds = [whole_or_none(seen.run.get("world_size")) for seen in ranks.values()]
+    if any(value is True for value in told) or any(world is not None and world > 1 for world in worlds):
+        return True
+    if told and all(value is False for value in told):
+        return False
+    return None
+
+
+def wrappers_seen(run: dict[str, Any]) -> str:
+    """What wrapped the model on rank 0, in words, for a message."""
+    models = [name for name in run.get("models", []) if isinstance(name, str)] if isinstance(run, dict) else []
+    if run.get("ddp") is True:
+        wrapper = next((name for name in models if "DataParallel" in name), "DistributedDataParallel")
+        return f"the model was wrapped in {wrapper}"
+    shown = ", ".join(models[:3]) or "the model"
+    return f"no DDP wrapper ({shown} trained unwrapped) and no gradient all-reduce"
+
+
+def trained_together(ranks: dict[int, Any], check: ParallelCheck) -> dict[int, Any]:
+    """The ranks whose samples fed rank 0's model: all of them, unless the check found separate trainings."""
+    if check.group_ranks is None or check.synchronized is not False:
+        return ranks
+    return {rank: seen for rank, seen in ranks.items() if rank in check.group_ranks}
+
+
+def parallel_findings(check: ParallelCheck, batch: int | None, run: dict[str, Any]) -> list[Finding]:
+    """`batch`: the samples one process put into an optimizer step (per-device batch x accumulation)."""
+    n = check.processes
+    alone = f" (a global batch of {batch} each, not {n * batch})" if batch is not None else ""
+    if check.process_group is False and n > 1:
+        return [Finding(
+            code="no_process_group", severity="error",
+            message=f"{n} processes were launched and none called init_process_group: they never communicated, so "
+            f"this was {n} separate trainings of one process each{alone}",
+        )]  # fmt: skip
+    if check.synchronized is False:
+        difference = (
+            f", largest difference {check.largest_difference:.3g} in the sampled parameters"
+            if check.largest_difference
+            else ""
+        )
+        together = f" (only {check.size} of {n} ranks hold rank 0's parameters)" if (check.size or 1) > 1 else ""
+        return [Finding(
+            code="ranks_not_synchronized", severity="error",
+            message=f"the ranks ended with different parameters{difference}{together}: the processes never averaged "
+            f"gradients and each trained its own model, {n} separate trainings{alone}; seen: {wrappers_seen(run)}",
+        )]  # fmt: skip
+    if check.sharded:
+        return [Finding(
+            code="data_parallel_unchecked", severity="info",
+            message=f"the ranks hold shards of the parameters ({check.sharded}): the check that they trained one "
+            "model does not apply",
+        )]  # fmt: skip
+    return []
+
+
+def initial_fingerprint(main: Any) -> str | None:
+    """A short hash of rank 0's parameters before its first optimizer step: equal for runs that started from the
+    same initial parameters (a seeded initialisation, whatever the world size: DDP starts every rank from rank 0's)."""
+    values = _values(main.params.get("initial")) if main is not None else None
+    if values is None:
+        return None
+    text = repr([values[0], values[1], values[2]])  # floats' repr round-trips; a NaN is "nan", not JSON
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,93 @@
+"""What the observer writes about the run as a whole: the `run` row at the first optimizer step, the `end` rows and
+rank 0's final parameters when the script is done."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.parallel import DistributedDataParallel
+
+from ddpcli.worker.observer.parallel import params_row
+from ddpcli.worker.observer.reading import initial_lrs
+
+_SYNCHRONISED_BATCHNORM = ("SyncBatchNorm", "CrossProcessBatchNorm")
+
+
+def run_row(observer: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """World size, backend, device, DDP and its options, the models, BatchNorm layers, AMP."""
+    params = [param for group in optimizer.param_groups for param in group["params"]]
+    modules = observer._modules()
+    norms = [layer for module in modules for layer in module.modules() if isinstance(layer, _BatchNorm)]
+    synchronised = sum(type(layer).__name__ in _SYNCHRONISED_BATCHNORM for layer in norms)
+    return {
+        "kind": "run",
+        "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+        "backend": str(dist.get_backend()) if dist.is_initialized() else None,
+        "device": params[0].device.type if params else None,
+        "ddp": bool(observer.ddp) or any(isinstance(module, DistributedDataParallel) for module in modules),
+        "ddp_options": observer.ddp[0] if observer.ddp else {},
+        "models": [type(module).__name__ for module in modules],
+        "batchnorm_layers": len(norms),
+        "batchnorm_synchronized": synchronised,
+        "amp": observer.amp,
+        "optimizer": optimizer_row(optimizer),
+    }
+
+
+_HYPER_PARAMETERS = ("betas", "momentum", "weight_decay", "eps", "nesterov", "dampening")
+
+
+def optimizer_row(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's class and its first param group's hyper-parameters (what the script really used: nanoGPT's
+    AdamW has beta2 0.95, not the 0.999 a note would assume). Tensors stay on the device until the flush."""
+    found: dict[str, Any] = {"class": type(optimizer).__name__}
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    for key in _HYPER_PARAMETERS:
+        value = group.get(key)
+        if isinstance(value, tuple | list):
+            found[key] = [item.detach().clone() if isinstance(item, torch.Tensor) else item for item in value]
+        elif value is not None:
+            found[key] = value.detach().clone() if isinstance(value, torch.Tensor) else value
+    return found
+
+
+def end_rows(observer: Any) -> list[dict[str, Any]]:
+    """The `end` row (steps, process group, training loaders, AMP, hooks, processes spawned) and the parameters'
+    digest at the end."""
+    loaders = [info for info in observer.loaders.values() if info.get("training")]
+    end = {
+        "kind": "end",
+        "steps": observer.step,
+        "process_group": observer.habits.process_group or dist.is_initialized(),
+        "spawned": observer.habits.spawned,
+        "loaded": observer.habits.loaded,
+        "loaders": loaders,
+        "initial_lr": initial_lrs(observer.optimizers[0]) if observer.optimizers else None,
+        "amp": observer.amp,
+        "script_comm_hook": observer.script_comm_hook,
+        "noise_scale_requested": observer.measure_noise,
+        "noise_scale_by": "observer" if observer.noise is not None else "runtime" if observer.runtime_noise else None,
+    }
+    rows = [end]
+    if observer.optimizers:
+        rows.append(params_row(observer.optimizers, observer._modules(), "end"))
+    return rows
+
+
+def save_params(optimizers: list[torch.optim.Optimizer], path: Path) -> None:
+    """The parameters the optimizers updated, in their order: keys `<optimizer>.<group>.<index>`, the same for
+    a script run bare, under DDP, Lightning or accelerate. Not when the script saved its own (runtime)."""
+    if path.exists() or not optimizers:
+        return
+    state = {
+        f"{o}.{g}.{i}": param.detach().cpu().clone()
+        for o, optimizer in enumerate(optimizers)
+        for g, group in enumerate(optimizer.param_groups)
+        for i, param in enumerate(group["params"])
+    }
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(state, temp)
+    os.replace(temp, path)

@@ -1,0 +1,131 @@
+"""Which forward passes fed a backward pass, and how many samples they carried.
+
+The training model is the one whose outputs feed backward, whatever its `training` flag (Lightning's sanity check
+leaves the DDP wrapper in eval mode) and whatever else runs with gradients enabled (a validation batch without
+`no_grad`, which never reaches a backward). So every top-level forward with grad enabled is remembered with its batch
+size, and a hook on its output's autograd node says whether a backward reached it:
+
+- a micro-batch is a backward pass that reached at least one forward not reached before: a second backward on the
+  same batch (an auxiliary loss with retain_graph) or `torch.autograd.backward([l1, l2])` count once;
+- its samples are the batch sizes of the forwards it reached, of the module called first among them (an encoder
+  takes the batch; a head on its flattened output sees batch x tokens rows);
+- a batch whose size cannot be read (no tensor with a leading dimension) is unknown, None, never 0.
+
+The hook only reads: it returns None and holds no reference to the graph (it is freed with it), so training is
+unchanged. It fires only while a backward runs (`torch.autograd.grad`, a gradient penalty, is not a micro-batch).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ddpcli.worker.observer.reading import first_tensor, tensors
+
+
+@dataclass(eq=False)
+class Forward:
+    """One top-level forward with grad enabled, until a backward reaches it."""
+
+    order: int
+    module: int  # id of the module called
+    samples: int | None
+    loader: int | None  # id of the DataLoader that gave the last batch
+    fingerprint: Any = None  # device tensor, kept for the first training batches
+    loss: Any = None  # the scalar `loss` the module returned (a Hugging Face model's), detached
+    reached: bool = False
+
+
+@dataclass
+class Counts:
+    micro_batches: int = 0
+    samples: int | None = 0  # None once one micro-batch's size is unknown
+    output_loss: Any = None  # sum of the losses the model returned (to tell a loss the script scaled afterwards)
+    loaders: set[int] = field(default_factory=set)
+
+
+class ForwardTracker:
+    def __init__(self, on_error: Callable[[str], None]) -> None:
+        self.on_error = on_error
+        self.order = 0
+        self.in_backward = False
+        self.reached: list[Forward] = []  # by the backward in progress
+        self.reached_any = False  # this backward reached a forward (new or not)
+        self.counts = Counts()
+        self.first_trained: list[Forward] = []  # the first training forwards, for their fingerprints
+        self.trained: set[int] = set()  # ids of the modules whose forwards a backward reached
+
+    @staticmethod
+    def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+        batch = first_tensor((args, kwargs))
+        return int(batch.shape[0]) if batch is not None and batch.dim() > 0 else None
+
+    def forward(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
+                loader: int | None, fingerprint: Callable[[], Any] | None) -> None:  # fmt: skip
+        """A top-level call with grad enabled returned `output`: hook the autograd nodes of its tensors."""
+        nodes = {id(node): node for tensor in tensors(output) if (node := tensor.grad_fn) is not None}
+        if not nodes:
+            return  # nothing a backward could reach (a frozen model, an output detached)
+        self.order += 1
+        record = Forward(self.order, id(module), self.batch_size(args, kwargs), loader)
+        if fingerprint is not None:
+            record.fingerprint = fingerprint()
+        loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            record.loss = loss.detach().reshape(())
+        for node in nodes.values():
+            node.register_prehook(self._hook(record))
+
+    def _hook(self, record: Forward) -> Callable[..., None]:
+        def reached(grad_outputs: Any) -> None:
+            try:
+                if self.in_backward:
+                    self.reached_any = True
+                    if not record.reached:
+                        record.reached = True
+                        self.reached.append(record)
+            except Exception as error:  # never into the autograd engine
+                self.on_error(f"backward hook: {type(error).__name__}: {error}")
+
+        return reached
+
+    def backward_started(self) -> None:
+        self.settle()
+        self.in_backward = True
+
+    def backward_ended(self, *args: Any, **kwargs: Any) -> None:
+        self.settle()
+
+    def settle(self) -> None:
+        """Count what the last backward reached (micro-batch and samples)."""
+        if not self.in_backward:
+            return
+        self.in_backward = False
+        reached, self.reached = self.reached, []
+        reached_any, self.reached_any = self.reached_any, False
+        if not reached:
+            if not reached_any:  # no model output seen on its way (a model called through .forward): unknown size
+                self.counts.micro_batches += 1
+                self.counts.samples = None
+            return
+        self.counts.micro_batches += 1
+        self.trained.update(record.module for record in reached)
+        first = min(reached, key=lambda record: record.order).module
+        sizes = [record.samples for record in reached if record.module == first]
+        samples = None if any(size is None for size in sizes) else sum(sizes)  # type: ignore[misc]
+        self.counts.samples = None if samples is None or self.counts.samples is None else self.counts.samples + samples
+        for record in reached:
+            if record.module == first and record.loss is not None:
+                loss = self.counts.output_loss
+                self.counts.output_loss = record.loss if loss is None else loss + record.loss
+        self.counts.loaders.update(record.loader for record in reached if record.loader is not None)
+        self.first_trained += [
+            record for record in reached if record.fingerprint is not None and record.module == first
+        ]
+
+    def take(self) -> Counts:
+        """The counts since the last optimizer step (and start anew)."""
+        self.settle()
+        counts, self.counts = self.counts, Counts()
+        return counts

@@ -1,0 +1,152 @@
+"""Unusual but legitimate training loops that fooled the observer (issue 15, items 6-13); no ddpcli import.
+
+    python tests/observe_scripts/loop_patterns.py --pattern PATTERN [--save final.pt]
+
+One process, a tiny MLP, batch 8 from a DataLoader (a RandomSampler), 4 optimizer steps of one micro-batch each,
+unless the pattern says otherwise:
+  plain             the reference loop
+  fresh-optimizer   2 steps training the head alone, then a fresh optimizer over every parameter for 2 more
+  instance-step     `opt.step` replaced on the instance by the script's own update (torch's step hooks never run)
+  double-backward   a main and an auxiliary loss, two backward calls on one batch (retain_graph)
+  loss-list         `torch.autograd.backward([main, aux])`
+  bound-step        `opt.step` replaced on the instance by a bound method that clips, then calls the class's step;
+                    an lr scheduler created after the first step (it unwraps `opt.step.__func__`)
+  grad-validation   after each step a validation batch of 32 through the model in train mode with grad enabled and
+                    no backward (from a second DataLoader, a SequentialSampler)
+  eval-wrapper      the model is in eval mode while it trains (Lightning's sanity check leaves its wrapper so)
+  checkpointed      activation checkpointing: the first block is recomputed inside the backward
+  list-batch        the model takes a list of Python lists: no tensor, so the batch size cannot be read
+  numpy-lr          the param group's lr is a numpy float32
+  os-exit           the script ends with os._exit(0) (the last rows were lost)
+  exit-code         the script ends with sys.exit(3)
+  spawn             the script trains in a child process it starts with torch.multiprocessing.spawn
+--save writes the final parameters (torch.save of the state_dict) for a bit-identical comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import types
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from torch.utils.data import DataLoader, TensorDataset
+
+PATTERNS = (
+    "plain", "fresh-optimizer", "instance-step", "bound-step", "double-backward", "loss-list", "grad-validation",
+    "eval-wrapper", "checkpointed", "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn",
+)  # fmt: skip
+
+
+class ListModel(nn.Module):
+    """Takes its batch as a list of Python lists (tokenised text before collation, say)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, rows: list[list[float]]) -> torch.Tensor:
+        return self.net(torch.tensor(rows))
+
+
+class Checkpointed(nn.Module):
+    """Recomputes its first block in the backward instead of keeping its activations."""
+
+    def __init__(self, net: nn.Sequential) -> None:
+        super().__init__()
+        self.block, self.head = net[:2], net[2:]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(checkpoint(self.block, x, use_reentrant=False))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pattern", choices=PATTERNS, default="plain")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--save", default=None)
+    args = parser.parse_args()
+    if args.pattern == "spawn":
+        torch.multiprocessing.spawn(spawned, args=(args,), nprocs=1)
+        return
+    train(args)
+
+
+def spawned(index: int, args: argparse.Namespace) -> None:
+    train(args)
+
+
+def train(args: argparse.Namespace) -> None:
+    torch.manual_seed(0)
+    data = torch.Generator().manual_seed(1)
+    x, x_val = torch.randn(64, 4, generator=data), torch.randn(64, 4, generator=data)
+    train = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=8, shuffle=True, generator=data)
+    validation = DataLoader(TensorDataset(x_val, x_val.sum(dim=1, keepdim=True)), batch_size=32)
+    net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+    model: nn.Module = ListModel(net) if args.pattern == "list-batch" else net
+    if args.pattern == "checkpointed":
+        model = Checkpointed(net)
+    head = net[2].parameters() if args.pattern == "fresh-optimizer" else model.parameters()
+    optimizer = torch.optim.SGD(head, lr=0.1, momentum=0.9)
+    if args.pattern == "numpy-lr":
+        optimizer.param_groups[0]["lr"] = np.float32(0.1)
+    if args.pattern == "instance-step":
+
+        def own_step(closure=None):  # plain SGD, written by hand: the class's step (and its hooks) never run
+            with torch.no_grad():
+                for param in model.parameters():
+                    param.add_(param.grad, alpha=-0.1)
+
+        optimizer.step = own_step  # type: ignore[method-assign]
+    if args.pattern == "bound-step":
+
+        def clipped_step(self: torch.optim.Optimizer, closure=None):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            return type(self).step(self, closure)
+
+        optimizer.step = types.MethodType(clipped_step, optimizer)  # type: ignore[method-assign]
+    if args.pattern == "eval-wrapper":
+        model.eval()
+    step = 0
+    while step < args.steps:
+        for inputs, targets in train:
+            if step == args.steps:
+                break
+            if args.pattern == "fresh-optimizer" and step == args.steps // 2:
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+            batch = inputs.tolist() if args.pattern == "list-batch" else inputs
+            outputs = model(batch)
+            loss = F.mse_loss(outputs, targets)
+            aux = 0.1 * outputs.square().mean()
+            if args.pattern == "double-backward":
+                loss.backward(retain_graph=True)
+                aux.backward()
+            elif args.pattern == "loss-list":
+                torch.autograd.backward([loss, aux])
+            else:
+                (loss + aux).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            step += 1
+            if args.pattern == "bound-step" and step == 1:
+                torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: 0.5)  # halves the lr from here on
+            if args.pattern == "grad-validation":
+                val_inputs, val_targets = next(iter(validation))
+                F.mse_loss(model(val_inputs), val_targets)  # grad enabled, train mode, never back-propagated
+    if args.save:
+        torch.save(net.state_dict(), args.save)
+    print(f"done: {step} steps")
+    sys.stdout.flush()
+    if args.pattern == "os-exit":
+        os._exit(0)
+    if args.pattern == "exit-code":
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()

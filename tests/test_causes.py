@@ -1,0 +1,84 @@
+"""Causes named from what was observed (ddpcli.rundir.causes, compare's initial-parameter and beta2 notes). Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpcli.compare.initial import initial_params_cause
+from ddpcli.compare.script_notes import beta2_note
+from ddpcli.rundir.causes import script_findings, with_causes
+from ddpcli.rundir.findings import plan_mismatches
+from ddpcli.rundir.record import Finding, Observed, RunRecord
+
+
+def explained(plan: dict[str, Any], observed: Observed, end: dict[str, Any] | None = None) -> dict[str, str]:
+    findings = with_causes(plan_mismatches(plan, observed, completed=True), plan, observed, end or {})
+    return {str(finding.field): finding.message for finding in findings}
+
+
+def test_one_step_more_than_planned_is_named() -> None:
+    messages = explained({"total_steps": 60}, Observed(optimizer_steps=61))
+    assert messages["total_steps"].startswith("the script ran optimizer steps 61; the plan said 60: ")
+    message = messages["total_steps"]
+    assert "one step more than the count it is given" in message and "pass 59" in message
+
+
+def test_an_lr_left_at_the_baselines_is_named_only_when_the_plan_scaled_it() -> None:
+    plan = {"lr": 0.4, "batch_scale": 4.0, "scaling": "linear"}
+    assert "stayed at the baseline's 0.1" in explained(plan, Observed(lr_base=0.1))["lr"]
+    assert "baseline" not in explained(plan, Observed(lr_base=0.2))["lr"]
+    sqrt = {"lr": 0.2, "batch_scale": 4.0, "scaling": "sqrt"}
+    assert "stayed at the baseline's 0.1" in explained(sqrt, Observed(lr_base=0.1))["lr"]
+
+
+def test_accumulation_divided_by_the_world_size_needs_that_arithmetic() -> None:
+    plan = {"grad_accum_steps": 8, "world_size": 4}
+    assert "pass it 32" in explained(plan, Observed(world_size=4, grad_accum_steps=2))["grad_accum_steps"]
+    assert "divides" not in explained(plan, Observed(world_size=4, grad_accum_steps=3))["grad_accum_steps"]
+
+
+def test_fewer_steps_after_a_file_loaded_at_start_name_the_file() -> None:
+    end = {"loaded": [{"path": "/w/snapshot.pt", "mtime": 0.0, "during_sweep": True, "written_by": "a (id1)"}]}
+    message = explained({"total_steps": 64}, Observed(optimizer_steps=32), end)["total_steps"]
+    assert "loaded /w/snapshot.pt before its first step" in message and "written by run a (id1)" in message
+    [finding] = script_findings(end, 32)
+    assert finding.code == "resumed_from_other_run"
+    own = {"loaded": [{"path": "/w/pretrained.pt", "mtime": 0.0, "during_sweep": False}]}
+    assert script_findings(own, 32) == []  # a file older than the sweep, in no run: the script's own weights
+
+
+def test_spawned_processes_are_a_finding() -> None:
+    [finding] = script_findings({"spawned": 2}, 0)
+    assert finding.code == "script_spawned_processes" and "2 processes" in finding.message
+
+
+def record(name: str, fingerprint: str | None, **observed: Any) -> RunRecord:
+    return RunRecord(
+        run_id=name, name=name, plan={"seed": 0, "batch_scale": 4.0, "notes": ["... beta2 0.999 becomes 0.996."]},
+        observed=Observed(initial_params_fingerprint=fingerprint, **observed),
+    )  # fmt: skip
+
+
+def test_different_initial_parameters_are_named() -> None:
+    assert initial_params_cause(record("a", "x"), record("b", "x")) is None
+    assert initial_params_cause(record("a", "x"), record("b", None)) is None
+    cause = initial_params_cause(record("a", "x"), record("b", "y"))
+    assert cause == "The runs started from different initial parameters (the model initialisation is not seeded)"
+    resumed = record("b", "y")
+    resumed.findings = [Finding(code="resumed_from_other_run", severity="warning", message="...")]
+    assert "b loaded another run's checkpoint" in str(initial_params_cause(record("a", "x"), resumed))
+
+
+def test_the_beta2_note_uses_the_scripts_beta2() -> None:
+    nanogpt = record("gpt", None, optimizer={"class": "AdamW", "betas": [0.9, 0.95]})
+    assert beta2_note("gpt", nanogpt) == (
+        "gpt: the script's AdamW uses beta2 0.95 (observed), not the 0.999 the plan's note assumed: the square-root "
+        "rule makes it 0.8."
+    )
+    assert beta2_note("x", record("x", None, optimizer={"class": "AdamW", "betas": [0.9, 0.999]})) is None
+    assert beta2_note("x", record("x", None, optimizer={"class": "SGD", "momentum": 0.9})) is None
+
+
+def test_one_process_where_several_ran_without_a_process_group_is_named() -> None:
+    message = explained({"world_size": 2}, Observed(world_size=1), {"process_group": False})["world_size"]
+    assert message.endswith("no process called init_process_group: 2 separate trainings (see no_process_group)")

@@ -1,0 +1,92 @@
+"""The merge's judgement of data parallelism from the ranks' parameter digests (ddpcli.rundir.parallel). Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpcli.rundir.merge import RankObservation
+from ddpcli.rundir.parallel import check_data_parallel, parallel_findings
+
+
+def rank(number: int, samples: list[float] | None, *, at: str = "end", group: bool = True, **run: Any) -> Any:
+    seen = RankObservation(number)
+    seen.end = {"process_group": group}
+    seen.run = {"world_size": 2 if group else 1, **run}
+    if samples is not None:
+        seen.params[at] = {"kind": "params", "at": at, "sums": [len(samples)], "samples": samples, "numel": 100}
+    return seen
+
+
+def test_identical_ranks_are_one_data_parallel_group() -> None:
+    check = check_data_parallel({0: rank(0, [1.0, 2.0]), 1: rank(1, [1.0, 2.0])}, 2)
+    assert (check.size, check.synchronized, check.largest_difference) == (2, True, 0.0)
+    assert parallel_findings(check, 8, {}) == []
+
+
+def test_ranks_that_drifted_apart_trained_separately_and_the_largest_difference_is_named() -> None:
+    ranks = {0: rank(0, [1.0, 2.0]), 1: rank(1, [1.5, 2.0]), 2: rank(2, [1.0, 2.0]), 3: rank(3, [1.0, 2.25])}
+    check = check_data_parallel(ranks, 4)
+    assert (check.size, check.synchronized, check.group_ranks) == (2, False, (0, 2))
+    assert check.largest_difference == 0.5
+    [finding] = parallel_findings(check, 8, {"ddp": True, "models": ["DistributedDataParallel"]})
+    assert finding.code == "ranks_not_synchronized" and finding.severity == "error"
+    assert "largest difference 0.5" in finding.message and "only 2 of 4 ranks" in finding.message
+    assert "wrapped in DistributedDataParallel" in finding.message and "not 32" in finding.message
+
+
+def test_a_difference_of_float_rounding_in_the_sum_is_no_drift() -> None:
+    check = check_data_parallel({0: rank(0, [1.0, 1000.0]), 1: rank(1, [1.0, 1000.0 + 1e-7])}, 2)
+    assert check.synchronized is True
+
+
+def test_a_nan_rank_is_not_in_sync_and_no_difference_is_invented() -> None:
+    check = check_data_parallel({0: rank(0, [1.0]), 1: rank(1, ["nan"])}, 2)  # type: ignore[list-item]
+    assert (check.synchronized, check.size, check.largest_difference) == (False, 1, None)
+
+
+def test_without_an_end_digest_the_first_step_is_compared() -> None:
+    ranks = {0: rank(0, [1.0], at="first_step"), 1: rank(1, [3.0], at="first_step")}
+    check = check_data_parallel(ranks, 2)
+    assert (check.at, check.synchronized) == ("first_step", False)
+
+
+def test_no_digest_at_all_is_not_judged() -> None:
+    check = check_data_parallel({0: rank(0, None), 1: rank(1, None)}, 2)
+    assert (check.synchronized, check.size) == (None, 2)
+    assert parallel_findings(check, 8, {}) == []
+
+
+def test_no_process_group_means_one_process_per_training() -> None:
+    check = check_data_parallel({0: rank(0, [1.0], group=False), 1: rank(1, [1.0], group=False)}, 1)
+    assert (check.size, check.process_group) == (1, False)
+    [finding] = parallel_findings(check, 8, {})
+    assert finding.code == "no_process_group" and "2 separate trainings" in finding.message
+
+
+def test_sharded_parameters_are_not_judged() -> None:
+    ranks = {0: rank(0, None), 1: rank(1, None)}
+    for seen in ranks.values():
+        seen.params["end"] = {"kind": "params", "at": "end", "sharded": "FullyShardedDataParallel"}
+    check = check_data_parallel(ranks, 2)
+    assert (check.synchronized, check.size, check.sharded) == (None, 2, "FullyShardedDataParallel")
+    [finding] = parallel_findings(check, 8, {})
+    assert finding.code == "data_parallel_unchecked" and finding.severity == "info"
+
+
+def test_ranks_of_different_sizes_hold_shards() -> None:
+    ranks = {0: rank(0, [1.0, 2.0]), 1: rank(1, [1.0, 2.0])}
+    ranks[1].params["end"]["numel"] = 50
+    assert check_data_parallel(ranks, 2).sharded == "ranks hold parameters of different sizes"
+
+
+def test_one_process_is_its_own_group() -> None:
+    check = check_data_parallel({0: rank(0, [1.0], group=False)}, 1)
+    assert (check.size, check.synchronized) == (1, None)
+
+
+def test_ranks_on_other_nodes_are_taken_at_torchs_word() -> None:
+    """A node's run directory holds its own ranks' files: a synchronised pair of a world of 4 is 4, a single rank of
+    a world of 2 is 2 (nothing to compare it with), one process alone is 1."""
+    assert check_data_parallel({0: rank(0, [1.0]), 1: rank(1, [1.0])}, 4).size == 4
+    assert check_data_parallel({2: rank(2, [1.0])}, 2).size == 2
+    assert check_data_parallel({0: rank(0, [1.0], group=False)}, 1).size == 1
