@@ -119,13 +119,18 @@ def read_run_record(run_dir: Path) -> RunRecord:
 
 
 def _supervisor_gone(record: run_record.RunRecord) -> bool:
-    if record.supervisor_pid is None or record.hostname != socket.gethostname():
+    """The recorded launcher is no process of this host. A pid from a file is untrusted: os.kill(0 or -1, 0) would
+    ask about whole process groups and 2**31 overflows, and no such number names a launcher."""
+    pid = record.supervisor_pid
+    if pid is None or not isinstance(record.hostname, str) or record.hostname != socket.gethostname():
         return False
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31:
+        return True
     try:
-        os.kill(record.supervisor_pid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except OSError:  # alive, someone else's
+    except (OSError, OverflowError, ValueError):  # alive, someone else's
         return False
     return False
 
