@@ -114,9 +114,11 @@ def whole_or_none(value: Any) -> int | None:
 
 def strict_number(value: Any) -> Any:
     """Strict JSON has no NaN or Infinity: a non-finite number becomes the string "nan", "inf" or "-inf" (so a
-    loss that blew up is never mistaken for a missing one); lists are converted item by item."""
+    loss that blew up is never mistaken for a missing one); lists and objects are converted item by item."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, list):
         return [strict_number(item) for item in value]
+    if isinstance(value, dict):
+        return {key: strict_number(item) for key, item in value.items()}
     return value
