@@ -88,7 +88,7 @@ def main() -> None:
         print(f"{'checkout':<40} {'floor MB':>9} {'peak MB':>9} {'merge s':>8}")
         for checkout in (REPO, *args.against):
             floor, peak, seconds = measure(checkout.resolve(), run_dir, args.ranks, args.steps)
-            print(f"{str(checkout):<40} {floor:>9.1f} {peak:>9.1f} {seconds:>8.1f}")
+            print(f"{checkout!s:<40} {floor:>9.1f} {peak:>9.1f} {seconds:>8.1f}")
     finally:
         if args.keep is None:
             shutil.rmtree(run_dir, ignore_errors=True)
