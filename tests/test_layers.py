@@ -30,7 +30,13 @@ from tests.conftest import REPO
 PACKAGE = REPO / "ddpcli"
 NEVER_IN_PURE = ("torch", "numpy", "matplotlib", "rich", "typer", "click")
 WORKER_SIDE = ("ddpcli.worker", "ddpcli.runtime", "ddpcli.examples")
-HOST_MODULES = ("ddpcli.launch.sweep", "ddpcli.launch.supervisor", "ddpcli.rundir.params", "ddpcli.init.script_help")
+HOST_MODULES = (
+    "ddpcli.launch.sweep",
+    "ddpcli.launch.supervisor",
+    "ddpcli.rundir.params",
+    "ddpcli.init.script_help",
+    "ddpcli.compare.lost",
+)
 FEATURES = (
     "ddpcli.errors",
     "ddpcli.jsonvalues",

@@ -4,15 +4,21 @@ torchrun starts every worker in a session of its own, so killing torchrun's proc
 a torchrun killed hard leaves orphans. We therefore stop torchrun with SIGTERM first (it forwards the signal to
 its workers), escalate to SIGKILL after a grace period, and finally kill any process still carrying this
 launch's marker (DDPCLI_RUN_DIR, or DDPCLI_NODE_KEY on a multi-node run) in its environment. No torch and no rich here.
+
+And if the launcher itself dies, even by SIGKILL (nothing of it runs then), torchrun must not go on alone: on Linux it
+is started with a parent-death signal (SIGTERM, which it forwards to its workers), and each worker's observer
+watches its own parent (ddpcli.worker.observer.watchdog) in case torchrun is killed hard too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,7 +72,7 @@ def run_to_end(
     with agent_log.open("ab") as log:
         process = subprocess.Popen(
             spec.argv, env={**os.environ, **spec.env_added}, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent(),
         )  # fmt: skip
         progress = spec.run_dir / OBSERVED_DIR / rank_file_name(0)
         watch = Watch(process, progress, on_rows, find_group_rank=spec.run.is_multi_node)
@@ -83,6 +89,29 @@ def run_to_end(
     own_logs = sorted(path for path in set(spec.log_dir.iterdir()) - before if path.is_dir())
     failed = failed_ranks(agent_log, own_logs, log_start) if status == "failed" else []
     return Outcome(status, exit_code, wall_time, failed, count_restarts(own_logs), watch.group_rank)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that has the child get SIGTERM when this process dies (Linux prctl PR_SET_PDEATHSIG; None
+    elsewhere). The signal follows the thread that forks: Popen runs on the launcher's main thread, which lives as
+    long as the launcher. libc is looked up here, before the fork, so the child only makes two system calls."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_parent_death_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the launcher died before the call: the signal would never come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_parent_death_signal
 
 
 class Watch:

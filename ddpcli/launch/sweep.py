@@ -24,11 +24,11 @@ from ddpcli.errors import UserError
 from ddpcli.experiment.resolved import EXTRA_KEYS, PLAN_KEYS, Plan, ResolvedRun
 from ddpcli.launch.argv import LaunchSpec, Rendezvous, build_launch
 from ddpcli.launch.supervisor import Outcome, StopRequest, run_dir_marker, run_to_end, worker_pids
-from ddpcli.rundir.findings import run_findings
-from ddpcli.rundir.layout import METRICS_FILE, PARAMS_FILE, RUN_FILE, new_run_id, utc_now
-from ddpcli.rundir.merge import iter_merged_metrics, main_rank, read_observations, summarize
-from ddpcli.rundir.metrics import write_metrics
-from ddpcli.rundir.record import FailedRank, Finding, RunRecord, validation_message
+from ddpcli.rundir.finish import observe, observe_or_say_why, one_line, with_finding
+from ddpcli.rundir.layout import PARAMS_FILE, RUN_FILE, new_run_id, utc_now
+from ddpcli.rundir.record import FailedRank, RunRecord, validation_message
+
+__all__ = ["observe", "observe_or_say_why"]  # moved to ddpcli.rundir.finish (compare finishes lost runs too)
 
 
 class Reporter(Protocol):
@@ -116,43 +116,6 @@ def run_one(
     record = writer.finish_or_say_why(record, outcome.group_rank)
     reporter.run_ended(spec, record)
     return record
-
-
-def observe_or_say_why(record: RunRecord, run_dir: Path) -> RunRecord:
-    """`observe`, which must never lose the run: whatever fails in the merge (a full disk, a bug, no memory), the
-    record keeps how training ended and gets an `observer_error` finding with the error in one line."""
-    try:
-        return observe(record, run_dir)
-    except Exception as error:  # training is over and recorded; the merge is extra
-        return with_finding(record, "observer_error", "warning", f"merging what the observers recorded failed, "
-                            f"training was not affected: {one_line(error)}")  # fmt: skip
-
-
-def observe(record: RunRecord, run_dir: Path) -> RunRecord:
-    """The record with what the run did (`observed`, `findings`), and metrics.jsonl merged from every rank
-    (streamed from the rank files to the file: memory does not grow with the steps)."""
-    ranks = read_observations(run_dir)
-    observed = summarize(ranks)
-    if observed is None:
-        return record
-    main = main_rank(ranks)
-    metrics = run_dir / METRICS_FILE
-    ours = record.metrics_from_observations or not metrics.exists()  # a script that writes its own keeps it
-    written = ours and main is not None and bool(main.logs or main.steps)
-    if written:
-        write_metrics(metrics, iter_merged_metrics(ranks))
-    findings = run_findings(record.plan, observed, ranks, completed=record.status == "completed")
-    return record.model_copy(update={"observed": observed, "findings": findings, "metrics_from_observations": written})
-
-
-def with_finding(record: RunRecord, code: str, severity: str, message: str) -> RunRecord:
-    finding = Finding(code=code, severity=severity, message=message)  # type: ignore[arg-type]
-    return record.model_copy(update={"findings": [*record.findings, finding]})
-
-
-def one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or "(no message)"
-    return f"{type(error).__name__}: {text[:300]}"
 
 
 def resume_from(run_dir: Path) -> tuple[LaunchSpec, RunRecord]:

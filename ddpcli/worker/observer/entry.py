@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddpcli.worker.observer.watchdog import watch_parent
+
 USAGE = "usage: python -m ddpcli.worker.observer (SCRIPT | -m MODULE) [ARGS...]"
 
 
@@ -37,6 +39,7 @@ def parse(argv: Sequence[str]) -> Target:
 
 def main(argv: Sequence[str] | None = None) -> None:
     target = parse(sys.argv[1:] if argv is None else argv)
+    watch_parent()
     observer = _install()
     code = _run_recorded(target)
     if observer is not None:
