@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from ddpcli.launch.supervisor import run_dir_marker, worker_pids
-from ddpcli.rundir.finish import observe, observe_or_say_why
 from ddpcli.rundir.layout import OBSERVED_DIR, RUN_FILE
 from ddpcli.rundir.record import RunRecord
 
@@ -21,6 +19,10 @@ def with_observations(record: RunRecord, run_dir: Path) -> RunRecord:
     """The record of a lost run with its observations merged (and written back when it is safe)."""
     if record.observed is not None or not (run_dir / OBSERVED_DIR).is_dir():
         return record
+    # Imported here: most compares meet no lost run, and the merge's modules cost start-up time.
+    from ddpcli.launch.supervisor import run_dir_marker, worker_pids
+    from ddpcli.rundir.finish import observe, observe_or_say_why
+
     if worker_pids(run_dir_marker(run_dir)):
         try:
             return observe(record, run_dir, write=False)

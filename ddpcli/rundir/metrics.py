@@ -76,7 +76,11 @@ def last_metrics_row(path: Path, key: str | None = None, window: int = 1 << 20) 
             lines = handle.read().splitlines()
     except OSError:  # missing, a directory, no permission: no row (compare's metrics reader says why)
         return None
-    for row in map(parse_row, reversed(lines)):
+    wanted = None if key is None else f'"{key}"'.encode()
+    for line in reversed(lines):
+        if wanted is not None and wanted not in line and b"\\u" not in line:
+            continue  # cannot hold the key (an escaped spelling of it would hold a backslash-u): not parsed
+        row = parse_row(line)
         if row is not None and (key is None or finite_or_none(row.get(key)) is not None):
             return row
     return None
