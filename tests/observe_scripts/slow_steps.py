@@ -1,6 +1,6 @@
 """A plain DDP training loop whose steps are slow (a sleep each): long enough to kill its launcher mid-run.
 
-    slow_steps.py --steps N --batch-size B --lr LR --sleep SECONDS
+slow_steps.py --steps N --batch-size B --lr LR --sleep SECONDS
 """
 
 import argparse
