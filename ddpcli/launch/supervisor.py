@@ -13,12 +13,10 @@ watches its own parent (ddpcli.worker.observer.watchdog) in case torchrun is kil
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ddpcli.jsonvalues import read_json
+from ddpcli.launch import prestart
 from ddpcli.launch.argv import LaunchSpec
+from ddpcli.launch.parent_death import die_with_parent
 from ddpcli.rundir.layout import OBSERVED_DIR, PROGRESS_KINDS, rank_file_name
 from ddpcli.rundir.metrics import iter_new_metrics
 
@@ -70,9 +70,10 @@ def run_to_end(
     log_start = agent_log.stat().st_size if agent_log.exists() else 0  # a resumed run appends to the same log
     started = time.monotonic()
     with agent_log.open("ab") as log:
-        process = subprocess.Popen(
-            spec.argv, env={**os.environ, **spec.env_added}, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent(),
+        env = {**os.environ, **spec.env_added}
+        process = prestart.take(spec.argv, env, agent_log) or subprocess.Popen(
+            spec.argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=die_with_parent(),
         )  # fmt: skip
         progress = spec.run_dir / OBSERVED_DIR / rank_file_name(0)
         watch = Watch(process, progress, on_rows, find_group_rank=spec.run.is_multi_node)
@@ -89,29 +90,6 @@ def run_to_end(
     own_logs = sorted(path for path in set(spec.log_dir.iterdir()) - before if path.is_dir())
     failed = failed_ranks(agent_log, own_logs, log_start) if status == "failed" else []
     return Outcome(status, exit_code, wall_time, failed, count_restarts(own_logs), watch.group_rank)
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A preexec_fn that has the child get SIGTERM when this process dies (Linux prctl PR_SET_PDEATHSIG; None
-    elsewhere). The signal follows the thread that forks: Popen runs on the launcher's main thread, which lives as
-    long as the launcher. libc is looked up here, before the fork, so the child only makes two system calls."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def set_parent_death_signal() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the launcher died before the call: the signal would never come
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return set_parent_death_signal
 
 
 class Watch:
