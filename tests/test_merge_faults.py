@@ -8,6 +8,7 @@ job, in a fraction of the time.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -175,3 +176,21 @@ def test_a_400_digit_loss_is_no_crash(tmp_path: Path) -> None:
 
 def read_json_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@settings(max_examples=200, deadline=None)
+@given(row=st.fixed_dictionaries({}, optional={key: HOSTILE for key in ("step", "loss", "samples", "time")}))
+def test_no_value_in_a_progress_row_crashes_the_progress_bar(row: dict[str, Any]) -> None:
+    """Rank 0's rows feed the live progress while the run goes on: a 400-digit loss or a string time there must
+    not stop the launcher (whose exit would stop torchrun)."""
+    from rich.console import Console
+
+    from ddpcli.cli.render.progress import RichReporter
+    from ddpcli.launch.argv import LaunchSpec
+
+    plan = load_plan(write_toml(Path(tempfile.mkdtemp()), FILE))
+    spec = LaunchSpec(run=plan.baseline, run_dir=Path("/nonexistent/run"), argv=["true"], env_added={},
+                      log_dir=Path("/nonexistent/run/logs"))  # fmt: skip
+    reporter = RichReporter(Console(file=open(os.devnull, "w"), force_terminal=False))  # noqa: SIM115
+    reporter.run_started(spec)
+    reporter.metrics(spec, [row])
