@@ -52,7 +52,8 @@ def children(pid: int) -> list[int]:
 @pytest.mark.parametrize("signum", [signal.SIGINT])
 def test_a_signal_during_the_merge_ends_the_sweep(tmp_path: Path, signum: int) -> None:
     """The first run's torchrun has ended and the launcher is merging its 150k rows when the signal comes: the
-    launcher used to finish that run, skip the rest silently and exit 0."""
+    launcher used to finish that run, skip the rest silently and exit 0. Now the merge stops at once, the record
+    says so, and the sweep ends."""
     path = write_toml(tmp_path, FILE)
     launcher = subprocess.Popen(
         [sys.executable, "-m", "ddpcli", "launch", str(path)],
@@ -75,8 +76,11 @@ def test_a_signal_during_the_merge_ends_the_sweep(tmp_path: Path, signum: int) -
     assert launcher.returncode == 128 + signum, err
     assert f"stopped by {signal.Signals(signum).name}; not started: next, last" in " ".join(err.split())
     assert not (tmp_path / "runs" / "next").exists()
-    record = read_json(run_dir / "run.json")
-    assert record["status"] == "completed" and record["observed"]["optimizer_steps"] == 150_000
+    record = read_json(run_dir / "run.json")  # training completed; the merge was stopped where it was
+    assert (record["status"], record["exit_code"], record["observed"]) == ("completed", 0, None)
+    (finding,) = record["findings"]
+    assert finding["code"] == "observer_error" and "MergeStopped: stopped by SIGINT" in finding["message"]
+    assert not list(run_dir.glob(".*.tmp")) and not (run_dir / "metrics.jsonl").exists()
 
 
 def test_a_signal_between_runs_ends_the_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -47,14 +47,30 @@ class Outcome:
 
 @dataclass
 class StopRequest:
-    """Set from a signal handler; the supervision loop notices it within POLL_INTERVAL_S."""
+    """Set from a signal handler; the supervision loop notices it within POLL_INTERVAL_S. While a finished run is
+    merged (`merging`), a request also stops the merge at once (it raises MergeStopped where the merge is)."""
 
     reason: str | None = None  # "interrupted" once a stop signal arrived
     signum: int | None = None  # which one: the launcher exits with 128 + signum, as a shell would report it
+    merging: bool = False
 
     def request(self, reason: str = "interrupted", signum: int | None = None) -> None:
         self.reason = reason
         self.signum = self.signum or signum
+        if self.merging:
+            self.merging = False
+            raise MergeStopped(f"stopped by {_signal_name(signum)}")
+
+
+class MergeStopped(Exception):
+    """A stop signal during the merge after a run: the merge ends there, the run's record does not."""
+
+
+def _signal_name(signum: int | None) -> str:
+    try:
+        return signal.Signals(signum).name if signum else "a stop request"
+    except ValueError:
+        return f"signal {signum}"
 
 
 def run_to_end(

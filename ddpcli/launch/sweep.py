@@ -112,7 +112,12 @@ def run_one(
     reporter.run_started(spec)
     timeout_s = options.timeout_s if options.timeout_s is not None else spec.run.timeout_s
     outcome = run_to_end(spec, timeout_s, stop, on_rows=lambda rows: reporter.metrics(spec, rows))
-    record = observe_or_say_why(finish_record(record, outcome), spec.run_dir)
+    record = finish_record(record, outcome)
+    stop.merging = True  # a stop signal now ends the merge at once (a million steps take minutes)
+    try:
+        record = observe_or_say_why(record, spec.run_dir)
+    finally:
+        stop.merging = False
     record = writer.finish_or_say_why(record, outcome.group_rank)
     reporter.run_ended(spec, record)
     return record

@@ -18,7 +18,7 @@ def observe_or_say_why(record: RunRecord, run_dir: Path) -> RunRecord:
     record keeps how training ended and gets an `observer_error` finding with the error in one line."""
     try:
         return observe(record, run_dir)
-    except Exception as error:  # training is over and recorded; the merge is extra
+    except Exception as error:  # training is over and recorded; the merge is extra (a stop signal ends it too)
         return with_finding(record, "observer_error", "warning", f"merging what the observers recorded failed, "
                             f"training was not affected: {one_line(error)}")  # fmt: skip
 
