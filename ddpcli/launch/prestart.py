@@ -71,7 +71,7 @@ def take(argv: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Pope
     if list(argv[:3]) != [sys.executable, "-m", TORCHRUN_MODULE] or process.poll() is not None:
         _discard(process)
         return None
-    order = json.dumps({"args": list(argv[3:]), "env": env, "log": str(log)})
+    order = json.dumps({"args": list(argv[3:]), "env": env, "log": str(log)}, allow_nan=False)
     try:
         assert process.stdin is not None
         process.stdin.write(order.encode() + b"\n")
