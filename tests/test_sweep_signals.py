@@ -19,7 +19,7 @@ ROWS = REPO / "tests" / "launch_scripts" / "many_rows.py"
 FILE = f"""
 [defaults]
 script = "{ROWS}"
-args = ["150000"]
+args = ["300000"]
 max_steps = 6
 observe = false
 env = {{ OMP_NUM_THREADS = "1" }}
@@ -51,7 +51,7 @@ def children(pid: int) -> list[int]:
 @pytest.mark.e2e
 @pytest.mark.parametrize("signum", [signal.SIGINT])
 def test_a_signal_during_the_merge_ends_the_sweep(tmp_path: Path, signum: int) -> None:
-    """The first run's torchrun has ended and the launcher is merging its 150k rows when the signal comes: the
+    """The first run's torchrun has ended and the launcher is merging its 300k rows when the signal comes: the
     launcher used to finish that run, skip the rest silently and exit 0. Now the merge stops at once, the record
     says so, and the sweep ends."""
     path = write_toml(tmp_path, FILE)
@@ -70,6 +70,7 @@ def test_a_signal_during_the_merge_ends_the_sweep(tmp_path: Path, signum: int) -
     else:
         raise AssertionError("torchrun never ended")
     (run_dir,) = (tmp_path / "runs" / "long-merge").iterdir()
+    time.sleep(1.0)  # past the few milliseconds between torchrun's end and the merge; 300k rows take far longer
     assert read_json(run_dir / "run.json")["status"] == "running"  # not finished yet: still merging
     launcher.send_signal(signum)
     _, err = launcher.communicate(timeout=120)
