@@ -24,7 +24,8 @@ from ddpcli.experiment.planning import load_plan
 from ddpcli.jsonvalues import read_json
 from ddpcli.launch.argv import LaunchSpec
 from ddpcli.launch.supervisor import StopRequest
-from ddpcli.launch.sweep import SweepOptions, observe, prepare, run_sweep
+from ddpcli.launch.sweep import SweepOptions, prepare, run_sweep
+from ddpcli.rundir.finish import observe
 from ddpcli.rundir.record import RunRecord
 from tests.conftest import REPO, write_toml
 

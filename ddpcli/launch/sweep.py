@@ -24,11 +24,9 @@ from ddpcli.errors import UserError
 from ddpcli.experiment.resolved import EXTRA_KEYS, PLAN_KEYS, Plan, ResolvedRun
 from ddpcli.launch.argv import LaunchSpec, Rendezvous, build_launch
 from ddpcli.launch.supervisor import Outcome, StopRequest, run_dir_marker, run_to_end, worker_pids
-from ddpcli.rundir.finish import observe, observe_or_say_why, one_line, with_finding
+from ddpcli.rundir.finish import observe_or_say_why, one_line, with_finding
 from ddpcli.rundir.layout import PARAMS_FILE, RUN_FILE, new_run_id, utc_now
 from ddpcli.rundir.record import FailedRank, RunRecord, validation_message
-
-__all__ = ["observe", "observe_or_say_why"]  # moved to ddpcli.rundir.finish (compare finishes lost runs too)
 
 
 class Reporter(Protocol):
