@@ -5,24 +5,51 @@ Shared by every feature (run records, metrics, observation files, compare); no t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-import tempfile
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write to a temp file in the same directory, then rename: a reader never sees half a record."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(
-        "w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False, encoding="utf-8"
-    ) as handle:
+    with atomic_text(path) as handle:
         json.dump(data, handle, indent=2, allow_nan=False, default=str)
         handle.write("\n")
-        temp = Path(handle.name)
-    os.replace(temp, path)
+
+
+@contextmanager
+def atomic_text(path: Path) -> Iterator[TextIO]:
+    """A text file written whole or not at all: a temp file beside `path`, renamed over it once complete.
+
+    Created with mode 0666 less the umask, like any file `open` makes (tempfile's are always 0600, which hid the
+    records of a group-shared runs directory from the group). Whatever fails while writing (a full disk, a value
+    JSON cannot hold), the temp file is removed and the old file, if any, stays as it was.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            descriptor = os.open(temp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover
+        raise FileExistsError(f"no free temp name beside {path}")
+    try:
+        with open(descriptor, "w", encoding="utf-8") as handle:
+            yield handle
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
 
 
 def loads_json(text: str | bytes) -> Any:
@@ -87,9 +114,11 @@ def whole_or_none(value: Any) -> int | None:
 
 def strict_number(value: Any) -> Any:
     """Strict JSON has no NaN or Infinity: a non-finite number becomes the string "nan", "inf" or "-inf" (so a
-    loss that blew up is never mistaken for a missing one); lists are converted item by item."""
+    loss that blew up is never mistaken for a missing one); lists and objects are converted item by item."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, list):
         return [strict_number(item) for item in value]
+    if isinstance(value, dict):
+        return {key: strict_number(item) for key, item in value.items()}
     return value

@@ -31,5 +31,5 @@ FINDING_CODES = {
     "uneven_steps_across_ranks", "observer_error", "noise_scale_not_measured",
     "lr_schedule_mismatch", "uneven_accumulation", "samples_below_plan",
     "ranks_not_synchronized", "no_process_group", "data_parallel_unchecked", "script_spawned_processes",
-    "resumed_from_other_run", "loss_scaled_by_world_size",
+    "resumed_from_other_run", "loss_scaled_by_world_size", "record_not_written",
 }  # fmt: skip

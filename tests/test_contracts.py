@@ -85,8 +85,8 @@ def test_contracts_md_lists_the_compare_keys_in_order() -> None:
 
 
 def emitted_finding_codes() -> set[str]:
-    """Every `code=` passed to a Finding anywhere in the package, read with ast: a string, or a module-level name
-    bound to one (`UNEVEN_ACCUMULATION = "uneven_accumulation"`)."""
+    """Every finding code the package can write, read with ast: `code=` of a Finding (a string, or a module-level
+    name bound to one, `UNEVEN_ACCUMULATION = "uneven_accumulation"`) and the code given to `with_finding`."""
     codes = set()
     for path in (REPO / "ddpcli").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -97,17 +97,21 @@ def emitted_finding_codes() -> set[str]:
             for target in node.targets
             if isinstance(target, ast.Name) and isinstance(node.value.value, str)
         }
+        parameters = {arg.arg for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) for arg in node.args.args}
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Finding":
-                for keyword in node.keywords:
-                    if keyword.arg != "code":
-                        continue
-                    if isinstance(keyword.value, ast.Constant):
-                        codes.add(keyword.value.value)
-                    elif isinstance(keyword.value, ast.Name):
-                        codes.add(constants.get(keyword.value.id, f"<unresolved {keyword.value.id} in {path.name}>"))
-                    else:
-                        codes.add(f"<computed in {path.name}>")
+            if not isinstance(node, ast.Call):
+                continue
+            called = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            given = [kw.value for kw in node.keywords if kw.arg == "code"] if called == "Finding" else []
+            if called == "with_finding" and len(node.args) > 1:
+                given.append(node.args[1])
+            for value in given:
+                if isinstance(value, ast.Constant):
+                    codes.add(value.value)
+                elif isinstance(value, ast.Name) and value.id in constants:
+                    codes.add(constants[value.id])
+                elif not (isinstance(value, ast.Name) and value.id in parameters):  # a helper passing its argument on
+                    codes.add(f"<computed in {path.name}>")
     return codes
 
 

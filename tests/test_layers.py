@@ -36,6 +36,7 @@ HOST_MODULES = (
     "ddpcli.rundir.params",
     "ddpcli.init.script_help",
     "ddpcli.init.inspect_script",
+    "ddpcli.compare.lost",
 )
 FEATURES = (
     "ddpcli.errors",

@@ -10,6 +10,7 @@ tests/test_startup.py checks that it equals the first paragraph of the command's
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -130,4 +131,7 @@ def _root(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from ddpcli.launch.prestart import prestart  # `launch`: torchrun's interpreter starts while the command loads
+
+    prestart(sys.argv[1:] if argv is None else argv)
     app(args=list(argv) if argv is not None else None, prog_name="ddpcli")

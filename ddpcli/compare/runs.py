@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,31 +101,44 @@ class RunRecord(run_record.RunRecord):
         return bool(self.flags & SYNC_BN_FLAGS)
 
 
-def read_run_record(run_dir: Path) -> RunRecord:
+# What to do with a lost run's record before showing it (the compare command passes ddpcli.compare.lost's merge).
+FinishLost = Callable[[run_record.RunRecord, Path], run_record.RunRecord]
+
+
+def read_run_record(run_dir: Path, finish_lost: FinishLost | None = None) -> RunRecord:
     """Read run.json; a missing or malformed field is tolerated (shown as unknown), an unreadable file is not.
 
     A run whose record still says `running` while the ddpcli process that watched it is gone (on this host) is
-    shown as `lost`: its launcher was killed, and nothing will ever finish the record."""
+    shown as `lost`: its launcher was killed, and nothing will ever record its end; what its observers wrote is
+    merged in by `finish_lost` (ddpcli.compare.lost.with_observations, which reads /proc: a host module)."""
     try:
         record = run_record.RunRecord.load_tolerant(run_dir)
     except (OSError, ValueError) as error:
         raise UserError(f"{run_dir / RUN_FILE}: cannot read it: {error}") from None
+    lost = record.status == "running" and _supervisor_gone(record)
+    if lost and finish_lost is not None:
+        record = finish_lost(record, run_dir)
     data = record.model_dump()
     data["name"] = record.name or text_or_none(record.plan.get("name")) or run_dir.parent.name
     data["started_at"] = record.started_at or ""
-    if record.status == "running" and _supervisor_gone(record):
+    if lost:
         data["status"] = LOST
     return RunRecord(**data, run_dir=run_dir)
 
 
 def _supervisor_gone(record: run_record.RunRecord) -> bool:
-    if record.supervisor_pid is None or record.hostname != socket.gethostname():
+    """The recorded launcher is no process of this host. A pid from a file is untrusted: os.kill(0 or -1, 0) would
+    ask about whole process groups and 2**31 overflows, and no such number names a launcher."""
+    pid = record.supervisor_pid
+    if pid is None or not isinstance(record.hostname, str) or record.hostname != socket.gethostname():
         return False
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31:
+        return True
     try:
-        os.kill(record.supervisor_pid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except OSError:  # alive, someone else's
+    except (OSError, OverflowError, ValueError):  # alive, someone else's
         return False
     return False
 
@@ -175,7 +188,9 @@ def _nonblank_line(value: Any, index: int, limit: int = 200) -> str | None:
     return lines[index][:limit] if lines else None
 
 
-def collect_runs(paths: Sequence[Path], include_all: bool = False) -> tuple[list[RunRecord], list[str]]:
+def collect_runs(
+    paths: Sequence[Path], include_all: bool = False, finish_lost: FinishLost | None = None
+) -> tuple[list[RunRecord], list[str]]:
     """The runs to compare, and warnings about run directories that could not be read.
 
     A run directory given directly is always compared. Under each runs root (or name directory) only the newest
@@ -186,12 +201,12 @@ def collect_runs(paths: Sequence[Path], include_all: bool = False) -> tuple[list
     warnings: list[str] = []
     for path in paths:
         if is_run_dir(path):
-            chosen.append(read_run_record(path))
+            chosen.append(read_run_record(path, finish_lost))
             continue
         found = []
         for run_dir in _run_dirs_under(path):
             try:
-                found.append(read_run_record(run_dir))
+                found.append(read_run_record(run_dir, finish_lost))
             except UserError as error:
                 warnings.append(f"{error}; run skipped")
         chosen += found if include_all else select_newest(found)

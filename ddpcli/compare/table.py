@@ -47,7 +47,13 @@ def compare_runs(
     summaries = [base, *others]
     summaries.sort(key=lambda run: (run is not base, *size_key(run.record)))
     labels = _labels(summaries)
-    rows = [_row(run, base, summaries, labels, atol, param_diff) for run in summaries]
+    singles: dict[int | None, list[RunSummary]] = {}  # the only partners there can be, by global batch
+    for run in summaries:
+        if run.record.world_size == 1:
+            singles.setdefault(run.record.global_batch_size, []).append(run)
+    rows = [
+        _row(run, base, singles.get(run.record.global_batch_size, []), labels, atol, param_diff) for run in summaries
+    ]
     warnings = [warning for run in summaries for warning in run.metrics.skipped]
     files = sorted({record.experiment_file or NO_FILE for record in records})
     return Comparison(

@@ -4,6 +4,10 @@ torchrun starts every worker in a session of its own, so killing torchrun's proc
 a torchrun killed hard leaves orphans. We therefore stop torchrun with SIGTERM first (it forwards the signal to
 its workers), escalate to SIGKILL after a grace period, and finally kill any process still carrying this
 launch's marker (DDPCLI_RUN_DIR, or DDPCLI_NODE_KEY on a multi-node run) in its environment. No torch and no rich here.
+
+And if the launcher itself dies, even by SIGKILL (nothing of it runs then), torchrun must not go on alone: on Linux it
+is started with a parent-death signal (SIGTERM, which it forwards to its workers), and each worker's observer
+watches its own parent (ddpcli.worker.observer.watchdog) in case torchrun is killed hard too.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ddpcli.jsonvalues import read_json
+from ddpcli.launch import prestart
 from ddpcli.launch.argv import LaunchSpec
+from ddpcli.launch.parent_death import die_with_parent
 from ddpcli.rundir.layout import OBSERVED_DIR, PROGRESS_KINDS, rank_file_name
 from ddpcli.rundir.metrics import iter_new_metrics
 
@@ -41,14 +47,30 @@ class Outcome:
 
 @dataclass
 class StopRequest:
-    """Set from a signal handler; the supervision loop notices it within POLL_INTERVAL_S."""
+    """Set from a signal handler; the supervision loop notices it within POLL_INTERVAL_S. While a finished run is
+    merged (`merging`), a request also stops the merge at once (it raises MergeStopped where the merge is)."""
 
     reason: str | None = None  # "interrupted" once a stop signal arrived
     signum: int | None = None  # which one: the launcher exits with 128 + signum, as a shell would report it
+    merging: bool = False
 
     def request(self, reason: str = "interrupted", signum: int | None = None) -> None:
         self.reason = reason
         self.signum = self.signum or signum
+        if self.merging:
+            self.merging = False
+            raise MergeStopped(f"stopped by {_signal_name(signum)}")
+
+
+class MergeStopped(Exception):
+    """A stop signal during the merge after a run: the merge ends there, the run's record does not."""
+
+
+def _signal_name(signum: int | None) -> str:
+    try:
+        return signal.Signals(signum).name if signum else "a stop request"
+    except ValueError:
+        return f"signal {signum}"
 
 
 def run_to_end(
@@ -64,9 +86,10 @@ def run_to_end(
     log_start = agent_log.stat().st_size if agent_log.exists() else 0  # a resumed run appends to the same log
     started = time.monotonic()
     with agent_log.open("ab") as log:
-        process = subprocess.Popen(
-            spec.argv, env={**os.environ, **spec.env_added}, cwd=spec.cwd, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+        env = {**os.environ, **spec.env_added}
+        process = prestart.take(spec.argv, env, agent_log, spec.cwd) or subprocess.Popen(
+            spec.argv, env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=die_with_parent(),
         )  # fmt: skip
         progress = spec.run_dir / OBSERVED_DIR / rank_file_name(0)
         watch = Watch(process, progress, on_rows, find_group_rank=spec.run.is_multi_node)

@@ -24,11 +24,8 @@ from ddpcli.errors import UserError
 from ddpcli.experiment.resolved import EXTRA_KEYS, PLAN_KEYS, Plan, ResolvedRun
 from ddpcli.launch.argv import LaunchSpec, Rendezvous, build_launch
 from ddpcli.launch.supervisor import Outcome, StopRequest, run_dir_marker, run_to_end, worker_pids
-from ddpcli.rundir.findings import run_findings
-from ddpcli.rundir.layout import METRICS_FILE, PARAMS_FILE, RUN_FILE, new_run_id, utc_now
-from ddpcli.rundir.merge import merged_metrics, read_observations, summarize
-from ddpcli.rundir.metrics import write_metrics
-from ddpcli.rundir.parallel import check_data_parallel, trained_together
+from ddpcli.rundir.finish import observe_or_say_why, one_line, with_finding
+from ddpcli.rundir.layout import PARAMS_FILE, RUN_FILE, new_run_id, utc_now
 from ddpcli.rundir.record import FailedRank, RunRecord, validation_message
 
 
@@ -113,27 +110,15 @@ def run_one(
     reporter.run_started(spec)
     timeout_s = options.timeout_s if options.timeout_s is not None else spec.run.timeout_s
     outcome = run_to_end(spec, timeout_s, stop, on_rows=lambda rows: reporter.metrics(spec, rows))
-    record = observe(finish_record(record, outcome), spec.run_dir)
-    writer.finish(record, outcome.group_rank)
+    record = finish_record(record, outcome)
+    stop.merging = True  # a stop signal now ends the merge at once (a million steps take minutes)
+    try:
+        record = observe_or_say_why(record, spec.run_dir)
+    finally:
+        stop.merging = False
+    record = writer.finish_or_say_why(record, outcome.group_rank)
     reporter.run_ended(spec, record)
     return record
-
-
-def observe(record: RunRecord, run_dir: Path) -> RunRecord:
-    """The record with what the run did (`observed`, `findings`), and metrics.jsonl merged from every rank."""
-    ranks = read_observations(run_dir)
-    observed = summarize(ranks)
-    if observed is None:
-        return record
-    together = trained_together(ranks, check_data_parallel(ranks, observed.world_size))  # rank 0's model's ranks
-    rows, metrics = merged_metrics(together), run_dir / METRICS_FILE
-    ours = record.metrics_from_observations or not metrics.exists()  # a script that writes its own keeps it
-    if rows and ours:
-        write_metrics(metrics, rows)
-    findings = run_findings(record.plan, observed, ranks, completed=record.status == "completed")
-    return record.model_copy(
-        update={"observed": observed, "findings": findings, "metrics_from_observations": bool(rows and ours)}
-    )
 
 
 def resume_from(run_dir: Path) -> tuple[LaunchSpec, RunRecord]:
@@ -220,6 +205,16 @@ class RecordWriter:
         else:
             create_run_dir(self.run_dir)
             record.write(self.run_dir / RUN_FILE)
+
+    def finish_or_say_why(self, record: RunRecord, group_rank: int | None) -> RunRecord:
+        """`finish`; when even the record cannot be written (a full disk), the run's result still reaches the
+        user, with a `record_not_written` finding (the file stays as written at the start: `running`)."""
+        try:
+            self.finish(record, group_rank)
+        except OSError as error:
+            return with_finding(record, "record_not_written", "error",
+                                f"{self.run_dir / RUN_FILE} could not be written: {one_line(error)}")  # fmt: skip
+        return record
 
     def finish(self, record: RunRecord, group_rank: int | None) -> None:
         if not self.multi_node:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ddpcli.jsonvalues import finite_or_none
 from ddpcli.rundir.advice import batchnorm_fix
 from ddpcli.rundir.causes import loss_scale_findings, script_findings, with_causes
 from ddpcli.rundir.merge import RankObservation, main_rank, training_loader
@@ -124,7 +125,8 @@ def _epoch_never_set(loader: dict[str, Any]) -> bool:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number float() can hold (math.isfinite(10**400) raises OverflowError)."""
+    return finite_or_none(value) is not None
 
 
 def _same(planned: float, seen: float) -> bool:

@@ -17,12 +17,18 @@ Row kinds (ddpcli.worker.observer and ddpcli.worker.runtime write them; docs/con
   error        something inside the observer failed (training went on)
 A process that starts again (a torchrun restart, a resume) appends to the same file. Step numbers are absolute (the
 runtime helper tells the observer the step it resumed from), so for a step seen twice the later row wins.
+
+Streaming: step and log rows are never all in memory (ddpcli.rundir.timeline keeps where they are and reads them
+back in step order), so the merge of a million steps needs about as much memory as that of ten. Every value is
+untrusted: a number beyond float range, a string or a list where a number belongs is no number, never a crash.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,9 +36,10 @@ from typing import Any
 from ddpcli.jsonvalues import finite_or_none, parse_row, text_or_none, whole_or_none
 from ddpcli.noise_scale import NoiseScaleTracker, simple_noise_scale
 from ddpcli.rundir.layout import OBSERVED_DIR
-from ddpcli.rundir.parallel import check_data_parallel, initial_fingerprint, trained_together
+from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, initial_fingerprint, trained_together
 from ddpcli.rundir.record import Observed
 from ddpcli.rundir.steps import base_lr
+from ddpcli.rundir.timeline import TimelineBuilder, ascending
 
 NOISE_BETA = 0.99  # EMA factor of the observer's noise-scale measurement (the runtime helper's default)
 
@@ -40,8 +47,9 @@ NOISE_BETA = 0.99  # EMA factor of the observer's noise-scale measurement (the r
 @dataclass
 class RankObservation:
     rank: int
-    steps: dict[int, dict[str, Any]] = field(default_factory=dict)
-    logs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # step -> row: a Timeline (read from the file when iterated, rising steps) when read from a file.
+    steps: Mapping[int, dict[str, Any]] = field(default_factory=dict)
+    logs: Mapping[int, dict[str, Any]] = field(default_factory=dict)
     fingerprints: list[list[float]] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)
     end: dict[str, Any] = field(default_factory=dict)
@@ -50,38 +58,51 @@ class RankObservation:
     skipped_lines: int = 0
 
 
+MAX_ERRORS = 100  # distinct observer error messages kept per rank (a finding quotes the first)
+
+
 def read_rank_file(path: Path, rank: int) -> RankObservation:
+    """One pass over the file: where its step and log rows are (not the rows), and the few other rows."""
     seen = RankObservation(rank)
+    builders = {kind: TimelineBuilder(kind) for kind in ("step", "log")}
+    resumes: list[tuple[int, int]] = []  # (order, step): a resume drops the rows after its step written before it
+    order, offset = 0, 0
     try:
-        lines = path.read_bytes().splitlines()
+        with path.open("rb") as handle:
+            for line in handle:
+                start, offset = offset, offset + len(line)
+                row = parse_row(line) if line.strip() else None
+                if row is None:
+                    seen.skipped_lines += bool(line.strip())
+                    continue
+                kind, step = row.get("kind"), whole_or_none(row.get("step"))
+                if kind in builders and step is not None:
+                    order += builders[kind].add(step, start, order)
+                elif kind == "resume" and step is not None:
+                    resumes.append((order, step))  # the attempt that died went further than its last checkpoint
+                    for builder in builders.values():
+                        builder.close()
+                    order += 1
+                else:
+                    _note(seen, kind, row)
     except OSError:
-        return seen
-    for line in lines:
-        row = parse_row(line) if line.strip() else None
-        if row is None:
-            seen.skipped_lines += bool(line.strip())
-            continue
-        kind = row.get("kind")
-        if kind == "resume" and whole_or_none(row.get("step")) is not None:
-            _forget_after(seen, int(row["step"]))  # the attempt that died went further than its last checkpoint
-        elif kind == "step" and whole_or_none(row.get("step")) is not None:
-            seen.steps[int(row["step"])] = row
-        elif kind == "log" and whole_or_none(row.get("step")) is not None:
-            seen.logs[int(row["step"])] = row
-        elif kind == "fingerprint" and isinstance(row.get("values"), list) and len(seen.fingerprints) < 8:
-            seen.fingerprints.append([value for value in row["values"] if isinstance(value, int | float)])
-        elif kind in ("run", "end"):
-            setattr(seen, kind, row)
-        elif kind == "params":
-            seen.params[str(row.get("at"))] = row
-        elif kind == "error":
-            seen.errors.append(str(row.get("message", "")))
+        pass
+    seen.steps = builders["step"].build(path, resumes)
+    seen.logs = builders["log"].build(path, resumes)
     return seen
 
 
-def _forget_after(seen: RankObservation, step: int) -> None:
-    seen.steps = {number: row for number, row in seen.steps.items() if number <= step}
-    seen.logs = {number: row for number, row in seen.logs.items() if number <= step}
+def _note(seen: RankObservation, kind: Any, row: dict[str, Any]) -> None:
+    if kind == "fingerprint" and isinstance(row.get("values"), list) and len(seen.fingerprints) < 8:
+        seen.fingerprints.append([value for value in row["values"] if finite_or_none(value) is not None])
+    elif kind in ("run", "end"):
+        setattr(seen, kind, row)
+    elif kind == "params":
+        seen.params[str(row.get("at"))] = row
+    elif kind == "error" and len(seen.errors) < MAX_ERRORS:
+        message = str(row.get("message", ""))[:500]
+        if message not in seen.errors:
+            seen.errors.append(message)
 
 
 def main_rank(ranks: dict[int, RankObservation]) -> RankObservation | None:
@@ -111,29 +132,66 @@ class Counted:
     high: int | None = None
 
     @classmethod
-    def of(cls, values: list[int]) -> Counted:
-        if not values:
+    def of(cls, values: list[int] | Counter[int]) -> Counted:
+        counts = values if isinstance(values, Counter) else Counter(values)
+        if not counts:
             return cls(None)
-        value = Counter(values).most_common(1)[0][0]
-        low, high = min(values), max(values)
+        value = counts.most_common(1)[0][0]
+        low, high = min(counts), max(counts)
         return cls(value) if low == high else cls(value, low, high)
+
+
+@dataclass
+class StepTotals:
+    """What one pass over every rank's step rows gives: batch counts, samples, rank 0's lr."""
+
+    per_device: Counter[int] = field(default_factory=Counter)
+    accumulation: Counter[int] = field(default_factory=Counter)
+    global_batch: Counter[int] = field(default_factory=Counter)
+    samples_seen: int = 0
+    samples_unknown: bool = False  # a step whose batch size could not be read: the total is unknown, not short
+    lr_first: float | None = None
+    lr_peak: float | None = None
+    lr_last: float | None = None
+
+
+def step_totals(ranks: dict[int, RankObservation]) -> StepTotals:
+    """One streamed pass over the step rows of every rank, in step order."""
+    totals, main = StepTotals(), main_rank(ranks)
+    streams = [_tagged(rank, seen.steps) for rank, seen in ranks.items()]
+    step_now, step_sum = None, None
+    for step, rank, row in heapq.merge(*streams, key=lambda item: (item[0], item[1])):
+        if step != step_now:
+            if step_sum is not None:
+                totals.global_batch[step_sum] += 1
+            step_now, step_sum = step, None
+        micro, samples = whole_or_none(row.get("micro_batches")), whole_or_none(row.get("samples"))
+        totals.samples_seen += samples or 0
+        totals.samples_unknown |= samples is None
+        if main is not None and rank == main.rank and (lr := lr_of(row)) is not None:
+            totals.lr_first = lr if totals.lr_first is None else totals.lr_first
+            totals.lr_peak = lr if totals.lr_peak is None else max(totals.lr_peak, lr)
+            totals.lr_last = lr
+        if not micro or samples is None:
+            continue
+        totals.accumulation[micro] += 1
+        if samples % micro == 0:
+            totals.per_device[samples // micro] += 1
+        step_sum = (step_sum or 0) + samples
+    if step_sum is not None:
+        totals.global_batch[step_sum] += 1
+    return totals
+
+
+def _tagged(rank: int, rows: Mapping[int, dict[str, Any]]) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    return ((step, rank, row) for step, row in ascending(rows))
 
 
 def per_step_batches(ranks: dict[int, RankObservation]) -> tuple[Counted, Counted, Counted]:
     """Per-device batch (samples per micro-batch), accumulation (micro-batches per step), global batch (samples of
     a step over every rank), each the value most steps had."""
-    per_device, accumulation = [], []
-    global_by_step: dict[int, int] = {}
-    for seen in ranks.values():
-        for step, row in seen.steps.items():
-            micro, samples = whole_or_none(row.get("micro_batches")), whole_or_none(row.get("samples"))
-            if not micro or samples is None:
-                continue
-            accumulation.append(micro)
-            if samples % micro == 0:
-                per_device.append(samples // micro)
-            global_by_step[step] = global_by_step.get(step, 0) + samples
-    return Counted.of(per_device), Counted.of(accumulation), Counted.of(list(global_by_step.values()))
+    totals = step_totals(ranks)
+    return Counted.of(totals.per_device), Counted.of(totals.accumulation), Counted.of(totals.global_batch)
 
 
 def lr_of(row: dict[str, Any]) -> float | None:
@@ -165,67 +223,118 @@ def _sampler_chain(loader: dict[str, Any] | None) -> list[str] | None:
 
 
 def merged_metrics(ranks: dict[int, RankObservation]) -> list[dict[str, Any]]:
+    """metrics.jsonl rows as a list (iter_merged_metrics streams them: what `ddpcli launch` writes from)."""
+    return list(iter_merged_metrics(ranks))
+
+
+def iter_merged_metrics(ranks: dict[int, RankObservation]) -> Iterator[dict[str, Any]]:
     """metrics.jsonl rows: one per optimizer step of rank 0's timeline; `samples` is what every rank consumed so
     far, `loss` the mean over ranks. Where the runtime helper logged a step, its loss, lr and scalars are used
-    (averaged over ranks) and only its steps are rows."""
+    (averaged over ranks) and only its steps are rows. Streamed: one step's rows of every rank at a time."""
     if not ranks:
-        return []
+        return
     main = main_rank(ranks)
-    cumulative, total = {}, 0
-    for step in sorted(main.steps):
-        total += sum(whole_or_none(seen.steps.get(step, {}).get("samples")) or 0 for seen in ranks.values())
-        cumulative[step] = total
     if main.logs:
-        return [_log_row(step, ranks, cumulative) for step in sorted(main.logs)]
-    noise = observed_noise(ranks)
-    rows = []
-    for step in sorted(main.steps):
-        row = main.steps[step]
-        rows.append({
+        yield from _log_rows(ranks)
+        return
+    tracker = NoiseScaleTracker(NOISE_BETA)
+    for step, rows, samples in aligned_steps(ranks):
+        row = rows[main.rank]
+        yield {
             "step": step,
-            "samples": cumulative[step],
+            "samples": samples,
             "time": row.get("time"),
-            "loss": _mean([seen.steps.get(step, {}).get("loss") for seen in ranks.values()]),
+            "loss": _mean([each.get("loss") for each in rows.values()]),
             "lr": lr_of(row),
-            **noise.get(step, {}),
-        })  # fmt: skip
-    return rows
+            **_noise_step(tracker, list(rows.values())),
+        }  # fmt: skip
+
+
+def aligned_steps(ranks: dict[int, RankObservation]) -> Iterator[tuple[int, dict[int, dict[str, Any]], int]]:
+    """For each step of rank 0's timeline: (step, each rank's row of that step ({} where it has none), samples
+    every rank consumed up to it), reading every rank's file once, in step order."""
+    main = main_rank(ranks)
+    if main is None:
+        return
+    cursors = {rank: _Cursor(seen.steps) for rank, seen in ranks.items()}
+    total = 0
+    for step, row in ascending(main.steps):
+        rows = {rank: row if rank == main.rank else cursor.at(step) for rank, cursor in cursors.items()}
+        total += sum(whole_or_none(each.get("samples")) or 0 for each in rows.values())
+        yield step, rows, total
+
+
+class _Cursor:
+    """A rank's rows, read forward: `at(step)` for rising steps."""
+
+    def __init__(self, rows: Mapping[int, dict[str, Any]]) -> None:
+        self.items = ascending(rows)
+        self.step: int | None = None
+        self.row: dict[str, Any] = {}
+
+    def at(self, step: int) -> dict[str, Any]:
+        while self.items is not None and (self.step is None or self.step < step):
+            found = next(self.items, None)
+            if found is None:
+                self.items = None
+                break
+            self.step, self.row = found
+        return self.row if self.step == step else {}
+
+
+def _noise_step(tracker: NoiseScaleTracker, rows: list[dict[str, Any]]) -> dict[str, float]:
+    measured = _step_norms(rows)
+    if measured is None:
+        return {}
+    small, big, b_small, b_big = measured
+    tracker.update(small, big)
+    if not tracker.weight:
+        return {}
+    values = {"grad_sq_small": tracker.ema_small / tracker.weight, "grad_sq_big": tracker.ema_big / tracker.weight}
+    if 0 < b_small < b_big and (noise_scale := tracker.noise_scale(b_small, b_big)) is not None:
+        values["noise_scale"] = noise_scale
+    return values
+
+
+def _log_rows(ranks: dict[int, RankObservation]) -> Iterator[dict[str, Any]]:
+    """The logged steps' rows, with the samples consumed up to each (where rank 0 has that optimizer step)."""
+    main = main_rank(ranks)
+    steps = aligned_steps(ranks)
+    cursors = {rank: _Cursor(seen.logs) for rank, seen in ranks.items()}
+    step_now, total = None, None
+    for step, logged in ascending(main.logs):
+        while step_now is None or step_now < step:
+            found = next(steps, None)
+            if found is None:
+                break
+            step_now, _, total = found
+        rows = {rank: logged if rank == main.rank else cursor.at(step) for rank, cursor in cursors.items()}
+        yield _log_row(step, logged, list(rows.values()), total if step_now == step else None)
 
 
 def observed_noise(ranks: dict[int, RankObservation], beta: float = NOISE_BETA) -> dict[int, dict[str, float]]:
     """Per step of rank 0's timeline: the EMAs of |G_small|^2 (averaged over ranks: each rank's gradient before the
     all-reduce) and |G_big|^2 (after it), and the noise scale from them with B_small = the samples one rank put into
     the step (per-device batch x accumulation) and B_big = the step's samples over every rank. Steps where a rank's
-    norms are missing or not finite (an AMP overflow) are left out of the EMAs."""
-    if not ranks:
-        return {}
-    main = main_rank(ranks)
+    norms are missing or not finite (an AMP overflow) are left out of the EMAs. (A dict: for tests and small runs;
+    the merge computes the same values streaming.)"""
     tracker, found = NoiseScaleTracker(beta), {}
-    for step in sorted(main.steps):
-        measured = _step_norms([seen.steps.get(step, {}) for seen in ranks.values()])
-        if measured is None:
-            continue
-        small, big, b_small, b_big = measured
-        tracker.update(small, big)
-        values = {"grad_sq_small": tracker.ema_small / tracker.weight, "grad_sq_big": tracker.ema_big / tracker.weight}
-        if 0 < b_small < b_big and (noise_scale := tracker.noise_scale(b_small, b_big)) is not None:
-            values["noise_scale"] = noise_scale
-        found[step] = values
+    for step, rows, _ in aligned_steps(ranks):
+        values = _noise_step(tracker, list(rows.values()))
+        if values:
+            found[step] = values
     return found
 
 
-def _log_row(step: int, ranks: dict[int, RankObservation], cumulative: dict[int, int]) -> dict[str, Any]:
-    main = main_rank(ranks)
-    logged = main.logs[step]
+def _log_row(step: int, logged: dict[str, Any], rows: list[dict[str, Any]], samples: int | None) -> dict[str, Any]:
     row: dict[str, Any] = {"step": step}
-    samples = cumulative.get(step, logged.get("samples"))
+    samples = samples if samples is not None else logged.get("samples")
     if samples is not None:
         row["samples"] = samples
     row["time"] = logged.get("time")
     keys = [key for key in logged if key not in ("kind", "step", "samples", "time", "noise_batches")]
     for key in keys:
-        values = [seen.logs.get(step, {}).get(key) for seen in ranks.values()]
-        row[key] = logged[key] if key == "lr" else _mean(values)
+        row[key] = logged[key] if key == "lr" else _mean([each.get(key) for each in rows])
     row.update(_noise_values(row, logged.get("noise_batches")))
     return row
 
@@ -237,17 +346,25 @@ def _noise_values(row: dict[str, Any], batches: Any) -> dict[str, Any]:
         return {}
     try:
         value = simple_noise_scale(small, big, float(batches[0]), float(batches[1]))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError, ZeroDivisionError):
         return {}
     return {"noise_scale": value} if value is not None else {}
 
 
 def _mean(values: list[Any]) -> float | str | None:
-    """Mean of the finite numbers; "nan" when a rank's value was not finite (so a NaN loss is never hidden)."""
-    if any(isinstance(value, str) or (isinstance(value, float) and not math.isfinite(value)) for value in values):
-        return "nan"
-    numbers = [float(value) for value in values if isinstance(value, int | float) and not isinstance(value, bool)]
-    return sum(numbers) / len(numbers) if numbers else None
+    """Mean of the finite numbers; "nan" when a rank's value was not a finite number (a NaN, an integer beyond float
+    range, a string), so a NaN loss is never hidden."""
+    numbers = []
+    for value in values:
+        if isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool)):
+            number = finite_or_none(value)
+            if number is None:
+                return "nan"
+            numbers.append(number)
+    if not numbers:
+        return None
+    mean = math.fsum(numbers) / len(numbers)
+    return mean if math.isfinite(mean) else "nan"
 
 
 def _step_norms(rows: list[dict[str, Any]]) -> tuple[float, float, float, int] | None:
@@ -267,18 +384,23 @@ def _step_norms(rows: list[dict[str, Any]]) -> tuple[float, float, float, int] |
         samples.append(count)
     if not rows:
         return None
-    return sum(small) / len(small), sum(big) / len(big), sum(samples) / len(samples), sum(samples)
-
-
-def _samples_seen(ranks: dict[int, RankObservation]) -> int | None:
-    """Samples over the steps; None when a step's batch size could not be read (unknown, never counted as 0)."""
-    rows = [row for seen in ranks.values() for row in seen.steps.values()]
-    counts = [whole_or_none(row.get("samples")) for row in rows]
-    return None if any(count is None for count in counts) else sum(counts)  # type: ignore[arg-type]
+    total = sum(samples)
+    if finite_or_none(total) is None:
+        return None
+    return math.fsum(small) / len(small), math.fsum(big) / len(big), total / len(samples), total
 
 
 def _product(*factors: int | None) -> int | None:
     return None if any(factor is None for factor in factors) else math.prod(factors)  # type: ignore[arg-type]
+
+
+def _samples_seen(totals: StepTotals, ranks: dict[int, RankObservation], parallel: ParallelCheck) -> int | None:
+    """Samples that trained rank 0's model (the ranks that trained it; a second streamed pass only when some rank
+    trained a model of its own); None when a step's batch size could not be read (unknown, never counted as 0)."""
+    together = trained_together(ranks, parallel)
+    if together is not ranks:
+        totals = step_totals(together)
+    return None if totals.samples_unknown else totals.samples_seen
 
 
 def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
@@ -286,8 +408,9 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
     if not ranks:
         return None
     main = main_rank(ranks)
-    per_device, accumulation, global_batch = per_step_batches(ranks)
-    lrs = [lr for step in sorted(main.steps) if (lr := lr_of(main.steps[step])) is not None]
+    totals = step_totals(ranks)
+    per_device, accumulation = Counted.of(totals.per_device), Counted.of(totals.accumulation)
+    global_batch = Counted.of(totals.global_batch)
     loader = training_loader(ranks)
     norms = whole_or_none(main.run.get("batchnorm_layers"))
     synchronised = whole_or_none(main.run.get("batchnorm_synchronized"))
@@ -308,11 +431,11 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         global_batch_size=_product(per_device.value, accumulation.value, parallel.size),
         ranges=ranges,
         optimizer_steps=len(main.steps),
-        samples_seen=_samples_seen(trained_together(ranks, parallel)),
-        lr_first=lrs[0] if lrs else None,
-        lr_peak=max(lrs) if lrs else None,
-        lr_last=lrs[-1] if lrs else None,
-        lr_base=base_lr(main.end, lrs),
+        samples_seen=_samples_seen(totals, ranks, parallel),
+        lr_first=totals.lr_first,
+        lr_peak=totals.lr_peak,
+        lr_last=totals.lr_last,
+        lr_base=base_lr(main.end, [totals.lr_peak] if totals.lr_peak is not None else []),
         sampler=str(loader["sampler"]) if loader is not None else None,
         sampler_chain=_sampler_chain(loader),
         distinct_samples_across_ranks=distinct_samples(ranks),

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddpcli.errors import OptionError
-from ddpcli.jsonvalues import finite_or_none, loads_json, parse_row, strict_number
+from ddpcli.jsonvalues import atomic_text, finite_or_none, loads_json, parse_row, strict_number
 from ddpcli.rundir.layout import METRICS_FILE, is_run_dir
 
 
@@ -76,7 +76,11 @@ def last_metrics_row(path: Path, key: str | None = None, window: int = 1 << 20) 
             lines = handle.read().splitlines()
     except OSError:  # missing, a directory, no permission: no row (compare's metrics reader says why)
         return None
-    for row in map(parse_row, reversed(lines)):
+    wanted = None if key is None else f'"{key}"'.encode()
+    for line in reversed(lines):
+        if wanted is not None and wanted not in line and b"\\u" not in line:
+            continue  # cannot hold the key (an escaped spelling of it would hold a backslash-u): not parsed
+        row = parse_row(line)
         if row is not None and (key is None or finite_or_none(row.get(key)) is not None):
             return row
     return None
@@ -119,14 +123,15 @@ def measured_noise_scale(run_dir: Path) -> float:
     return value
 
 
-def write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
-    """metrics.jsonl as a whole (merged from every rank after the run), atomically, as strict JSON lines."""
-    with tempfile.NamedTemporaryFile(
-        "w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False, encoding="utf-8"
-    ) as handle:
-        handle.writelines(json.dumps(_strict_row(row), allow_nan=False) + "\n" for row in rows)
-        temp = Path(handle.name)
-    os.replace(temp, path)
+def write_metrics(path: Path, rows: Iterable[dict[str, Any]]) -> int:
+    """metrics.jsonl as a whole (merged from every rank after the run), atomically, as strict JSON lines; rows may
+    come from a generator (the merge streams them). Returns how many rows were written."""
+    count = 0
+    with atomic_text(path) as handle:
+        for row in rows:
+            handle.write(json.dumps(_strict_row(row), allow_nan=False) + "\n")
+            count += 1
+    return count
 
 
 def _strict_row(row: dict[str, Any]) -> dict[str, Any]:

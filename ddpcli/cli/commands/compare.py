@@ -15,6 +15,7 @@ from ddpcli.cli.console import stdout, user_errors, warning, wrote
 from ddpcli.cli.render.compare import comparison_tables, csv_text, loss_figure
 from ddpcli.cli.render.layout import print_bullets
 from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, collect_runs, compare_runs
+from ddpcli.compare.lost import with_observations
 from ddpcli.errors import UserError
 from ddpcli.experiment.planning import load_plan
 from ddpcli.rundir.params import param_diff
@@ -67,7 +68,7 @@ def compare_command(
             raise UserError(f"{path}: {path.parent} is a file, not a directory")
         if path is not None and not path.parent.exists():
             raise UserError(f"{path}: its directory {path.parent} does not exist")
-    records, warnings = collect_runs(paths or [_default_root()], include_all)
+    records, warnings = collect_runs(paths or [_default_root()], include_all, finish_lost=with_observations)
     comparison = compare_runs(
         records,
         baseline=baseline,

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
-from ddpcli.cli.console import stderr, stdout, user_errors
+from ddpcli.cli.console import stderr, stdout, user_errors, warning
 from ddpcli.cli.render.format import display_path
 from ddpcli.cli.render.launch import LaunchRow, launch_summary_tables, print_failures, print_findings
 from ddpcli.cli.render.progress import RichReporter
@@ -110,7 +110,7 @@ def launch_command(
     reporter = RichReporter(stdout)
     with _stop_on_signals(stop), reporter.progress:
         results = run_sweep(plan, specs, options, reporter, stop)
-    _finish(results, stop)
+    _finish(results, stop, [spec.run.name for spec in specs[len(results) :]])
 
 
 def _resume(run_dir: Path, timeout: float | None, dry_run: bool) -> None:
@@ -126,15 +126,32 @@ def _resume(run_dir: Path, timeout: float | None, dry_run: bool) -> None:
     _finish([RunResult(spec, record)], stop)
 
 
-def _finish(results: list[RunResult], stop: StopRequest) -> None:
+def _finish(results: list[RunResult], stop: StopRequest, not_started: list[str] | None = None) -> None:
+    """The summary, then the exit code. A stop signal ends the sweep with 128 + its number whenever it came (during a
+    run, during the merge after one, between runs), naming the runs it kept from starting."""
     for table in launch_summary_tables([_summary_row(result) for result in results], stdout.width):
         stdout.print(table)
     print_findings(stdout, [result.record for result in results])
     print_failures(stderr, [(result.record, display_path(result.spec.run_dir / LOGS_DIR)) for result in results])
-    if any(result.status == "interrupted" for result in results):
+    stopped = stop.reason is not None or any(result.status == "interrupted" for result in results)
+    if not_started:
+        why = f"stopped by {_signal_name(stop.signum)}" if stopped else "stopped at the first failure (--fail-fast)"
+        warning(f"{why}; not started: {', '.join(not_started)}")
+    if stopped:
         raise typer.Exit(128 + stop.signum if stop.signum else EXIT_INTERRUPTED)
-    if any(result.status != "completed" for result in results):
+    if any(result.status != "completed" or _unrecorded(result) for result in results):
         raise typer.Exit(EXIT_FAILED)
+
+
+def _signal_name(signum: int | None) -> str:
+    try:
+        return signal.Signals(signum).name if signum else "a stop request"
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _unrecorded(result: RunResult) -> bool:
+    return any(finding.code == "record_not_written" for finding in result.record.findings)
 
 
 def _summary_row(result: RunResult) -> LaunchRow:

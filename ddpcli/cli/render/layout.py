@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, JustifyMethod, RenderableType
 from rich.measure import Measurement
 from rich.padding import Padding
@@ -53,13 +54,17 @@ def fitted_tables(
     """
     sections = _sections(columns)
     everything = [index for section in sections for index in section]
-    if _fits(columns, rows, everything, width):
+    measured = Measured.of(columns, rows)
+    if _fits(columns, measured, everything, width):
         groups = [everything]
     else:
-        by_section = [group for section in sections for group in _pack(columns, rows, section, width)]
-        plain = _pack(columns, rows, everything, width)
+        by_section = [group for section in sections for group in _pack(columns, measured, section, width)]
+        plain = _pack(columns, measured, everything, width)
         groups = by_section if len(by_section) <= len(plain) else plain
-    tables = [_table(columns, rows, group, fold=not _fits(columns, rows, group, width)) for group in groups]
+    tables = [
+        _table(columns, rows, measured.widest, group, fold=not _fits(columns, measured, group, width))
+        for group in groups
+    ]
     tables[0].title = title
     if caption is None:
         return list(tables)
@@ -80,27 +85,66 @@ def _sections(columns: Sequence[Column]) -> list[list[int]]:
     return sections
 
 
-def _pack(
-    columns: Sequence[Column], rows: Sequence[Sequence[Cell]], indices: Sequence[int], width: int
-) -> list[list[int]]:
+@dataclass(frozen=True)
+class Measured:
+    """Every cell measured once. A table's width depends on each column's widest value and widest unbreakable
+    word only, so two rows of those cells measure as the whole table does: trying a grouping of columns then
+    costs two rows, not all of them (500 runs took seconds when each try measured every cell again)."""
+
+    widest: list[int]  # per column: the largest natural width among its header and values
+    proxy_rows: list[list[Cell]]  # the cells with the largest maximum, and those with the largest minimum
+
+    @classmethod
+    def of(cls, columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> Measured:
+        widest, largest_max, largest_min = [], [], []
+        for index, column in enumerate(columns):
+            cells = [*(row[index] for row in rows)] or [column.header]
+            sizes = [_size(cell) for cell in cells]
+            widest.append(max(_size(column.header)[1], *(most for _, most in sizes)))
+            largest_max.append(cells[max(range(len(cells)), key=lambda i: sizes[i][1])])
+            largest_min.append(cells[max(range(len(cells)), key=lambda i: sizes[i][0])])
+        return cls(widest, [largest_max, largest_min])
+
+
+def _size(cell: Cell) -> tuple[int, int]:
+    """(minimum, maximum) width of a cell as Rich measures it; a plain Text (most cells) without Rich's overhead,
+    by the formula of Text.__rich_measure__ (the longest word, the longest line)."""
+    if type(cell) is not Text:
+        size = Measurement.get(_MEASURE, _MEASURE.options, cell)
+        return size.minimum, size.maximum
+    lines = cell.plain.splitlines()
+    most = max(map(cell_len, lines)) if lines else 0
+    words = cell.plain.split()
+    least = max(map(cell_len, words)) if words else most
+    return (0, 0) if most < 1 else (min(max(0, least), most), most)
+
+
+def _pack(columns: Sequence[Column], measured: Measured, indices: Sequence[int], width: int) -> list[list[int]]:
     """Columns packed greedily, in order, into groups that fit with the key column."""
     groups: list[list[int]] = []
     current: list[int] = []
     for index in indices:
-        if current and not _fits(columns, rows, [*current, index], width):
+        if current and not _fits(columns, measured, [*current, index], width):
             groups.append(current)
             current = []
         current.append(index)
     return [*groups, current] if current else groups or [[]]
 
 
-def _fits(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], group: Sequence[int], width: int) -> bool:
+def _fits(columns: Sequence[Column], measured: Measured, group: Sequence[int], width: int) -> bool:
     """Whether the key and these columns fit: values whole, free text at its longest word."""
-    table = _table(columns, rows, group, fold=False)
+    table = _table(columns, measured.proxy_rows, measured.widest, group, fold=False)
     return Measurement.get(_MEASURE, _MEASURE.options, table).minimum <= width
 
 
-def _table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], group: Sequence[int], *, fold: bool) -> Table:
+def _table(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[Cell]],
+    widest_of: Sequence[int],
+    group: Sequence[int],
+    *,
+    fold: bool,
+) -> Table:
     """The table of the key column and `group`. A value's column is as wide as its widest value (min_width), so
     the table's minimum width is the width at which no value is cut; `fold` lets values fold instead."""
     indices = [0, *group]
@@ -114,8 +158,7 @@ def _table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], group: Seq
     )
     for index in indices:
         column = columns[index]
-        cells = [column.header, *(row[index] for row in rows)]
-        widest = max(Measurement.get(_MEASURE, _MEASURE.options, cell).maximum for cell in cells)
+        widest = widest_of[index]
         table.add_column(
             column.header,
             justify=column.justify,

@@ -6,13 +6,14 @@ stopped at 32, 61/60 when it ran one more), and its clock stops when the run end
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from ddpcli.jsonvalues import whole_or_none
+from ddpcli.jsonvalues import finite_or_none, whole_or_none
 from ddpcli.launch.argv import LaunchSpec
 from ddpcli.rundir.record import RunRecord
 
@@ -39,9 +40,12 @@ class RichReporter:
 
     def metrics(self, spec: LaunchSpec, rows: list[dict[str, Any]]) -> None:
         last = rows[-1]
-        info = f"loss {last['loss']:.4g}" if isinstance(last.get("loss"), int | float) else ""
-        samples, seconds = last.get("samples"), last.get("time")
-        if isinstance(samples, int | float) and isinstance(seconds, int | float) and seconds > 0:
+        loss = finite_or_none(last.get("loss"))  # a row's values are untrusted: 10**400 is no float
+        info = f"loss {loss:.4g}" if loss is not None else ""
+        if isinstance(last.get("loss"), float) and loss is None:
+            info = f"loss {last['loss']}"  # nan or inf: never hidden
+        samples, seconds = finite_or_none(last.get("samples")), finite_or_none(last.get("time"))
+        if samples is not None and seconds is not None and seconds > 0 and math.isfinite(samples / seconds):
             info += f"  {samples / seconds:,.0f} samples/s"
         step = whole_or_none(last.get("step"))
         if step is not None:

@@ -1,9 +1,10 @@
 """Run a script or module as `python SCRIPT` / `python -m MODULE` would, under the observer, and exit cleanly.
 
-Same `__main__`, `sys.argv`, `sys.path[0]` and exit code as plain python; inside torchrun's error recording, so a
-failing rank of any script gets its traceback in error.json. After the script, the observer writes its last rows
-and the final parameters, atexit handlers run, and the process ends with `os._exit`: the interpreter's own
-teardown, where gloo's threads abort a worker in about one run of four (see process_group.py), never runs.
+Same `__main__`, `sys.argv`, `sys.path[0]`, exit code and traceback as plain python; inside torchrun's error
+recording, so a failing rank of any script gets its traceback (from the script's first frame) in error.json.
+After the script, the observer writes its last rows and the final parameters, atexit handlers run, and the
+process ends with `os._exit`: the interpreter's own teardown, where gloo's threads abort a worker in about one
+run of four (see process_group.py), never runs.
 """
 
 import atexit
@@ -16,6 +17,9 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
+
+from ddpcli.worker.observer.watchdog import watch_parent
 
 USAGE = "usage: python -m ddpcli.worker.observer (SCRIPT | -m MODULE) [ARGS...]"
 
@@ -37,6 +41,7 @@ def parse(argv: Sequence[str]) -> Target:
 
 def main(argv: Sequence[str] | None = None) -> None:
     target = parse(sys.argv[1:] if argv is None else argv)
+    watch_parent()
     observer = _install()
     code = _run_recorded(target)
     if observer is not None:
@@ -94,17 +99,37 @@ def _finish_before_os_exit(observer) -> None:
 
 
 def _run_recorded(target: Target) -> int:
-    """The script's exit code: 0, SystemExit's code, or 1 after printing an exception's traceback as python does."""
-    from torch.distributed.elastic.multiprocessing.errors import record
+    """The script's exit code: 0, SystemExit's code, or 1 after printing an exception's traceback as python does.
 
+    A failure goes to torchrun's error.json the way torch's `record` decorator writes it, but with the traceback
+    starting at the user's code: the frames of this entry and of runpy, through which the script was started, are
+    cut (plain `python train.py` shows none of them either).
+    """
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    handler = get_error_handler()
+    handler.initialize()
     try:
-        record(_run)(target)  # record() writes a failing rank's traceback to torchrun's error.json, then re-raises
+        _run(target)
     except SystemExit as exit_:
         return _exit_code(exit_.code)
-    except Exception:
-        traceback.print_exc()
+    except Exception as error:
+        error.__traceback__ = users_frames(error.__traceback__)
+        handler.record_exception(error)  # formats sys.exc_info(), which follows error.__traceback__ (3.11+)
+        traceback.print_exception(error)
         return 1
     return 0
+
+
+def users_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from its first frame that is neither this module's nor runpy's."""
+    while tb is not None and _launching_frame(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb
+
+
+def _launching_frame(filename: str) -> bool:
+    return filename == __file__ or filename == runpy.__file__ or filename == "<frozen runpy>"
 
 
 def _run(target: Target) -> None:

@@ -1,0 +1,35 @@
+"""A lost run (its launcher killed before the run ended, so nothing merged what its observers wrote) is shown with
+what they wrote: steps, samples, loss and findings, never as unobserved.
+
+Its record is finished in passing (observed, findings and metrics.jsonl written, the status left `running`, which
+compare shows as `lost`: nobody knows how it ended) once no process of the run is left on this host; while some
+are (workers orphaned by an older ddpcli), the merge is shown but nothing is written under their feet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from ddpcli.rundir.layout import OBSERVED_DIR, RUN_FILE
+from ddpcli.rundir.record import RunRecord
+
+
+def with_observations(record: RunRecord, run_dir: Path) -> RunRecord:
+    """The record of a lost run with its observations merged (and written back when it is safe)."""
+    if record.observed is not None or not (run_dir / OBSERVED_DIR).is_dir():
+        return record
+    # Imported here: most compares meet no lost run, and the merge's modules cost start-up time.
+    from ddpcli.launch.supervisor import run_dir_marker, worker_pids
+    from ddpcli.rundir.finish import observe, observe_or_say_why
+
+    if worker_pids(run_dir_marker(run_dir)):
+        try:
+            return observe(record, run_dir, write=False)
+        except Exception:  # shown as it is; the launch that finishes it will say what failed
+            return record
+    finished = observe_or_say_why(record, run_dir)
+    if finished.observed is not None or finished.findings != record.findings:
+        with contextlib.suppress(OSError):  # a read-only runs dir: shown, not written
+            finished.write(run_dir / RUN_FILE)
+    return finished

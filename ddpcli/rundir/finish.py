@@ -1,0 +1,53 @@
+"""The end of a run's record: what the observers saw merged into it, by `ddpcli launch` when torchrun ends, or by
+any later command that finds the run lost (its launcher killed before it could). No torch, no rich.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ddpcli.rundir.findings import run_findings
+from ddpcli.rundir.layout import METRICS_FILE
+from ddpcli.rundir.merge import iter_merged_metrics, main_rank, read_observations, summarize
+from ddpcli.rundir.metrics import write_metrics
+from ddpcli.rundir.parallel import check_data_parallel, trained_together
+from ddpcli.rundir.record import Finding, RunRecord
+
+
+def observe_or_say_why(record: RunRecord, run_dir: Path) -> RunRecord:
+    """`observe`, which must never lose the run: whatever fails in the merge (a full disk, a bug, no memory), the
+    record keeps how training ended and gets an `observer_error` finding with the error in one line."""
+    try:
+        return observe(record, run_dir)
+    except Exception as error:  # training is over and recorded; the merge is extra (a stop signal ends it too)
+        return with_finding(record, "observer_error", "warning", f"merging what the observers recorded failed, "
+                            f"training was not affected: {one_line(error)}")  # fmt: skip
+
+
+def observe(record: RunRecord, run_dir: Path, write: bool = True) -> RunRecord:
+    """The record with what the run did (`observed`, `findings`), and metrics.jsonl merged from every rank
+    (streamed from the rank files to the file: memory does not grow with the steps). `write=False`: the record
+    only (its workers may still be writing)."""
+    ranks = read_observations(run_dir)
+    observed = summarize(ranks)
+    if observed is None:
+        return record
+    main = main_rank(ranks)
+    metrics = run_dir / METRICS_FILE
+    ours = record.metrics_from_observations or not metrics.exists()  # a script that writes its own keeps it
+    written = write and ours and main is not None and bool(main.logs or main.steps)
+    if written:
+        together = trained_together(ranks, check_data_parallel(ranks, observed.world_size))  # rank 0's model's
+        write_metrics(metrics, iter_merged_metrics(together))
+    findings = run_findings(record.plan, observed, ranks, completed=record.status == "completed")
+    return record.model_copy(update={"observed": observed, "findings": findings, "metrics_from_observations": written})
+
+
+def with_finding(record: RunRecord, code: str, severity: str, message: str) -> RunRecord:
+    finding = Finding(code=code, severity=severity, message=message)  # type: ignore[arg-type]
+    return record.model_copy(update={"findings": [*record.findings, finding]})
+
+
+def one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or "(no message)"
+    return f"{type(error).__name__}: {text[:300]}"
