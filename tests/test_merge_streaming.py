@@ -11,7 +11,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpcli.rundir.merge import merged_metrics, read_observations, read_rank_file, summarize
+from ddpcli.rundir.merge import summarize
+from ddpcli.rundir.merged_rows import merged_metrics
+from ddpcli.rundir.observations import read_observations, read_rank_file
 
 
 def reference(lines: list[dict[str, Any]]) -> tuple[dict[int, dict], dict[int, dict]]:

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from ddpcli.rundir.findings import plan_mismatches, run_findings
 from ddpcli.rundir.layout import METRICS_FILE
-from ddpcli.rundir.merge import merged_metrics, read_observations, summarize
+from ddpcli.rundir.merge import summarize
+from ddpcli.rundir.merged_rows import merged_metrics
 from ddpcli.rundir.metrics import write_metrics
+from ddpcli.rundir.observations import read_observations
 from ddpcli.rundir.record import Observed
 
 

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from ddpcli.noise_scale import simple_noise_scale
 from ddpcli.rundir.findings import run_findings
-from ddpcli.rundir.merge import merged_metrics, observed_noise, read_observations, summarize
+from ddpcli.rundir.merge import summarize
+from ddpcli.rundir.merged_rows import merged_metrics, observed_noise
+from ddpcli.rundir.observations import read_observations
 
 
 def write_ranks(run_dir: Path, ranks: dict[int, list[dict[str, Any]]]) -> None:

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from ddpcli.rundir.merge import read_observations
 from ddpcli.rundir.metrics import read_metrics
+from ddpcli.rundir.observations import read_observations
 from tests.conftest import REPO, final_params, write_toml
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpcli.rundir.merge import read_observations, summarize
+from ddpcli.rundir.merge import summarize
+from ddpcli.rundir.observations import read_observations
 from tests.conftest import REPO
 
 LM_PROBE = REPO / "tests" / "scripts" / "observer_lm_probe.py"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpcli.rundir.merge import read_observations, summarize
+from ddpcli.rundir.merge import summarize
+from ddpcli.rundir.observations import read_observations
 from tests.conftest import REPO
 
 SCRIPT = REPO / "tests" / "observe_scripts" / "loop_patterns.py"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcli.rundir.merge import RankObservation
+from ddpcli.rundir.observations import RankObservation
 from ddpcli.rundir.parallel import check_data_parallel, parallel_findings
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from ddpcli.rundir.advice import batchnorm_fix
 from ddpcli.rundir.findings import plan_mismatches, run_findings
-from ddpcli.rundir.merge import read_observations, summarize
+from ddpcli.rundir.merge import summarize
+from ddpcli.rundir.observations import read_observations
 from ddpcli.rundir.record import Observed
 from tests.test_observation import end, run_rows, write_rank
 

@@ -12,7 +12,8 @@ from typing import Any
 from ddpcli.jsonvalues import finite_or_none
 from ddpcli.rundir.advice import batchnorm_fix
 from ddpcli.rundir.causes import loss_scale_findings, script_findings, with_causes
-from ddpcli.rundir.merge import RankObservation, main_rank, training_loader
+from ddpcli.rundir.merge import training_loader
+from ddpcli.rundir.observations import RankObservation, main_rank
 from ddpcli.rundir.parallel import check_data_parallel, parallel_findings
 from ddpcli.rundir.record import Finding, Observed
 from ddpcli.rundir.steps import step_findings

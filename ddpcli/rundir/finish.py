@@ -8,8 +8,10 @@ from pathlib import Path
 
 from ddpcli.rundir.findings import run_findings
 from ddpcli.rundir.layout import METRICS_FILE
-from ddpcli.rundir.merge import iter_merged_metrics, main_rank, read_observations, summarize
+from ddpcli.rundir.merge import summarize
+from ddpcli.rundir.merged_rows import iter_merged_metrics
 from ddpcli.rundir.metrics import write_metrics
+from ddpcli.rundir.observations import main_rank, read_observations
 from ddpcli.rundir.parallel import check_data_parallel, trained_together
 from ddpcli.rundir.record import Finding, RunRecord
 

@@ -1,22 +1,8 @@
-"""What a run really did, from the files every rank's observer wrote (<run_dir>/observed/rank-<rank>.jsonl).
+"""What a run really did (run.json's `observed`), summarised from every rank's observations.
 
-Pure: reads JSON lines, returns numbers. Once torchrun has ended, `ddpcli launch` (ddpcli.launch.sweep) calls
-`read_observations`, `summarize` and `merged_metrics`: the run record gets `observed` and `findings`
-(ddpcli.rundir.findings), and metrics.jsonl is written from the merged steps.
-
-Row kinds (ddpcli.worker.observer and ddpcli.worker.runtime write them; docs/contracts.md lists them):
-  start        a process began (restart count, pid)
-  step         one optimizer step: micro_batches, samples, loss (back-propagated, summed), lr per group, time;
-               with noise_scale = true on a DDP model, sq_small and sq_big: this step's squared gradient norms before
-               and after the all-reduce (the merge keeps their EMAs and computes the noise scale)
-  resume       the runtime helper resumed from a checkpoint: the next step is step + 1
-  log          a row of the runtime helper's ctx.log (step, loss, lr, extra scalars), this rank's values
-  fingerprint  three numbers of one of the first training batches
-  run          world size, backend, device, DDP and its options, models, BatchNorm layers, AMP
-  end          training loaders (sampler, epochs seen), AMP, comm hooks
-  error        something inside the observer failed (training went on)
-A process that starts again (a torchrun restart, a resume) appends to the same file. Step numbers are absolute (the
-runtime helper tells the observer the step it resumed from), so for a step seen twice the later row wins.
+Pure: reads JSON lines, returns numbers. Once torchrun has ended, `ddpcli launch` calls ddpcli.rundir.finish, which
+reads the ranks' files (ddpcli.rundir.observations), summarises them here, writes metrics.jsonl from the merged
+steps (ddpcli.rundir.merged_rows) and adds the findings (ddpcli.rundir.findings).
 
 Streaming: step and log rows are never all in memory (ddpcli.rundir.timeline keeps where they are and reads them
 back in step order), so the merge of a million steps needs about as much memory as that of ten. Every value is
@@ -30,97 +16,14 @@ import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ddpcli.jsonvalues import finite_or_none, parse_row, text_or_none, whole_or_none
-from ddpcli.noise_scale import NoiseScaleTracker, simple_noise_scale
-from ddpcli.rundir.layout import OBSERVED_DIR
+from ddpcli.jsonvalues import text_or_none, whole_or_none
+from ddpcli.rundir.observations import RankObservation, lr_of, main_rank
 from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, initial_fingerprint, trained_together
 from ddpcli.rundir.record import Observed
 from ddpcli.rundir.steps import base_lr
-from ddpcli.rundir.timeline import TimelineBuilder, ascending
-
-NOISE_BETA = 0.99  # EMA factor of the observer's noise-scale measurement (the runtime helper's default)
-
-
-@dataclass
-class RankObservation:
-    rank: int
-    # step -> row: a Timeline (read from the file when iterated, rising steps) when read from a file.
-    steps: Mapping[int, dict[str, Any]] = field(default_factory=dict)
-    logs: Mapping[int, dict[str, Any]] = field(default_factory=dict)
-    fingerprints: list[list[float]] = field(default_factory=list)
-    run: dict[str, Any] = field(default_factory=dict)
-    end: dict[str, Any] = field(default_factory=dict)
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter digests by "at" (rundir.parallel)
-    errors: list[str] = field(default_factory=list)
-    skipped_lines: int = 0
-
-
-MAX_ERRORS = 100  # distinct observer error messages kept per rank (a finding quotes the first)
-
-
-def read_rank_file(path: Path, rank: int) -> RankObservation:
-    """One pass over the file: where its step and log rows are (not the rows), and the few other rows."""
-    seen = RankObservation(rank)
-    builders = {kind: TimelineBuilder(kind) for kind in ("step", "log")}
-    resumes: list[tuple[int, int]] = []  # (order, step): a resume drops the rows after its step written before it
-    order, offset = 0, 0
-    try:
-        with path.open("rb") as handle:
-            for line in handle:
-                start, offset = offset, offset + len(line)
-                row = parse_row(line) if line.strip() else None
-                if row is None:
-                    seen.skipped_lines += bool(line.strip())
-                    continue
-                kind, step = row.get("kind"), whole_or_none(row.get("step"))
-                if kind in builders and step is not None:
-                    order += builders[kind].add(step, start, order)
-                elif kind == "resume" and step is not None:
-                    resumes.append((order, step))  # the attempt that died went further than its last checkpoint
-                    for builder in builders.values():
-                        builder.close()
-                    order += 1
-                else:
-                    _note(seen, kind, row)
-    except OSError:
-        pass
-    seen.steps = builders["step"].build(path, resumes)
-    seen.logs = builders["log"].build(path, resumes)
-    return seen
-
-
-def _note(seen: RankObservation, kind: Any, row: dict[str, Any]) -> None:
-    if kind == "fingerprint" and isinstance(row.get("values"), list) and len(seen.fingerprints) < 8:
-        seen.fingerprints.append([value for value in row["values"] if finite_or_none(value) is not None])
-    elif kind in ("run", "end"):
-        setattr(seen, kind, row)
-    elif kind == "params":
-        seen.params[str(row.get("at"))] = row
-    elif kind == "error" and len(seen.errors) < MAX_ERRORS:
-        message = str(row.get("message", ""))[:500]
-        if message not in seen.errors:
-            seen.errors.append(message)
-
-
-def main_rank(ranks: dict[int, RankObservation]) -> RankObservation | None:
-    """Rank 0's observations (whose timeline and run description stand for the run), else the lowest rank's."""
-    return ranks.get(0) or (ranks[min(ranks)] if ranks else None)
-
-
-def read_observations(run_dir: Path) -> dict[int, RankObservation]:
-    """Every rank's observations, by rank; empty when the run was not observed."""
-    folder = run_dir / OBSERVED_DIR
-    ranks: dict[int, RankObservation] = {}
-    if not folder.is_dir():
-        return ranks
-    for path in sorted(folder.glob("rank-*.jsonl")):
-        number = path.stem.removeprefix("rank-")
-        if number.isdigit():
-            ranks[int(number)] = read_rank_file(path, int(number))
-    return ranks
+from ddpcli.rundir.timeline import ascending
 
 
 @dataclass(frozen=True)
@@ -194,12 +97,6 @@ def per_step_batches(ranks: dict[int, RankObservation]) -> tuple[Counted, Counte
     return Counted.of(totals.per_device), Counted.of(totals.accumulation), Counted.of(totals.global_batch)
 
 
-def lr_of(row: dict[str, Any]) -> float | None:
-    """The first param group's lr of a step row (groups may differ; the first is the one people quote)."""
-    lrs = row.get("lr")
-    return finite_or_none(lrs[0]) if isinstance(lrs, list) and lrs else finite_or_none(lrs)
-
-
 def distinct_samples(ranks: dict[int, RankObservation]) -> bool | None:
     """False when every rank saw the very same first batches (no sharding); None when it cannot be told."""
     prints = [seen.fingerprints for seen in ranks.values() if seen.fingerprints]
@@ -220,174 +117,6 @@ def training_loader(ranks: dict[int, RankObservation]) -> dict[str, Any] | None:
 def _sampler_chain(loader: dict[str, Any] | None) -> list[str] | None:
     chain = loader.get("sampler_chain") if loader is not None else None
     return [str(name) for name in chain] if isinstance(chain, list) else None
-
-
-def merged_metrics(ranks: dict[int, RankObservation]) -> list[dict[str, Any]]:
-    """metrics.jsonl rows as a list (iter_merged_metrics streams them: what `ddpcli launch` writes from)."""
-    return list(iter_merged_metrics(ranks))
-
-
-def iter_merged_metrics(ranks: dict[int, RankObservation]) -> Iterator[dict[str, Any]]:
-    """metrics.jsonl rows: one per optimizer step of rank 0's timeline; `samples` is what every rank consumed so
-    far, `loss` the mean over ranks. Where the runtime helper logged a step, its loss, lr and scalars are used
-    (averaged over ranks) and only its steps are rows. Streamed: one step's rows of every rank at a time."""
-    if not ranks:
-        return
-    main = main_rank(ranks)
-    if main.logs:
-        yield from _log_rows(ranks)
-        return
-    tracker = NoiseScaleTracker(NOISE_BETA)
-    for step, rows, samples in aligned_steps(ranks):
-        row = rows[main.rank]
-        yield {
-            "step": step,
-            "samples": samples,
-            "time": row.get("time"),
-            "loss": _mean([each.get("loss") for each in rows.values()]),
-            "lr": lr_of(row),
-            **_noise_step(tracker, list(rows.values())),
-        }  # fmt: skip
-
-
-def aligned_steps(ranks: dict[int, RankObservation]) -> Iterator[tuple[int, dict[int, dict[str, Any]], int]]:
-    """For each step of rank 0's timeline: (step, each rank's row of that step ({} where it has none), samples
-    every rank consumed up to it), reading every rank's file once, in step order."""
-    main = main_rank(ranks)
-    if main is None:
-        return
-    cursors = {rank: _Cursor(seen.steps) for rank, seen in ranks.items()}
-    total = 0
-    for step, row in ascending(main.steps):
-        rows = {rank: row if rank == main.rank else cursor.at(step) for rank, cursor in cursors.items()}
-        total += sum(whole_or_none(each.get("samples")) or 0 for each in rows.values())
-        yield step, rows, total
-
-
-class _Cursor:
-    """A rank's rows, read forward: `at(step)` for rising steps."""
-
-    def __init__(self, rows: Mapping[int, dict[str, Any]]) -> None:
-        self.items = ascending(rows)
-        self.step: int | None = None
-        self.row: dict[str, Any] = {}
-
-    def at(self, step: int) -> dict[str, Any]:
-        while self.items is not None and (self.step is None or self.step < step):
-            found = next(self.items, None)
-            if found is None:
-                self.items = None
-                break
-            self.step, self.row = found
-        return self.row if self.step == step else {}
-
-
-def _noise_step(tracker: NoiseScaleTracker, rows: list[dict[str, Any]]) -> dict[str, float]:
-    measured = _step_norms(rows)
-    if measured is None:
-        return {}
-    small, big, b_small, b_big = measured
-    tracker.update(small, big)
-    if not tracker.weight:
-        return {}
-    values = {"grad_sq_small": tracker.ema_small / tracker.weight, "grad_sq_big": tracker.ema_big / tracker.weight}
-    if 0 < b_small < b_big and (noise_scale := tracker.noise_scale(b_small, b_big)) is not None:
-        values["noise_scale"] = noise_scale
-    return values
-
-
-def _log_rows(ranks: dict[int, RankObservation]) -> Iterator[dict[str, Any]]:
-    """The logged steps' rows, with the samples consumed up to each (where rank 0 has that optimizer step)."""
-    main = main_rank(ranks)
-    steps = aligned_steps(ranks)
-    cursors = {rank: _Cursor(seen.logs) for rank, seen in ranks.items()}
-    step_now, total = None, None
-    for step, logged in ascending(main.logs):
-        while step_now is None or step_now < step:
-            found = next(steps, None)
-            if found is None:
-                break
-            step_now, _, total = found
-        rows = {rank: logged if rank == main.rank else cursor.at(step) for rank, cursor in cursors.items()}
-        yield _log_row(step, logged, list(rows.values()), total if step_now == step else None)
-
-
-def observed_noise(ranks: dict[int, RankObservation], beta: float = NOISE_BETA) -> dict[int, dict[str, float]]:
-    """Per step of rank 0's timeline: the EMAs of |G_small|^2 (averaged over ranks: each rank's gradient before the
-    all-reduce) and |G_big|^2 (after it), and the noise scale from them with B_small = the samples one rank put into
-    the step (per-device batch x accumulation) and B_big = the step's samples over every rank. Steps where a rank's
-    norms are missing or not finite (an AMP overflow) are left out of the EMAs. (A dict: for tests and small runs;
-    the merge computes the same values streaming.)"""
-    tracker, found = NoiseScaleTracker(beta), {}
-    for step, rows, _ in aligned_steps(ranks):
-        values = _noise_step(tracker, list(rows.values()))
-        if values:
-            found[step] = values
-    return found
-
-
-def _log_row(step: int, logged: dict[str, Any], rows: list[dict[str, Any]], samples: int | None) -> dict[str, Any]:
-    row: dict[str, Any] = {"step": step}
-    samples = samples if samples is not None else logged.get("samples")
-    if samples is not None:
-        row["samples"] = samples
-    row["time"] = logged.get("time")
-    keys = [key for key in logged if key not in ("kind", "step", "samples", "time", "noise_batches")]
-    for key in keys:
-        row[key] = logged[key] if key == "lr" else _mean([each.get(key) for each in rows])
-    row.update(_noise_values(row, logged.get("noise_batches")))
-    return row
-
-
-def _noise_values(row: dict[str, Any], batches: Any) -> dict[str, Any]:
-    """The noise scale from the rank-averaged small-batch EMA and the big-batch one (see ddpcli.noise_scale)."""
-    small, big = finite_or_none(row.get("grad_sq_small")), finite_or_none(row.get("grad_sq_big"))
-    if small is None or big is None or not isinstance(batches, list) or len(batches) != 2:
-        return {}
-    try:
-        value = simple_noise_scale(small, big, float(batches[0]), float(batches[1]))
-    except (ValueError, TypeError, OverflowError, ZeroDivisionError):
-        return {}
-    return {"noise_scale": value} if value is not None else {}
-
-
-def _mean(values: list[Any]) -> float | str | None:
-    """Mean of the finite numbers; "nan" when a rank's value was not a finite number (a NaN, an integer beyond float
-    range, a string), so a NaN loss is never hidden."""
-    numbers = []
-    for value in values:
-        if isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool)):
-            number = finite_or_none(value)
-            if number is None:
-                return "nan"
-            numbers.append(number)
-    if not numbers:
-        return None
-    mean = math.fsum(numbers) / len(numbers)
-    return mean if math.isfinite(mean) else "nan"
-
-
-def _step_norms(rows: list[dict[str, Any]]) -> tuple[float, float, float, int] | None:
-    """(rank mean of |G_small|^2, of |G_big|^2, mean samples per rank, samples over ranks) of one step's rows; None
-    when a rank's values are missing or not finite."""
-    small, big, samples = [], [], []
-    for row in rows:
-        one, two, count = (
-            finite_or_none(row.get("sq_small")),
-            finite_or_none(row.get("sq_big")),
-            whole_or_none(row.get("samples")),
-        )
-        if one is None or two is None or count is None:
-            return None
-        small.append(one)
-        big.append(two)
-        samples.append(count)
-    if not rows:
-        return None
-    total = sum(samples)
-    if finite_or_none(total) is None:
-        return None
-    return math.fsum(small) / len(small), math.fsum(big) / len(big), total / len(samples), total
 
 
 def _product(*factors: int | None) -> int | None:

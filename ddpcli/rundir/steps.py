@@ -15,7 +15,7 @@ from ddpcli.jsonvalues import finite_or_none, whole_or_none
 from ddpcli.rundir.record import Finding, Observed
 
 if TYPE_CHECKING:  # merge imports this module (base_lr)
-    from ddpcli.rundir.merge import RankObservation
+    from ddpcli.rundir.observations import RankObservation
 
 UNEVEN_ACCUMULATION = "uneven_accumulation"
 SAMPLES_BELOW_PLAN = "samples_below_plan"

@@ -1,0 +1,183 @@
+"""metrics.jsonl's rows, merged from every rank's steps (or the runtime helper's logged rows) as they stream by:
+samples every rank consumed so far, the loss as the mean over ranks, rank 0's lr, and the noise-scale EMAs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ddpcli.jsonvalues import finite_or_none, whole_or_none
+from ddpcli.noise_scale import NoiseScaleTracker, simple_noise_scale
+from ddpcli.rundir.observations import RankObservation, lr_of, main_rank
+from ddpcli.rundir.timeline import ascending
+
+NOISE_BETA = 0.99  # EMA factor of the observer's noise-scale measurement (the runtime helper's default)
+
+
+def merged_metrics(ranks: dict[int, RankObservation]) -> list[dict[str, Any]]:
+    """metrics.jsonl rows as a list (iter_merged_metrics streams them: what `ddpcli launch` writes from)."""
+    return list(iter_merged_metrics(ranks))
+
+
+def iter_merged_metrics(ranks: dict[int, RankObservation]) -> Iterator[dict[str, Any]]:
+    """metrics.jsonl rows: one per optimizer step of rank 0's timeline; `samples` is what every rank consumed so
+    far, `loss` the mean over ranks. Where the runtime helper logged a step, its loss, lr and scalars are used
+    (averaged over ranks) and only its steps are rows. Streamed: one step's rows of every rank at a time."""
+    if not ranks:
+        return
+    main = main_rank(ranks)
+    if main.logs:
+        yield from _log_rows(ranks)
+        return
+    tracker = NoiseScaleTracker(NOISE_BETA)
+    for step, rows, samples in aligned_steps(ranks):
+        row = rows[main.rank]
+        yield {
+            "step": step,
+            "samples": samples,
+            "time": row.get("time"),
+            "loss": _mean([each.get("loss") for each in rows.values()]),
+            "lr": lr_of(row),
+            **_noise_step(tracker, list(rows.values())),
+        }  # fmt: skip
+
+
+def aligned_steps(ranks: dict[int, RankObservation]) -> Iterator[tuple[int, dict[int, dict[str, Any]], int]]:
+    """For each step of rank 0's timeline: (step, each rank's row of that step ({} where it has none), samples
+    every rank consumed up to it), reading every rank's file once, in step order."""
+    main = main_rank(ranks)
+    if main is None:
+        return
+    cursors = {rank: _Cursor(seen.steps) for rank, seen in ranks.items()}
+    total = 0
+    for step, row in ascending(main.steps):
+        rows = {rank: row if rank == main.rank else cursor.at(step) for rank, cursor in cursors.items()}
+        total += sum(whole_or_none(each.get("samples")) or 0 for each in rows.values())
+        yield step, rows, total
+
+
+class _Cursor:
+    """A rank's rows, read forward: `at(step)` for rising steps."""
+
+    def __init__(self, rows: Mapping[int, dict[str, Any]]) -> None:
+        self.items = ascending(rows)
+        self.step: int | None = None
+        self.row: dict[str, Any] = {}
+
+    def at(self, step: int) -> dict[str, Any]:
+        while self.items is not None and (self.step is None or self.step < step):
+            found = next(self.items, None)
+            if found is None:
+                self.items = None
+                break
+            self.step, self.row = found
+        return self.row if self.step == step else {}
+
+
+def _noise_step(tracker: NoiseScaleTracker, rows: list[dict[str, Any]]) -> dict[str, float]:
+    measured = _step_norms(rows)
+    if measured is None:
+        return {}
+    small, big, b_small, b_big = measured
+    tracker.update(small, big)
+    if not tracker.weight:
+        return {}
+    values = {"grad_sq_small": tracker.ema_small / tracker.weight, "grad_sq_big": tracker.ema_big / tracker.weight}
+    if 0 < b_small < b_big and (noise_scale := tracker.noise_scale(b_small, b_big)) is not None:
+        values["noise_scale"] = noise_scale
+    return values
+
+
+def _log_rows(ranks: dict[int, RankObservation]) -> Iterator[dict[str, Any]]:
+    """The logged steps' rows, with the samples consumed up to each (where rank 0 has that optimizer step)."""
+    main = main_rank(ranks)
+    steps = aligned_steps(ranks)
+    cursors = {rank: _Cursor(seen.logs) for rank, seen in ranks.items()}
+    step_now, total = None, None
+    for step, logged in ascending(main.logs):
+        while step_now is None or step_now < step:
+            found = next(steps, None)
+            if found is None:
+                break
+            step_now, _, total = found
+        rows = {rank: logged if rank == main.rank else cursor.at(step) for rank, cursor in cursors.items()}
+        yield _log_row(step, logged, list(rows.values()), total if step_now == step else None)
+
+
+def observed_noise(ranks: dict[int, RankObservation], beta: float = NOISE_BETA) -> dict[int, dict[str, float]]:
+    """Per step of rank 0's timeline: the EMAs of |G_small|^2 (averaged over ranks: each rank's gradient before the
+    all-reduce) and |G_big|^2 (after it), and the noise scale from them with B_small = the samples one rank put into
+    the step (per-device batch x accumulation) and B_big = the step's samples over every rank. Steps where a rank's
+    norms are missing or not finite (an AMP overflow) are left out of the EMAs. (A dict: for tests and small runs;
+    the merge computes the same values streaming.)"""
+    tracker, found = NoiseScaleTracker(beta), {}
+    for step, rows, _ in aligned_steps(ranks):
+        values = _noise_step(tracker, list(rows.values()))
+        if values:
+            found[step] = values
+    return found
+
+
+def _log_row(step: int, logged: dict[str, Any], rows: list[dict[str, Any]], samples: int | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"step": step}
+    samples = samples if samples is not None else logged.get("samples")
+    if samples is not None:
+        row["samples"] = samples
+    row["time"] = logged.get("time")
+    keys = [key for key in logged if key not in ("kind", "step", "samples", "time", "noise_batches")]
+    for key in keys:
+        row[key] = logged[key] if key == "lr" else _mean([each.get(key) for each in rows])
+    row.update(_noise_values(row, logged.get("noise_batches")))
+    return row
+
+
+def _noise_values(row: dict[str, Any], batches: Any) -> dict[str, Any]:
+    """The noise scale from the rank-averaged small-batch EMA and the big-batch one (see ddpcli.noise_scale)."""
+    small, big = finite_or_none(row.get("grad_sq_small")), finite_or_none(row.get("grad_sq_big"))
+    if small is None or big is None or not isinstance(batches, list) or len(batches) != 2:
+        return {}
+    try:
+        value = simple_noise_scale(small, big, float(batches[0]), float(batches[1]))
+    except (ValueError, TypeError, OverflowError, ZeroDivisionError):
+        return {}
+    return {"noise_scale": value} if value is not None else {}
+
+
+def _mean(values: list[Any]) -> float | str | None:
+    """Mean of the finite numbers; "nan" when a rank's value was not a finite number (a NaN, an integer beyond float
+    range, a string), so a NaN loss is never hidden."""
+    numbers = []
+    for value in values:
+        if isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool)):
+            number = finite_or_none(value)
+            if number is None:
+                return "nan"
+            numbers.append(number)
+    if not numbers:
+        return None
+    mean = math.fsum(numbers) / len(numbers)
+    return mean if math.isfinite(mean) else "nan"
+
+
+def _step_norms(rows: list[dict[str, Any]]) -> tuple[float, float, float, int] | None:
+    """(rank mean of |G_small|^2, of |G_big|^2, mean samples per rank, samples over ranks) of one step's rows; None
+    when a rank's values are missing or not finite."""
+    small, big, samples = [], [], []
+    for row in rows:
+        one, two, count = (
+            finite_or_none(row.get("sq_small")),
+            finite_or_none(row.get("sq_big")),
+            whole_or_none(row.get("samples")),
+        )
+        if one is None or two is None or count is None:
+            return None
+        small.append(one)
+        big.append(two)
+        samples.append(count)
+    if not rows:
+        return None
+    total = sum(samples)
+    if finite_or_none(total) is None:
+        return None
+    return math.fsum(small) / len(small), math.fsum(big) / len(big), total / len(samples), total
