@@ -19,6 +19,7 @@ import pytest
 
 from ddpcli.rundir.merge import read_observations
 from ddpcli.rundir.metrics import read_metrics
+from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.conftest import REPO, final_params, write_toml
 
 pytestmark = pytest.mark.e2e
@@ -141,7 +142,8 @@ def test_observed_is_what_the_script_really_ran(frameworks: dict[str, dict[str, 
     assert observed["lr_peak"] == pytest.approx(lr)
     assert observed["ddp"] is (world > 1 or name.startswith("hf"))  # accelerate wraps in DDP even at 1 process
     assert observed["distinct_samples_across_ranks"] is (True if world > 1 else None)
-    assert record["findings"] == []
+    # Why-slow findings (a tiny model's all-reduce on gloo is a large share of its step) are tested on their own.
+    assert [code for code in codes(record) if code not in SLOWNESS_CODES] == []
 
 
 @pytest.mark.parametrize("name", FRAMEWORK_RUNS)

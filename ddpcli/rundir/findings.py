@@ -11,6 +11,7 @@ from typing import Any
 
 from ddpcli.rundir.merge import RankObservation, main_rank, training_loader
 from ddpcli.rundir.record import Finding, Observed
+from ddpcli.rundir.slowness import slowness_findings
 
 # (field of the plan, field of Observed, words)
 COMPARED = (
@@ -61,6 +62,7 @@ def run_findings(
             message="noise_scale = true, but the script registers its own DDP communication hook, which the observer "
             "leaves in place: the gradient noise scale was not measured",
         ))  # fmt: skip
+    findings += slowness_findings(observed, {rank: seen.timing for rank, seen in ranks.items()})
     errors = sorted({message for seen in ranks.values() for message in seen.errors})
     if errors:
         findings.append(Finding(

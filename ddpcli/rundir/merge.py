@@ -13,6 +13,8 @@ Row kinds (ddpcli.worker.observer and ddpcli.worker.runtime write them; docs/con
   fingerprint  three numbers of one of the first training batches
   run          world size, backend, device, DDP and its options, models, BatchNorm layers, AMP
   end          training loaders (sampler, epochs seen), AMP, comm hooks
+  timing       cumulative seconds of the timed steps (data, forward+backward, optimizer, step), the DDP
+               reducer's timers, peak memory, threads and cores, parameter and optimizer-state bytes
   error        something inside the observer failed (training went on)
 A process that starts again (a torchrun restart, a resume) appends to the same file. Step numbers are absolute (the
 runtime helper tells the observer the step it resumed from), so for a step seen twice the later row wins.
@@ -30,6 +32,7 @@ from ddpcli.jsonvalues import finite_or_none, parse_row, text_or_none, whole_or_
 from ddpcli.noise_scale import NoiseScaleTracker, simple_noise_scale
 from ddpcli.rundir.layout import OBSERVED_DIR
 from ddpcli.rundir.record import Observed
+from ddpcli.rundir.timing import model_state, time_breakdown
 
 NOISE_BETA = 0.99  # EMA factor of the observer's noise-scale measurement (the runtime helper's default)
 
@@ -42,6 +45,7 @@ class RankObservation:
     fingerprints: list[list[float]] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)
     end: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, Any] = field(default_factory=dict)  # the last `timing` row (cumulative)
     errors: list[str] = field(default_factory=list)
     skipped_lines: int = 0
 
@@ -66,7 +70,7 @@ def read_rank_file(path: Path, rank: int) -> RankObservation:
             seen.logs[int(row["step"])] = row
         elif kind == "fingerprint" and isinstance(row.get("values"), list) and len(seen.fingerprints) < 8:
             seen.fingerprints.append([value for value in row["values"] if isinstance(value, int | float)])
-        elif kind in ("run", "end"):
+        elif kind in ("run", "end", "timing"):
             setattr(seen, kind, row)
         elif kind == "error":
             seen.errors.append(str(row.get("message", "")))
@@ -302,4 +306,6 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         backend=text_or_none(main.run.get("backend")),
         device=text_or_none(main.run.get("device")),
         ddp=main.run.get("ddp") if isinstance(main.run.get("ddp"), bool) else None,
+        time_breakdown=time_breakdown(timing := {rank: seen.timing for rank, seen in ranks.items()}),
+        model_state=model_state(timing),
     )

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ddpcli.jsonvalues import read_json, write_json_atomic
 from ddpcli.rundir.layout import RUN_FILE
+from ddpcli.rundir.timing import ModelState, TimeBreakdown
 
 SCHEMA_VERSION = 2
 STATUSES = ("running", "completed", "failed", "interrupted", "timed_out")  # `lost` is derived, never written
@@ -64,6 +65,8 @@ class Observed(_Record):
     backend: str | None = None
     device: str | None = None
     ddp: bool | None = None
+    time_breakdown: TimeBreakdown | None = None  # seconds per optimizer step, per rank (ddpcli.rundir.timing)
+    model_state: ModelState | None = None  # bytes of parameters, gradients, optimizer state on one device
 
 
 class RunRecord(_Record):

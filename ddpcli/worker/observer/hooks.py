@@ -44,6 +44,7 @@ from ddpcli.worker.observer.reading import (
     wants_noise_scale,
     wrap,
 )
+from ddpcli.worker.observer.timing import StepTiming
 from ddpcli.worker.stream import RankStream, rank_stream
 
 FINGERPRINT_BATCHES = 4
@@ -99,6 +100,7 @@ class Observer:
         self.scaler: Any = None  # the GradScaler whose scale the step's gradients carry
         self.errors: set[str] = set()
         self.finished = False
+        self.timing = StepTiming(self)  # where each step's time goes (timing.py)
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.stream.add({"kind": "start", "rank": self.rank, "restart": restart, "pid": os.getpid()})
 
@@ -115,6 +117,7 @@ class Observer:
         wrap(DistributedDataParallel, "__init__", after=self._guard(self._ddp_built))
         wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
         wrap(dist, "init_process_group", after=self._guard(lambda *args, **kwargs: process_group.hold_world_group()))
+        self.timing.install()
 
     def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Observation must never break training: an error is recorded once per kind and otherwise ignored."""
@@ -169,6 +172,7 @@ class Observer:
 
     def _training_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         batch = first_tensor((args, kwargs))
+        self.timing.forward(module, batch)
         if batch is not None and batch.dim() > 0 and not self.forward_seen:
             # Several top-level calls before one backward (an encoder, then a head on its output, which may be
             # flattened to batch x tokens) see one batch: the first call's, the one that takes the input.
@@ -226,6 +230,7 @@ class Observer:
                 self.optimizers.append(optimizer)
             return  # the first optimizer that steps defines the optimizer step (a GAN's second one is extra)
         self.step += 1
+        self.timing.step_done()
         row = {
             "kind": "step",
             "step": self.step,
@@ -330,6 +335,7 @@ class Observer:
             if self.discovering and self.optimizers:  # it stepped, but no training forward was ever seen
                 self._describe_run(self.optimizers[0])
             loaders = [info for info in self.loaders.values() if info.get("training")]
+            self.timing.finish()
             self.stream.add({
                 "kind": "end",
                 "steps": self.step,
