@@ -95,6 +95,7 @@ class RunRecord(_Record):
     observed: Observed | None = None
     metrics_from_observations: bool = False  # ddpcli wrote metrics.jsonl from them (else the script wrote it)
     findings: list[Finding] = Field(default_factory=list)
+    prediction: dict[str, Any] | None = None  # from the baseline, before it ran (ddpcli.launch.forecast)
     resumes: int = 0
     previous_wall_time_s: float = 0.0
     previous_restarts: int = 0

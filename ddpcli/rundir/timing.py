@@ -35,6 +35,7 @@ class StepTime(_Model):
     optimizer_s: float | None = None
     other_s: float | None = None
     peak_memory_bytes: int | None = None
+    cpu_share: float | None = None  # process CPU seconds / wall seconds over the timed steps (cores' worth used)
 
 
 class RankTime(StepTime):
@@ -42,6 +43,7 @@ class RankTime(StepTime):
     steps: int  # optimizer steps timed (the first is left out)
     micro_batches_per_step: float | None = None
     all_reduces_per_step: float | None = None  # backwards of a DDP model that synchronised, per optimizer step
+    load_average: float | None = None  # the host's 1-minute load average at the run's end
 
 
 class TimeBreakdown(_Model):
@@ -64,6 +66,8 @@ class ModelState(_Model):
     optimizer_state_bytes: int | None = None
     bucket_cap_bytes: int | None = None
     gradient_as_bucket_view: bool | None = None
+    memory_at_first_forward_bytes: int | None = None  # the process with its model, before any activation
+    peak_memory_bytes: int | None = None
 
 
 def _number(value: Any) -> float | None:
@@ -109,6 +113,8 @@ def rank_time(rank: int, row: dict[str, Any]) -> RankTime | None:
         peak_memory_bytes=_whole(row.get("peak_memory_bytes")),
         micro_batches_per_step=micro / steps if micro is not None else None,
         all_reduces_per_step=syncs if isinstance(row.get("ddp"), dict) else None,
+        cpu_share=cpu / step if (cpu := _number(row.get("cpu_s"))) is not None and step > 0 else None,
+        load_average=_number(row.get("load_average")),
     )
 
 
@@ -117,7 +123,7 @@ def time_breakdown(rows: dict[int, dict[str, Any]]) -> TimeBreakdown | None:
     ranks = [found for rank, row in sorted(rows.items()) if row and (found := rank_time(rank, row)) is not None]
     if not ranks:
         return None
-    median = StepTime(**{key: _median([getattr(r, key) for r in ranks]) for key in ("step_s", *PARTS)})
+    median = StepTime(**{key: _median([getattr(r, key) for r in ranks]) for key in ("step_s", *PARTS, "cpu_share")})
     memories = [r.peak_memory_bytes for r in ranks if r.peak_memory_bytes is not None]
     median.peak_memory_bytes = int(statistics.median(memories)) if memories else None
     first = rows[ranks[0].rank]
@@ -148,6 +154,8 @@ def model_state(rows: dict[int, dict[str, Any]]) -> ModelState | None:
         optimizer_state_bytes=_whole(row.get("optimizer_state_bytes")),
         bucket_cap_bytes=_whole(ddp.get("bucket_cap_bytes")),
         gradient_as_bucket_view=bool(view) if view is not None else None,
+        memory_at_first_forward_bytes=_whole(row.get("memory_at_first_forward_bytes")),
+        peak_memory_bytes=_whole(row.get("peak_memory_bytes")),
     )
 
 

@@ -98,6 +98,9 @@ class StepTiming:
         self.ddp_models: list[weakref.ref[DistributedDataParallel]] = []
         self.grad_bytes: int | None = None
         self.ddp_stats: dict[str, int] | None = None
+        self.memory_at_first_forward: int | None = None  # the process before any activation: runtime + model
+        self.cpu_start = 0.0  # process CPU time (every thread) at the window's start
+        self.cpu_s = 0.0  # process CPU time over the window: / step_s = the cores' worth this process got
 
     # -- installing -------------------------------------------------------------------------------------------
 
@@ -133,6 +136,7 @@ class StepTiming:
         if self.clock is None:
             on_cuda = batch is not None and batch.device.type == "cuda"
             self.clock = CudaClock() if on_cuda else Clock()
+            self.memory_at_first_forward = current_memory(on_cuda)
         if isinstance(module, DistributedDataParallel):
             if all(ref() is not module for ref in self.ddp_models):
                 self.ddp_models.append(weakref.ref(module))
@@ -172,7 +176,10 @@ class StepTiming:
             if self.steps % RESOLVE_EVERY == 0:
                 self.clock.resolve(self.totals, final=False)
                 self.observer.stream.add(self.row())
+        else:
+            self.cpu_start = time.process_time()
         self.window_started = True
+        self.cpu_s = time.process_time() - self.cpu_start
         self.last_step_end, self.optimizer_start, self.forward_start = end, None, None
 
     # -- the row ----------------------------------------------------------------------------------------------
@@ -192,10 +199,13 @@ class StepTiming:
             "data_s": sum(seconds for key, seconds in self.loader_wait.items() if key in training),
             "forward_backward_s": self.totals.get("forward_backward", 0.0),
             "optimizer_s": self.totals.get("optimizer", 0.0),
+            "cpu_s": self.cpu_s,
+            "load_average": os.getloadavg()[0],
             "micro_batches": self.micro_batches,
             "synced_backwards": self.synced_backwards,
             "ddp": self._ddp_stats() or self.ddp_stats,
             **peak_memory(self.clock),
+            "memory_at_first_forward_bytes": self.memory_at_first_forward,
             **cpu_budget(),
             **model_bytes(self.observer.optimizers),
             "grad_bytes": self.grad_bytes,
@@ -217,6 +227,17 @@ def peak_memory(clock: Clock | None) -> dict[str, Any]:
         return {"peak_memory_bytes": int(torch.cuda.max_memory_allocated()), "memory_source": "cuda_max_allocated"}
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"peak_memory_bytes": int(kib) * 1024, "memory_source": "peak_rss"}
+
+
+def current_memory(on_cuda: bool) -> int | None:
+    """torch.cuda.memory_allocated on CUDA, else this process's resident set now (Linux /proc; None elsewhere)."""
+    if on_cuda:
+        return int(torch.cuda.memory_allocated())
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def cpu_budget() -> dict[str, Any]:
