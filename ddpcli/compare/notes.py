@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ddpcli.compare.equivalence import DIVERGED
+from ddpcli.compare.prediction import prediction_notes
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.runs import NO_FILE, RunRecord, status_reason
 from ddpcli.experiment.outlook import far_above_critical
@@ -40,6 +41,7 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
         notes += _equivalence_notes(row, atol)
     for row in rows:
         notes += _noise_scale_notes(row)
+    notes += prediction_notes(rows)
     notes += _file_notes([row.run.record for row in rows])
     return notes
 

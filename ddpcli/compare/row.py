@@ -10,13 +10,14 @@ from typing import Any
 
 from ddpcli.compare.equivalence import ParamDiff
 from ddpcli.compare.metrics import RunSummary
+from ddpcli.compare.prediction import PredictionScore, score
 
 # The keys of one row of `ddpcli compare --json` and --csv, in order. People's scripts read these names.
 ROW_KEYS = (
     "name", "status", "run_dir", "world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size",
     "lr", "steps", "samples_seen", "final_loss", "loss_at_baseline_samples", "wall_time_s", "samples_per_s",
     "speedup", "scaling_efficiency", "equivalent_to", "max_param_diff", "verdict", "noise_scale",
-    "predicted_step_speedup", "data_efficiency",
+    "predicted_step_speedup", "data_efficiency", "predicted_samples_per_s", "prediction_error",
 )  # fmt: skip
 # Also in each --json row: where the batch numbers come from ("observed" | "plan"), whether the script followed its
 # plan (null when it was not observed), and run.json's `observed` and `findings`.
@@ -43,6 +44,11 @@ class ComparisonRow:
     # fewer steps its global batch needs than the baseline's, and the fraction of its samples not wasted.
     predicted_step_speedup: float | None = None
     data_efficiency: float | None = None
+
+    @property
+    def prediction(self) -> PredictionScore | None:
+        """The baseline's prediction for this run (run.json `prediction`) against its measured samples/s."""
+        return score(self.run.record, self.run.metrics.samples_per_s)
 
     @property
     def sparkline(self) -> str:
@@ -85,6 +91,8 @@ class ComparisonRow:
             "noise_scale": self.run.noise_scale,
             "predicted_step_speedup": self.predicted_step_speedup,
             "data_efficiency": self.data_efficiency,
+            "predicted_samples_per_s": self.prediction.predicted_samples_per_s if self.prediction else None,
+            "prediction_error": self.prediction.error if self.prediction else None,
         }
 
 

@@ -47,7 +47,7 @@ def main() -> None:
         if index >= WARMUP:
             rounds.append(time.perf_counter() - start)
     if dist.get_rank() == 0:
-        args.out.write_text(json.dumps({"seconds": statistics.median(rounds), "rounds": rounds}))
+        args.out.write_text(json.dumps({"seconds": statistics.median(rounds), "rounds": rounds}, allow_nan=False))
     dist.destroy_process_group()
 
 
