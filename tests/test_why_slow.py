@@ -76,10 +76,12 @@ def codes_for(rows: dict[int, dict[str, Any]], device: str = "cpu") -> set[str]:
 def test_thresholds() -> None:
     assert codes_for({0: row(data=0.24)}) == set()
     assert codes_for({0: row(data=0.26, fb=0.5)}) == {"input_bound"}
-    # 36% exposed comm on both ranks: communication-bound; on one rank only: not.
+    # 36% exposed comm on both ranks (threshold 30%): communication-bound; on one rank only: not.
     bound = {rank: row(fb=0.7, synced_backwards=10, ddp=ddp(36, 0)) for rank in (0, 1)}
     assert codes_for(bound) == {"communication_bound"}
     assert codes_for({0: bound[0], 1: row(fb=0.7, synced_backwards=10, ddp=ddp(10, 0))}) == set()
+    below = {rank: row(fb=0.7, synced_backwards=10, ddp=ddp(29, 0)) for rank in (0, 1)}  # 29% of the step
+    assert codes_for(below) == set()
     # rank 1 computes 0.07 s a step, rank 0 0.01 s and waits 0.06 s for it
     slow = {0: row(fb=0.7, synced_backwards=10, ddp=ddp(60, 0)), 1: row(fb=0.7, synced_backwards=10, ddp=ddp(1, 0))}
     assert codes_for(slow) == {"straggler_rank"}

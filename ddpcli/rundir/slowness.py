@@ -22,7 +22,7 @@ from ddpcli.rundir.record import Finding, Observed
 from ddpcli.rundir.timing import RankTime, TimeBreakdown
 
 INPUT_BOUND_SHARE = 0.25
-COMMUNICATION_BOUND_SHARE = 0.35
+COMMUNICATION_BOUND_SHARE = 0.30
 STRAGGLER_RATIO = 2.0
 STRAGGLER_GAP_SHARE = 0.25
 SLOWNESS_CODES = (
