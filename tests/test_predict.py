@@ -88,16 +88,19 @@ def test_a_baseline_that_synced_every_micro_batch_predicts_an_all_reduce_per_mic
 
 
 def test_cpu_contention() -> None:
-    """4 one-thread processes on 2 cores each get half a core: host work takes twice as long. With a measured
-    share and a load average, the share each process will get is cores / (processes + load)."""
-    base = replace(baseline(), cpu_share=None)
-    assert predict(base, target(world=4), 0.0, "t").terms["compute_s"] == pytest.approx(0.08)
-    assert predict(base, target(world=2), 0.0, "t").terms["compute_s"] == pytest.approx(0.04)
-    measured = replace(baseline(), cpu_share=0.5)  # the baseline got half a core
-    assert predict(measured, target(world=2), 0.0, "t", load=2.0).terms["compute_s"] == pytest.approx(0.04)
-    assert predict(measured, target(world=2), 0.0, "t", load=6.0).terms["compute_s"] == pytest.approx(0.08)
-    gpu = replace(baseline(), device="cuda")
-    assert predict(gpu, target(world=8), 0.0, "t", load=50.0).terms["compute_s"] == pytest.approx(0.04)
+    """4 one-thread processes on 2 cores each get half a core: host work takes twice as long. A baseline that got
+    less than its threads could use shared the cores with other work, which the planned processes share too."""
+    alone = replace(baseline(), cpu_share=1.0)
+    assert predict(alone, target(world=4), 0.0, "t").terms["compute_s"] == pytest.approx(0.08)
+    assert predict(alone, target(world=2), 0.0, "t").terms["compute_s"] == pytest.approx(0.04)
+    assert any("oversubscribed" in text for text in predict(alone, target(world=4), 0.0, "t").assumptions)
+    shared = replace(baseline(), cpu_share=0.5)  # 1 thread got half a core of 2: 3 other runnable threads
+    assert predict(shared, target(world=1, threads=None), 0.0, "t").terms["compute_s"] == pytest.approx(0.04)
+    assert predict(shared, target(world=2), 0.0, "t").terms["compute_s"] == pytest.approx(0.04 * 0.5 / 0.4)
+    two_threads = replace(baseline(), cpu_share=2.0, threads=2)  # 2 threads, both busy: alone on the 2 cores
+    assert predict(two_threads, target(world=2), 0.0, "t").terms["compute_s"] == pytest.approx(0.08)
+    gpu = replace(baseline(), device="cuda", cpu_share=0.1)
+    assert predict(gpu, target(world=8), 0.0, "t").terms["compute_s"] == pytest.approx(0.04)
 
 
 @given(st.integers(1, 10**10), st.integers(2, 1024), st.floats(0.1, 1000))

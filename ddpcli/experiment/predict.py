@@ -10,9 +10,10 @@ from a baseline that ran W0, B0, A0 (its time breakdown's median rank, ddpcli.ru
     comm      = all-reduces per step x one all-reduce of the gradients at W (measured: ddpcli.launch.probe, or
                 the ring formula 2 (W-1)/W x bytes / link bandwidth), none hidden behind backward; 0 at W = 1
     contention (CPU only) = p0 / p, the cores' worth of CPU one process gets: p0 measured on the baseline (its CPU
-                seconds / wall seconds), p = min(threads per process, cores / (processes + the host's load
-                average now)): processes that share cores take turns, ours and everyone else's. Without a
-                measured p0 or a load average: p = min(threads, cores / processes) for both. 1 on GPUs.
+                seconds / wall seconds), p = T x min(1, cores / (processes x T + E)) for T threads per process,
+                where E, the runnable threads of other work, is inferred from p0 (E = 0 when the baseline got
+                what its threads could use): processes that share cores take turns, ours and everyone else's.
+                1 on GPUs. Linear in samples: a fixed cost per forward (small batches) is scaled too.
 
 All-reduces per step: the baseline's per micro-batch (1 per micro-batch without no_sync, 1/A with it) x A when the
 baseline was DDP; else 1 (the script is assumed to use no_sync). samples/s = W x B x A / step; speedup against the
@@ -180,35 +181,48 @@ def ddp_bucket_sizes(size_bytes: int, cap_bytes: int = 25 * 1024 * 1024) -> list
     return sizes
 
 
-def contention_of(baseline: Baseline, target: Target, load: float | None) -> tuple[float, str | None]:
+def cpu_share(threads: int, processes: int, cores: int, others: float) -> float:
+    """The cores' worth one process gets when `processes` processes of `threads` busy threads share `cores` with
+    `others` runnable threads of other work: threads x min(1, cores / all runnable threads)."""
+    return threads * min(1.0, cores / (processes * threads + others))
+
+
+def other_load(baseline: Baseline) -> float:
+    """Runnable threads of other work the baseline shared its cores with, inferred from the share it got (0 when it
+    got what its threads could use: it was limited by its threads, not by the cores)."""
+    alone = cpu_share(baseline.threads, baseline.nproc_per_node, baseline.cores, 0.0)
+    if not baseline.cpu_share or baseline.cpu_share >= 0.9 * alone:
+        return 0.0
+    return max(baseline.threads * baseline.cores / baseline.cpu_share - baseline.nproc_per_node * baseline.threads, 0.0)
+
+
+def contention_of(baseline: Baseline, target: Target) -> tuple[float, list[str]]:
     """How many times slower the planned run's host work is than the baseline's (module docstring), and why."""
     if baseline.device != "cpu":
-        return 1.0, None
+        return 1.0, []
     threads = target.threads or (1 if target.nproc_per_node > 1 else baseline.threads)
-    share = parallelism("cpu", threads, target.nproc_per_node, baseline.cores)
-    if baseline.cpu_share and load is not None:
-        share = min(float(threads), baseline.cores / (target.nproc_per_node + load))
-        factor = baseline.cpu_share / share
-        return factor, (
-            f"CPU contention x{factor:.3g}: the baseline's process got {baseline.cpu_share:.2f} of a core, each of "
-            f"{target.nproc_per_node} x {threads}-thread processes gets about {share:.2f} of {baseline.cores} cores "
-            f"at a load average of {load:.1f}"
+    others = other_load(baseline)
+    before = cpu_share(baseline.threads, baseline.nproc_per_node, baseline.cores, others)
+    after = cpu_share(threads, target.nproc_per_node, baseline.cores, others)
+    factor = (baseline.cpu_share or before) / after
+    why = []
+    if abs(factor - 1) > 0.01:
+        why.append(
+            f"CPU contention x{factor:.3g}: {target.nproc_per_node} x {threads}-thread processes on "
+            f"{baseline.cores} cores, each about {after:.2f} of a core, with {others:.1f} threads of other work "
+            f"(inferred from the {baseline.cpu_share or before:.2f} of a core the baseline got)"
         )
-    factor = parallelism("cpu", baseline.threads, baseline.nproc_per_node, baseline.cores) / share
-    processes = f"{target.nproc_per_node} processes x {threads} threads on {baseline.cores} cores"
-    why = f"CPU contention x{factor:.3g} ({processes})"
-    return factor, why if factor != 1 else None
+    if target.nproc_per_node * threads > baseline.cores:
+        why.append(
+            "oversubscribed (processes x threads > cores): every step waits for each process to be scheduled, "
+            "which this model leaves out: expect a slower run than predicted"
+        )
+    return factor, why
 
 
-def predict(
-    baseline: Baseline, target: Target, allreduce_s: float, comm_source: str, load: float | None = None
-) -> Prediction:
-    """The planned run's step, term by term, its throughput and its memory per device (module docstring). `load`:
-    the host's load average now (other work sharing its cores), for a CPU run."""
-    assumptions = []
-    contention, why = contention_of(baseline, target, load)
-    if why:
-        assumptions.append(why)
+def predict(baseline: Baseline, target: Target, allreduce_s: float, comm_source: str) -> Prediction:
+    """The planned run's step, term by term, its throughput and its memory per device (module docstring)."""
+    contention, assumptions = contention_of(baseline, target)
     samples, samples0 = (
         target.per_device_batch_size * target.grad_accum_steps,
         (baseline.per_device_batch_size * baseline.grad_accum_steps),

@@ -102,9 +102,6 @@ def predict_runs(
 ) -> dict[str, Prediction]:
     """Each run's prediction; the all-reduce is probed once per world size here, or from --link-gbps."""
     backend = "nccl" if baseline.device == "cuda" else "gloo"
-    load = (
-        os.getloadavg()[0] if hasattr(os, "getloadavg") and link_gbps is None else None
-    )  # this host's, not a cluster's
     predictions = {}
     for run in runs:
         target = target_of(run)
@@ -118,5 +115,5 @@ def predict_runs(
             size = f"{baseline.gradient_bytes / 2**20:.3g} MiB"
             source = f"{backend} probe, {target.world_size} processes, {size}: {seconds * 1000:.3g} ms"
         comm = source if target.world_size > 1 else "none"
-        predictions[run.name] = predict(baseline, target, seconds, comm, load)
+        predictions[run.name] = predict(baseline, target, seconds, comm)
     return predictions
