@@ -62,6 +62,7 @@ grad_accum_steps = 2
 
 def one_repetition(folder: Path, batch: int, steps: int) -> list[tuple[str, float, float, float]]:
     """(run, measured samples/s, predicted, load average at its end) for each predicted run."""
+    folder.mkdir(parents=True)
     (folder / "experiments.toml").write_text(experiments(batch, steps))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     subprocess.run([sys.executable, "-m", "ddpcli", "launch", "experiments.toml"], cwd=folder, env=env,
@@ -76,6 +77,12 @@ def one_repetition(folder: Path, batch: int, steps: int) -> list[tuple[str, floa
         measured = observed["global_batch_size"] / breakdown["median"]["step_s"]
         load = breakdown["ranks"][0].get("load_average") or float("nan")
         found.append((record["name"], measured, prediction["predicted_samples_per_s"], load))
+        terms = prediction["prediction"]["step_terms_s"]
+        seen = {key: 1000 * (breakdown["median"][key] or 0) for key in terms}
+        print(
+            f"    {record['name']}: ms a step predicted / measured: "
+            + ", ".join(f"{key.removesuffix('_s')} {1000 * terms[key]:.3g}/{seen[key]:.3g}" for key in terms)
+        )
     return found
 
 

@@ -99,6 +99,8 @@ def test_cpu_contention() -> None:
     assert predict(shared, target(world=2), 0.0, "t").terms["compute_s"] == pytest.approx(0.04 * 0.5 / 0.4)
     two_threads = replace(baseline(), cpu_share=2.0, threads=2)  # 2 threads, both busy: alone on the 2 cores
     assert predict(two_threads, target(world=2), 0.0, "t").terms["compute_s"] == pytest.approx(0.08)
+    now = predict(shared, target(world=2), 0.0, "t", load=6.0)  # 6 threads of other work now: 2/8 of a core each
+    assert now.terms["compute_s"] == pytest.approx(0.04 * 0.5 / 0.25)
     gpu = replace(baseline(), device="cuda", cpu_share=0.1)
     assert predict(gpu, target(world=8), 0.0, "t").terms["compute_s"] == pytest.approx(0.04)
 

@@ -11,8 +11,9 @@ from a baseline that ran W0, B0, A0 (its time breakdown's median rank, ddpcli.ru
                 the ring formula 2 (W-1)/W x bytes / link bandwidth), none hidden behind backward; 0 at W = 1
     contention (CPU only) = p0 / p, the cores' worth of CPU one process gets: p0 measured on the baseline (its CPU
                 seconds / wall seconds), p = T x min(1, cores / (processes x T + E)) for T threads per process,
-                where E, the runnable threads of other work, is inferred from p0 (E = 0 when the baseline got
-                what its threads could use): processes that share cores take turns, ours and everyone else's.
+                where E, the runnable threads of other work, is the host's 1-minute load average when predicting
+                on this host, else inferred from p0 (0 when the baseline got what its threads could use):
+                processes that share cores take turns, ours and everyone else's.
                 1 on GPUs. Linear in samples: a fixed cost per forward (small batches) is scaled too.
 
 All-reduces per step: the baseline's per micro-batch (1 per micro-batch without no_sync, 1/A with it) x A when the
@@ -196,12 +197,13 @@ def other_load(baseline: Baseline) -> float:
     return max(baseline.threads * baseline.cores / baseline.cpu_share - baseline.nproc_per_node * baseline.threads, 0.0)
 
 
-def contention_of(baseline: Baseline, target: Target) -> tuple[float, list[str]]:
-    """How many times slower the planned run's host work is than the baseline's (module docstring), and why."""
+def contention_of(baseline: Baseline, target: Target, load: float | None = None) -> tuple[float, list[str]]:
+    """How many times slower the planned run's host work is than the baseline's (module docstring), and why.
+    `load`: the host's 1-minute load average now (its other work), else inferred from the baseline's share."""
     if baseline.device != "cpu":
         return 1.0, []
     threads = target.threads or (1 if target.nproc_per_node > 1 else baseline.threads)
-    others = other_load(baseline)
+    others = load if load is not None else other_load(baseline)
     before = cpu_share(baseline.threads, baseline.nproc_per_node, baseline.cores, others)
     after = cpu_share(threads, target.nproc_per_node, baseline.cores, others)
     factor = (baseline.cpu_share or before) / after
@@ -209,8 +211,9 @@ def contention_of(baseline: Baseline, target: Target) -> tuple[float, list[str]]
     if abs(factor - 1) > 0.01:
         why.append(
             f"CPU contention x{factor:.3g}: {target.nproc_per_node} x {threads}-thread processes on "
-            f"{baseline.cores} cores, each about {after:.2f} of a core, with {others:.1f} threads of other work "
-            f"(inferred from the {baseline.cpu_share or before:.2f} of a core the baseline got)"
+            f"{baseline.cores} cores, each about {after:.2f} of a core, with {others:.1f} threads of other work ("
+            + ("the load average now" if load is not None else "inferred from the baseline's share")
+            + f"; the baseline got {baseline.cpu_share or before:.2f} of a core)"
         )
     if target.nproc_per_node * threads > baseline.cores:
         why.append(
@@ -220,9 +223,12 @@ def contention_of(baseline: Baseline, target: Target) -> tuple[float, list[str]]
     return factor, why
 
 
-def predict(baseline: Baseline, target: Target, allreduce_s: float, comm_source: str) -> Prediction:
-    """The planned run's step, term by term, its throughput and its memory per device (module docstring)."""
-    contention, assumptions = contention_of(baseline, target)
+def predict(
+    baseline: Baseline, target: Target, allreduce_s: float, comm_source: str, load: float | None = None
+) -> Prediction:
+    """The planned run's step, term by term, its throughput and its memory per device (module docstring). `load`:
+    the host's load average when it will run (a CPU run on this host), else the baseline's share tells."""
+    contention, assumptions = contention_of(baseline, target, load)
     samples, samples0 = (
         target.per_device_batch_size * target.grad_accum_steps,
         (baseline.per_device_batch_size * baseline.grad_accum_steps),

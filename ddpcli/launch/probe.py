@@ -102,6 +102,8 @@ def predict_runs(
 ) -> dict[str, Prediction]:
     """Each run's prediction; the all-reduce is probed once per world size here, or from --link-gbps."""
     backend = "nccl" if baseline.device == "cuda" else "gloo"
+    on_this_host = link_gbps is None and hasattr(os, "getloadavg")
+    load = os.getloadavg()[0] if on_this_host else None  # other work on this host's cores (not a cluster's)
     predictions = {}
     for run in runs:
         target = target_of(run)
@@ -115,5 +117,5 @@ def predict_runs(
             size = f"{baseline.gradient_bytes / 2**20:.3g} MiB"
             source = f"{backend} probe, {target.world_size} processes, {size}: {seconds * 1000:.3g} ms"
         comm = source if target.world_size > 1 else "none"
-        predictions[run.name] = predict(baseline, target, seconds, comm)
+        predictions[run.name] = predict(baseline, target, seconds, comm, load)
     return predictions
