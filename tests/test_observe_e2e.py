@@ -240,7 +240,7 @@ def test_a_script_without_distributed_sampler_is_found(mistakes: dict[str, dict[
     assert record["status"] == "completed"
     assert record["observed"]["distinct_samples_across_ranks"] is False
     assert record["observed"]["sampler"] == "RandomSampler"
-    assert codes(record) == ["same_samples_across_ranks"]
+    assert [code for code in codes(record) if code not in SLOWNESS_CODES] == ["same_samples_across_ranks"]
 
 
 def test_a_hardcoded_batch_is_a_plan_mismatch_with_both_numbers(mistakes: dict[str, dict[str, Any]]) -> None:

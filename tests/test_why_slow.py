@@ -85,6 +85,8 @@ def test_thresholds() -> None:
     # rank 1 computes 0.07 s a step, rank 0 0.01 s and waits 0.06 s for it
     slow = {0: row(fb=0.7, synced_backwards=10, ddp=ddp(60, 0)), 1: row(fb=0.7, synced_backwards=10, ddp=ddp(1, 0))}
     assert codes_for(slow) == {"straggler_rank"}
+    short = {rank: {**timed, "steps": 5, "micro_batches": 5, "synced_backwards": 5} for rank, timed in slow.items()}
+    assert codes_for(short) == set()
 
 
 def test_accumulation_oversubscription_and_unused_parameters() -> None:

@@ -5,7 +5,8 @@ Thresholds (docs/contracts.md states them; shares are of the median step time):
 - communication_bound: several processes, and even the rank that waited least had exposed (not overlapped)
   all-reduce time >= COMMUNICATION_BOUND_SHARE of the step (the least, so a straggler's victims do not count).
 - straggler_rank: one rank's own work (step - exposed communication) is >= STRAGGLER_RATIO x the median of the
-  others' and the difference is >= STRAGGLER_GAP_SHARE of the step: the others wait for it at the all-reduce.
+  others' and the difference is >= STRAGGLER_GAP_SHARE of the step: the others wait for it at the all-reduce;
+  over at least STRAGGLER_MIN_STEPS timed steps.
 - accumulation_syncs_every_micro_batch: a DDP model with >= 2 micro-batches per optimizer step all-reduced on
   every one of them (no `no_sync`).
 - cpu_oversubscribed: a CPU run whose processes on one host x intra-op threads exceed the cores they may use.
@@ -25,6 +26,7 @@ INPUT_BOUND_SHARE = 0.25
 COMMUNICATION_BOUND_SHARE = 0.30
 STRAGGLER_RATIO = 2.0
 STRAGGLER_GAP_SHARE = 0.25
+STRAGGLER_MIN_STEPS = 8  # timed steps: in fewer, one stall of a process (a loaded host) looks like a straggler
 SLOWNESS_CODES = (
     "input_bound", "communication_bound", "straggler_rank", "accumulation_syncs_every_micro_batch",
     "cpu_oversubscribed", "find_unused_parameters_unneeded",
@@ -81,7 +83,7 @@ def _busy(rank: RankTime) -> float:
 
 
 def _straggler(breakdown: TimeBreakdown) -> list[Finding]:
-    if len(breakdown.ranks) < 2:
+    if len(breakdown.ranks) < 2 or min(rank.steps for rank in breakdown.ranks) < STRAGGLER_MIN_STEPS:
         return []
     slowest = max(breakdown.ranks, key=_busy)
     others = statistics.median(_busy(rank) for rank in breakdown.ranks if rank is not slowest)

@@ -230,7 +230,6 @@ class Observer:
                 self.optimizers.append(optimizer)
             return  # the first optimizer that steps defines the optimizer step (a GAN's second one is extra)
         self.step += 1
-        self.timing.step_done()
         row = {
             "kind": "step",
             "step": self.step,
@@ -248,6 +247,7 @@ class Observer:
         if self.discovering and self.roots:  # a step before any training forward (a warm-up call) finds nothing
             self._describe_run(optimizer)
             self._switch_to_root_hooks()
+        self.timing.step_done()  # last: the observer's own one-off work at step 1 stays out of the timed steps
 
     def _unscaled_norms(self, small: torch.Tensor, big: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Under a GradScaler the buckets held gradients x scale: divide the squared norms by scale^2 (the scale
