@@ -18,6 +18,7 @@ from ddpcli.experiment.predict import (
     Target,
     baseline_from,
     ddp_bucket_sizes,
+    expected_max,
     predict,
     ring_allreduce_s,
     static_bytes,
@@ -160,3 +161,15 @@ def test_plan_predict_from_a_run_that_cannot_be_a_baseline_is_one_line(tmp_path:
                                       "--predict-from", str(run_dir)])  # fmt: skip
     assert result.exit_code == 2
     assert "cannot predict from this run" in result.stderr and "Traceback" not in result.output
+
+
+def test_ranks_wait_for_the_slowest_compute() -> None:
+    """With per-step compute varying by 30%, 2 ranks wait 0.5642 x 30% of a step's compute on average, 4 ranks
+    1.0294 x 30%; a baseline whose steps did not vary predicts no wait."""
+    varying = replace(baseline(), compute_cv=0.3)
+    two = predict(varying, target(world=2), 0.001, "t")
+    assert two.terms["comm_s"] == pytest.approx(0.001 + 0.5642 * 0.3 * 0.04)
+    four = predict(replace(varying, cpu_share=None), target(world=4, batch=32), 0.001, "t")
+    assert four.terms["comm_s"] == pytest.approx(0.001 + 1.0294 * 0.3 * four.terms["compute_s"])
+    assert predict(replace(baseline(), compute_cv=0.0), target(world=2), 0.001, "t").terms["comm_s"] == 0.001
+    assert expected_max(1) == 0 and expected_max(64) == pytest.approx(2.3338, rel=0.01)  # tables: 2.3338

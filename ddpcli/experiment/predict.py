@@ -8,7 +8,11 @@ from a baseline that ran W0, B0, A0 (its time breakdown's median rank, ddpcli.ru
     optimizer = baseline optimizer step x contention (the same parameters at every world size)
     other     = baseline other x contention
     comm      = all-reduces per step x one all-reduce of the gradients at W (measured: ddpcli.launch.probe, or
-                the ring formula 2 (W-1)/W x bytes / link bandwidth), none hidden behind backward; 0 at W = 1
+                the ring formula 2 (W-1)/W x bytes / link bandwidth), none hidden behind backward, + the wait
+                for the slowest of W ranks: each step's compute varies (the baseline's standard deviation over
+                steps, as a fraction of its mean, cv), and every rank waits for the last, so on average
+                E[max of W] - mean = k(W) x cv x compute (k: the expected maximum of W standard normals,
+                0.56 for 2, 1.03 for 4); 0 at W = 1
     contention (CPU only) = p0 / p, the cores' worth of CPU one process gets: p0 measured on the baseline (its CPU
                 seconds / wall seconds), p = T x min(1, cores / (processes x T + E)) for T threads per process,
                 where E, the runnable threads of other work, is the host's 1-minute load average when predicting
@@ -28,6 +32,7 @@ before its first forward, less the parameters: the Python and torch runtime on C
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +117,7 @@ class Baseline:
     memory_at_first_forward: int | None
     peak_memory: int | None
     cpu_share: float | None = None  # the cores' worth the baseline's process got (CPU seconds / wall seconds)
+    compute_cv: float | None = None  # standard deviation / mean over steps of forward + backward
 
     @property
     def samples_per_s(self) -> float:
@@ -150,7 +156,23 @@ def baseline_from(observed: Observed | None, timing_row: dict[str, Any]) -> Base
         memory_at_first_forward=state.memory_at_first_forward_bytes,
         peak_memory=state.peak_memory_bytes,
         cpu_share=median.cpu_share,
+        compute_cv=_cv(median.forward_backward_sd_s, (median.compute_s or 0.0) + (median.comm_s or 0.0)),
     )
+
+
+def _cv(sd: float | None, mean: float) -> float | None:
+    return sd / mean if sd is not None and mean > 0 else None
+
+
+# E[max of n standard normals] for n = 1..8; beyond, Blom's approximation (within 1% there).
+_EXPECTED_MAX = (0.0, 0.5642, 0.8463, 1.0294, 1.1630, 1.2672, 1.3522, 1.4236)
+
+
+def expected_max(n: int) -> float:
+    """The expected maximum of n independent standard normal variables."""
+    if n <= len(_EXPECTED_MAX):
+        return _EXPECTED_MAX[max(n, 1) - 1]
+    return statistics.NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
 def _positive(value: Any, default: int) -> int:
@@ -239,10 +261,16 @@ def predict(
             assumptions.append("one all-reduce per optimizer step (the baseline had no DDP model to tell)")
     else:
         syncs = max(baseline.all_reduces_per_micro_batch * target.grad_accum_steps, 1.0)
+    compute = baseline.step["compute_s"] / samples0 * samples * contention
+    wait = 0.0
+    if target.world_size > 1 and baseline.compute_cv is not None:
+        wait = expected_max(target.world_size) * baseline.compute_cv * compute
+        assumptions.append(f"waiting for the slowest of {target.world_size} ranks: {wait * 1000:.3g} ms a step "
+                           f"(the baseline's compute varied by {baseline.compute_cv:.0%} between steps)")  # fmt: skip
     terms = {
         "data_s": baseline.step["data_s"] / samples0 * samples * contention,
-        "compute_s": baseline.step["compute_s"] / samples0 * samples * contention,
-        "comm_s": syncs * allreduce_s if target.world_size > 1 else 0.0,
+        "compute_s": compute,
+        "comm_s": syncs * allreduce_s + wait if target.world_size > 1 else 0.0,
         "optimizer_s": baseline.step["optimizer_s"] * contention,
         "other_s": baseline.step["other_s"] * contention,
     }

@@ -13,6 +13,7 @@ did not hide). Per optimizer step, in seconds:
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -36,6 +37,7 @@ class StepTime(_Model):
     other_s: float | None = None
     peak_memory_bytes: int | None = None
     cpu_share: float | None = None  # process CPU seconds / wall seconds over the timed steps (cores' worth used)
+    forward_backward_sd_s: float | None = None  # standard deviation over steps of forward + backward (host clock)
 
 
 class RankTime(StepTime):
@@ -115,7 +117,16 @@ def rank_time(rank: int, row: dict[str, Any]) -> RankTime | None:
         all_reduces_per_step=syncs if isinstance(row.get("ddp"), dict) else None,
         cpu_share=cpu / step if (cpu := _number(row.get("cpu_s"))) is not None and step > 0 else None,
         load_average=_number(row.get("load_average")),
+        forward_backward_sd_s=_sd(fb, _number(row.get("forward_backward_squares")), steps),
     )
+
+
+def _sd(total: float, squares: float | None, count: int) -> float | None:
+    """Standard deviation of per-step values from their sum and sum of squares (None without the squares)."""
+    if squares is None or count < 2:
+        return None
+    mean = total / count
+    return math.sqrt(max(squares / count - mean * mean, 0.0) * count / (count - 1))
 
 
 def time_breakdown(rows: dict[int, dict[str, Any]]) -> TimeBreakdown | None:
@@ -123,7 +134,12 @@ def time_breakdown(rows: dict[int, dict[str, Any]]) -> TimeBreakdown | None:
     ranks = [found for rank, row in sorted(rows.items()) if row and (found := rank_time(rank, row)) is not None]
     if not ranks:
         return None
-    median = StepTime(**{key: _median([getattr(r, key) for r in ranks]) for key in ("step_s", *PARTS, "cpu_share")})
+    median = StepTime(
+        **{
+            key: _median([getattr(r, key) for r in ranks])
+            for key in ("step_s", *PARTS, "cpu_share", "forward_backward_sd_s")
+        }
+    )
     memories = [r.peak_memory_bytes for r in ranks if r.peak_memory_bytes is not None]
     median.peak_memory_bytes = int(statistics.median(memories)) if memories else None
     first = rows[ranks[0].rank]

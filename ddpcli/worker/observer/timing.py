@@ -101,6 +101,8 @@ class StepTiming:
         self.memory_at_first_forward: int | None = None  # the process before any activation: runtime + model
         self.cpu_start = 0.0  # process CPU time (every thread) at the window's start
         self.cpu_s = 0.0  # process CPU time over the window: / step_s = the cores' worth this process got
+        self.step_fb = 0.0  # host clock: this step's forward + backward seconds so far
+        self.fb_squares = 0.0  # host clock: sum over timed steps of (a step's forward + backward)^2
 
     # -- installing -------------------------------------------------------------------------------------------
 
@@ -149,7 +151,10 @@ class StepTiming:
         if self.forward_start is None or self.clock is None:
             return
         if self.window_started:
-            self.clock.add(self.totals, "forward_backward", self.forward_start, self.clock.mark())
+            end = self.clock.mark()
+            self.clock.add(self.totals, "forward_backward", self.forward_start, end)
+            if not isinstance(self.clock, CudaClock):
+                self.step_fb += end - self.forward_start
             self.micro_batches += 1
         self.forward_start = None
 
@@ -171,6 +176,7 @@ class StepTiming:
             if self.optimizer_start is not None:
                 self.clock.add(self.totals, "optimizer", self.optimizer_start, end)
             self.clock.add(self.totals, "step", self.last_step_end, end)
+            self.fb_squares += self.step_fb * self.step_fb
             if self.ddp_models and (self.steps <= DDP_READ_FIRST or self.steps % DDP_READ_EVERY == 0):
                 self.ddp_stats = self._ddp_stats() or self.ddp_stats
             if self.steps % RESOLVE_EVERY == 0:
@@ -180,7 +186,7 @@ class StepTiming:
             self.cpu_start = time.process_time()
         self.window_started = True
         self.cpu_s = time.process_time() - self.cpu_start
-        self.last_step_end, self.optimizer_start, self.forward_start = end, None, None
+        self.last_step_end, self.optimizer_start, self.forward_start, self.step_fb = end, None, None, 0.0
 
     # -- the row ----------------------------------------------------------------------------------------------
 
@@ -198,6 +204,7 @@ class StepTiming:
             "step_s": self.totals.get("step", 0.0),
             "data_s": sum(seconds for key, seconds in self.loader_wait.items() if key in training),
             "forward_backward_s": self.totals.get("forward_backward", 0.0),
+            "forward_backward_squares": self.fb_squares if not isinstance(self.clock, CudaClock) else None,
             "optimizer_s": self.totals.get("optimizer", 0.0),
             "cpu_s": self.cpu_s,
             "load_average": os.getloadavg()[0],
