@@ -102,6 +102,13 @@ def test_cpu_contention() -> None:
     assert predict(two_threads, target(world=2), 0.0, "t").terms["compute_s"] == pytest.approx(0.08)
     now = predict(shared, target(world=2), 0.0, "t", load=6.0)  # 6 threads of other work now: 2/8 of a core each
     assert now.terms["compute_s"] == pytest.approx(0.04 * 0.5 / 0.25)
+    # the baseline got half a core at a load average of 6: half of that load took CPU; the same run at the same
+    # load is predicted as fast as it was, at twice the load slower
+    calibrated = replace(shared, load_average=6.0)
+    assert predict(calibrated, target(world=1, threads=None), 0.0, "t", load=6.0).speedup == pytest.approx(1.0)
+    assert predict(calibrated, target(world=1, threads=None), 0.0, "t", load=12.0).terms["compute_s"] == (
+        pytest.approx(0.04 * 0.5 / (2 / 7))
+    )
     gpu = replace(baseline(), device="cuda", cpu_share=0.1)
     assert predict(gpu, target(world=8), 0.0, "t").terms["compute_s"] == pytest.approx(0.04)
 

@@ -47,7 +47,7 @@ name = "clean-1"
 """ + "".join([
     _run("clean-2", 2),
     _run("slow-data-1", 1, "--slow-getitem", "0.00003"),
-    _run("straggler-2", 2, "--sleepy-rank", "1", "--sleep", "0.05"),
+    _run("straggler-2", 2, "--sleepy-rank", "1", "--sleep", "0.1"),
     _run("accumulation-sync-2", 2, "--sync-every-micro-batch", accumulation=2),
     _run("accumulation-no-sync-unused-2", 2, "--find-unused", accumulation=2),
     _run("tiny-batch-2", 2, "--hidden", "2048", batch=4),
@@ -89,8 +89,8 @@ def test_the_straggler_is_named(knobs: dict[str, dict[str, Any]]) -> None:
     (finding,) = [f for f in record["findings"] if f["code"] == "straggler_rank"]
     assert finding["observed"] == 1 and finding["message"].startswith("rank 1 is a straggler")
     ranks = {rank["rank"]: rank for rank in record["observed"]["time_breakdown"]["ranks"]}
-    assert ranks[1]["compute_s"] > ranks[0]["compute_s"] + 0.04  # it sleeps 0.05 s in every forward
-    assert ranks[0]["comm_s"] > ranks[1]["comm_s"] + 0.03  # rank 0 waits for it in the all-reduce
+    assert ranks[1]["compute_s"] > ranks[0]["compute_s"] + 0.08  # it sleeps 0.1 s in every forward
+    assert ranks[0]["comm_s"] > ranks[1]["comm_s"] + 0.06  # rank 0 waits for it in the all-reduce
 
 
 def test_four_processes_on_fewer_cores_are_oversubscribed(knobs: dict[str, dict[str, Any]]) -> None:

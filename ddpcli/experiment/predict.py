@@ -15,8 +15,9 @@ from a baseline that ran W0, B0, A0 (its time breakdown's median rank, ddpcli.ru
                 0.56 for 2, 1.03 for 4); 0 at W = 1
     contention (CPU only) = p0 / p, the cores' worth of CPU one process gets: p0 measured on the baseline (its CPU
                 seconds / wall seconds), p = T x min(1, cores / (processes x T + E)) for T threads per process,
-                where E, the runnable threads of other work, is the host's 1-minute load average when predicting
-                on this host, else inferred from p0 (0 when the baseline got what its threads could use):
+                where E, the runnable threads of other work, is inferred from p0 (0 when the baseline got what
+                its threads could use) and, predicting on this host, follows the 1-minute load average: E = load
+                now x E0 / load at the baseline's end (the share of the load average that took CPU from it):
                 processes that share cores take turns, ours and everyone else's.
                 1 on GPUs. Linear in samples: a fixed cost per forward (small batches) is scaled too.
 
@@ -118,6 +119,7 @@ class Baseline:
     peak_memory: int | None
     cpu_share: float | None = None  # the cores' worth the baseline's process got (CPU seconds / wall seconds)
     compute_cv: float | None = None  # standard deviation / mean over steps of forward + backward
+    load_average: float | None = None  # the host's 1-minute load average when the baseline ended
 
     @property
     def samples_per_s(self) -> float:
@@ -156,6 +158,7 @@ def baseline_from(observed: Observed | None, timing_row: dict[str, Any]) -> Base
         memory_at_first_forward=state.memory_at_first_forward_bytes,
         peak_memory=state.peak_memory_bytes,
         cpu_share=median.cpu_share,
+        load_average=first.load_average,
         compute_cv=_cv(median.forward_backward_sd_s, (median.compute_s or 0.0) + (median.comm_s or 0.0)),
     )
 
@@ -219,13 +222,25 @@ def other_load(baseline: Baseline) -> float:
     return max(baseline.threads * baseline.cores / baseline.cpu_share - baseline.nproc_per_node * baseline.threads, 0.0)
 
 
+def other_work(baseline: Baseline, load: float | None) -> float:
+    """Runnable threads of other work the planned run will share the cores with: the load average now, scaled by
+    how much of the load average at the baseline's end really took CPU from it (a load average also counts
+    waiting and briefly runnable tasks); without a load average, what the baseline met."""
+    inferred = other_load(baseline)
+    if load is None:
+        return inferred
+    if inferred > 0 and baseline.load_average:
+        return load * min(inferred / baseline.load_average, 1.0)
+    return load
+
+
 def contention_of(baseline: Baseline, target: Target, load: float | None = None) -> tuple[float, list[str]]:
     """How many times slower the planned run's host work is than the baseline's (module docstring), and why.
     `load`: the host's 1-minute load average now (its other work), else inferred from the baseline's share."""
     if baseline.device != "cpu":
         return 1.0, []
     threads = target.threads or (1 if target.nproc_per_node > 1 else baseline.threads)
-    others = load if load is not None else other_load(baseline)
+    others = other_work(baseline, load)
     before = cpu_share(baseline.threads, baseline.nproc_per_node, baseline.cores, others)
     after = cpu_share(threads, target.nproc_per_node, baseline.cores, others)
     factor = (baseline.cpu_share or before) / after
@@ -234,7 +249,7 @@ def contention_of(baseline: Baseline, target: Target, load: float | None = None)
         why.append(
             f"CPU contention x{factor:.3g}: {target.nproc_per_node} x {threads}-thread processes on "
             f"{baseline.cores} cores, each about {after:.2f} of a core, with {others:.1f} threads of other work ("
-            + ("the load average now" if load is not None else "inferred from the baseline's share")
+            + ("from the load average now" if load is not None else "inferred from the baseline's share")
             + f"; the baseline got {baseline.cpu_share or before:.2f} of a core)"
         )
     if target.nproc_per_node * threads > baseline.cores:

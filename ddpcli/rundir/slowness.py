@@ -24,7 +24,7 @@ from ddpcli.rundir.timing import RankTime, TimeBreakdown
 
 INPUT_BOUND_SHARE = 0.25
 COMMUNICATION_BOUND_SHARE = 0.30
-STRAGGLER_RATIO = 2.0
+STRAGGLER_RATIO = 1.5
 STRAGGLER_GAP_SHARE = 0.25
 STRAGGLER_MIN_STEPS = 8  # timed steps: in fewer, one stall of a process (a loaded host) looks like a straggler
 SLOWNESS_CODES = (
