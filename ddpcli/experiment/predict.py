@@ -16,9 +16,8 @@ from a baseline that ran W0, B0, A0 (its time breakdown's median rank, ddpcli.ru
     contention (CPU only) = p0 / p, the cores' worth of CPU one process gets: p0 measured on the baseline (its CPU
                 seconds / wall seconds), p = T x min(1, cores / (processes x T + E)) for T threads per process,
                 where E, the runnable threads of other work, is inferred from p0 (0 when the baseline got what
-                its threads could use) and, predicting on this host, follows the 1-minute load average: E = load
-                now x E0 / load at the baseline's end (the share of the load average that took CPU from it):
-                processes that share cores take turns, ours and everyone else's.
+                its threads could use) plus, predicting on this host, how much the 1-minute load average rose
+                since the baseline ended: processes that share cores take turns, ours and everyone else's.
                 1 on GPUs. Linear in samples: a fixed cost per forward (small batches) is scaled too.
 
 All-reduces per step: the baseline's per micro-batch (1 per micro-batch without no_sync, 1/A with it) x A when the
@@ -223,15 +222,15 @@ def other_load(baseline: Baseline) -> float:
 
 
 def other_work(baseline: Baseline, load: float | None) -> float:
-    """Runnable threads of other work the planned run will share the cores with: the load average now, scaled by
-    how much of the load average at the baseline's end really took CPU from it (a load average also counts
-    waiting and briefly runnable tasks); without a load average, what the baseline met."""
+    """Runnable threads of other work the planned run will share the cores with: what the baseline met (inferred
+    from its share of a core: a load average also counts tasks that wait or barely run), plus however much the
+    load average rose since the baseline ended; without a load average, what the baseline met."""
     inferred = other_load(baseline)
     if load is None:
         return inferred
-    if inferred > 0 and baseline.load_average:
-        return load * min(inferred / baseline.load_average, 1.0)
-    return load
+    if baseline.load_average is None:
+        return load
+    return max(inferred + load - baseline.load_average, 0.0)
 
 
 def contention_of(baseline: Baseline, target: Target, load: float | None = None) -> tuple[float, list[str]]:
