@@ -15,9 +15,10 @@ from a baseline that ran W0, B0, A0 (its time breakdown's median rank, ddpcli.ru
                 0.56 for 2, 1.03 for 4); 0 at W = 1
     contention (CPU only) = p0 / p, the cores' worth of CPU one process gets: p0 measured on the baseline (its CPU
                 seconds / wall seconds), p = T x min(1, cores / (processes x T + E)) for T threads per process,
-                where E, the runnable threads of other work, is inferred from p0 (0 when the baseline got what
-                its threads could use) plus, predicting on this host, how much the 1-minute load average rose
-                since the baseline ended: processes that share cores take turns, ours and everyone else's.
+                where E, the cores' worth of other work, is measured on this host just before (busy cores in
+                /proc/stat while none of ours runs: a one-process baseline on two cores leaves a core to the
+                others and looks alone, two processes do not), else inferred from p0: processes that share
+                cores take turns, ours and everyone else's.
                 1 on GPUs. Linear in samples: a fixed cost per forward (small batches) is scaled too.
 
 All-reduces per step: the baseline's per micro-batch (1 per micro-batch without no_sync, 1/A with it) x A when the
@@ -208,7 +209,7 @@ def ddp_bucket_sizes(size_bytes: int, cap_bytes: int = 25 * 1024 * 1024) -> list
 
 def cpu_share(threads: int, processes: int, cores: int, others: float) -> float:
     """The cores' worth one process gets when `processes` processes of `threads` busy threads share `cores` with
-    `others` runnable threads of other work: threads x min(1, cores / all runnable threads)."""
+    `others` cores' worth of other work: threads x min(1, cores / (our threads + others))."""
     return threads * min(1.0, cores / (processes * threads + others))
 
 
@@ -221,25 +222,19 @@ def other_load(baseline: Baseline) -> float:
     return max(baseline.threads * baseline.cores / baseline.cpu_share - baseline.nproc_per_node * baseline.threads, 0.0)
 
 
-def other_work(baseline: Baseline, load: float | None) -> float:
-    """Runnable threads of other work the planned run will share the cores with: what the baseline met (inferred
-    from its share of a core: a load average also counts tasks that wait or barely run), plus however much the
-    load average rose since the baseline ended; without a load average, what the baseline met."""
-    inferred = other_load(baseline)
-    if load is None:
-        return inferred
-    if baseline.load_average is None:
-        return load
-    return max(inferred + load - baseline.load_average, 0.0)
+def other_work(baseline: Baseline, busy_cores: float | None) -> float:
+    """Cores' worth of other work the planned run will share the cores with: what other processes use now (busy
+    cores measured while none of ours runs), else what the baseline met (inferred from its share of a core)."""
+    return busy_cores if busy_cores is not None else other_load(baseline)
 
 
-def contention_of(baseline: Baseline, target: Target, load: float | None = None) -> tuple[float, list[str]]:
+def contention_of(baseline: Baseline, target: Target, busy: float | None = None) -> tuple[float, list[str]]:
     """How many times slower the planned run's host work is than the baseline's (module docstring), and why.
-    `load`: the host's 1-minute load average now (its other work), else inferred from the baseline's share."""
+    `busy`: cores' worth of CPU other processes use on this host now, else inferred from the baseline's share."""
     if baseline.device != "cpu":
         return 1.0, []
     threads = target.threads or (1 if target.nproc_per_node > 1 else baseline.threads)
-    others = other_work(baseline, load)
+    others = other_work(baseline, busy)
     before = cpu_share(baseline.threads, baseline.nproc_per_node, baseline.cores, others)
     after = cpu_share(threads, target.nproc_per_node, baseline.cores, others)
     factor = (baseline.cpu_share or before) / after
@@ -247,8 +242,8 @@ def contention_of(baseline: Baseline, target: Target, load: float | None = None)
     if abs(factor - 1) > 0.01:
         why.append(
             f"CPU contention x{factor:.3g}: {target.nproc_per_node} x {threads}-thread processes on "
-            f"{baseline.cores} cores, each about {after:.2f} of a core, with {others:.1f} threads of other work ("
-            + ("from the load average now" if load is not None else "inferred from the baseline's share")
+            f"{baseline.cores} cores, each about {after:.2f} of a core, next to {others:.2f} cores of other work ("
+            + ("measured now" if busy is not None else "inferred from the baseline's share")
             + f"; the baseline got {baseline.cpu_share or before:.2f} of a core)"
         )
     if target.nproc_per_node * threads > baseline.cores:
@@ -260,11 +255,11 @@ def contention_of(baseline: Baseline, target: Target, load: float | None = None)
 
 
 def predict(
-    baseline: Baseline, target: Target, allreduce_s: float, comm_source: str, load: float | None = None
+    baseline: Baseline, target: Target, allreduce_s: float, comm_source: str, busy: float | None = None
 ) -> Prediction:
-    """The planned run's step, term by term, its throughput and its memory per device (module docstring). `load`:
-    the host's load average when it will run (a CPU run on this host), else the baseline's share tells."""
-    contention, assumptions = contention_of(baseline, target, load)
+    """The planned run's step, term by term, its throughput and its memory per device (module docstring). `busy`:
+    cores' worth of CPU other processes use on this host now (a CPU run here), else the baseline's share tells."""
+    contention, assumptions = contention_of(baseline, target, busy)
     samples, samples0 = (
         target.per_device_batch_size * target.grad_accum_steps,
         (baseline.per_device_batch_size * baseline.grad_accum_steps),

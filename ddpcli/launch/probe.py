@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -73,6 +74,26 @@ def _read_cache(path: Path) -> dict[str, object]:
     return data if isinstance(data, dict) else {}
 
 
+def busy_cores(seconds: float = 1.0, stat: Path = Path("/proc/stat")) -> float | None:
+    """Cores' worth of CPU the host's processes use, over `seconds` (Linux /proc/stat; None elsewhere)."""
+
+    def sample() -> tuple[int, int] | None:
+        try:
+            fields = [int(value) for value in stat.read_text().splitlines()[0].split()[1:]]
+        except (OSError, ValueError, IndexError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields[:8]) - idle, sum(fields[:8])
+
+    first = sample()
+    time.sleep(seconds)
+    second = sample()
+    if first is None or second is None or second[1] <= first[1]:
+        return None
+    cores = os.cpu_count() or 1
+    return cores * (second[0] - first[0]) / (second[1] - first[1])
+
+
 def read_baseline(run_dir: Path) -> Baseline:
     """The baseline of a prediction: a finished, observed run directory."""
     try:
@@ -102,8 +123,7 @@ def predict_runs(
 ) -> dict[str, Prediction]:
     """Each run's prediction; the all-reduce is probed once per world size here, or from --link-gbps."""
     backend = "nccl" if baseline.device == "cuda" else "gloo"
-    on_this_host = link_gbps is None and hasattr(os, "getloadavg")
-    load = os.getloadavg()[0] if on_this_host else None  # other work on this host's cores (not a cluster's)
+    busy = busy_cores() if link_gbps is None else None  # other work on this host's cores (not a cluster's)
     predictions = {}
     for run in runs:
         target = target_of(run)
@@ -117,5 +137,5 @@ def predict_runs(
             size = f"{baseline.gradient_bytes / 2**20:.3g} MiB"
             source = f"{backend} probe, {target.world_size} processes, {size}: {seconds * 1000:.3g} ms"
         comm = source if target.world_size > 1 else "none"
-        predictions[run.name] = predict(baseline, target, seconds, comm, load)
+        predictions[run.name] = predict(baseline, target, seconds, comm, busy)
     return predictions
