@@ -11,6 +11,19 @@ class UserError(Exception):
     exit_code = 2
 
 
+class OptionError(UserError):
+    """A bad value for one option of a command, found by the pure code that uses it. The pure layers name what
+    they were given (`nnodes 0: ...`); the CLI names the flag it came from (`--nnodes 0: ...`) through
+    ddpcli.cli.console.user_errors, which reads `option` and `value`."""
+
+    def __init__(self, option: str, value: object, message: str) -> None:
+        self.option, self.value, self.message = option, value, message
+        super().__init__(f"{option} {value}: {message}")
+
+    def as_flag(self) -> str:
+        return f"--{self.option.replace('_', '-')} {self.value}: {self.message}"
+
+
 class ConfigError(UserError):
     """A problem in an experiment file, located by file and field path (`experiments[1].global_batch_size`)."""
 

@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ddpcli import compare as cmp
 from ddpcli.cli.app import app
 from ddpcli.cli.console import stdout
 from tests.conftest import REPO, loads_torch, probe_cli
+from tests.contract_keys import COMPARE_KEYS
 from tests.test_comparison import make_run, state
 
 runner = CliRunner()
@@ -85,7 +85,7 @@ def test_json_rows(runs: Path) -> None:
     assert code == 0, err
     rows = json.loads(out)
     assert [row["name"] for row in rows] == ["1x16", "1x64", "2x8", "4x16", "8x8"]
-    assert all(tuple(row) == (*cmp.ROW_KEYS, *cmp.JSON_KEYS) for row in rows)
+    assert all(tuple(row) == COMPARE_KEYS for row in rows)
     assert all(row["values_from"] == "plan" and row["observed"] is None and row["findings"] == [] for row in rows)
     assert all(row["plan_followed"] is None for row in rows)  # not observed: nobody knows
     by_name = {row["name"]: row for row in rows}
@@ -117,7 +117,7 @@ def test_csv_has_the_json_rows(runs: Path, tmp_path: Path) -> None:
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle)
         rows = list(reader)
-    assert tuple(reader.fieldnames or ()) == cmp.ROW_KEYS
+    assert tuple(reader.fieldnames or ()) == COMPARE_KEYS[:-4]
     four = next(row for row in rows if row["name"] == "4x16")
     assert (four["verdict"], four["equivalent_to"], four["samples_seen"], four["lr"]) == (
         "equivalent",
@@ -231,7 +231,7 @@ def test_unwritable_csv_path_is_one_line(runs: Path, tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Malformed files: a warning and a skipped row or an `unchecked` verdict, never a traceback (defect 7)
+# Malformed files: a warning and a skipped row or an `unchecked` verdict, never a traceback
 
 DEEP = "[" * 100_000 + "]" * 100_000  # json raises RecursionError on it
 
@@ -386,7 +386,7 @@ def test_random_run_files_never_crash_compare(run_json: bytes, metrics: bytes, a
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Messages that must not mislead (defect 14) and torch's NumPy warning (defect 13)
+# Messages that must not mislead, and torch's NumPy warning
 
 
 @pytest.mark.parametrize("option", ["--csv", "--plot"])

@@ -15,8 +15,9 @@ import pytest
 
 from ddpcli import compare as cmp
 from ddpcli.errors import UserError
-from ddpcli.jsonvalues import write_json_atomic
 from ddpcli.rundir.params import param_diff
+from ddpcli.rundir.record import RunRecord
+from tests.contract_keys import COMPARE_KEYS
 
 # ---------------------------------------------------------------------------------------------------------------
 # Making run directories (also used by tests/test_compare_cli.py)
@@ -79,30 +80,29 @@ def make_run(
         "drop_last": False,
     }
     failed = status == "failed"
-    record = {
-        "schema_version": 1,
-        "run_id": run_id,
-        "name": name,
-        "status": status,
-        "plan": plan,
-        "argv": argv if argv is not None else ["torchrun", f"--nproc-per-node={nproc}", "-m", "train"],
-        "env_added": {},
-        "started_at": "2026-01-01T00:00:00+00:00",
-        "ended_at": "2026-01-01T00:00:10+00:00",
-        "wall_time_s": steps * step_time + 2.0,
-        "exit_code": 1 if failed else 0,
-        "failed_ranks": [{"rank": 1, "exit_code": 1, "error": "RuntimeError: boom\nmore", "log_tail": ""}]
-        if failed
-        else [],
-        "hostname": "test",
-        "python": "3.11",
-        "torch_version": "2.13.0",
-        "experiment_file": experiment_file,
-        "experiment_file_sha256": None,
-        "restarts": 0,
-        **(extra or {}),
-    }
-    write_json_atomic(run_dir / "run.json", record)
+    record = RunRecord.model_validate(
+        {
+            "run_id": run_id,
+            "name": name,
+            "status": status,
+            "plan": plan,
+            "argv": argv if argv is not None else ["torchrun", f"--nproc-per-node={nproc}", "-m", "train"],
+            "started_at": "2026-01-01T00:00:00+00:00",
+            "ended_at": "2026-01-01T00:00:10+00:00",
+            "wall_time_s": steps * step_time + 2.0,
+            "exit_code": 1 if failed else 0,
+            "failed_ranks": [{"rank": 1, "exit_code": 1, "error": "RuntimeError: boom\nmore", "log_tail": ""}]
+            if failed
+            else [],
+            "hostname": "test",
+            "python": "3.11",
+            "torch_version": "2.13.0",
+            "experiment_file": experiment_file,
+            **(extra or {}),
+        },
+        strict=True,  # a fixture that drifts from the record's model fails here, not in the code under test
+    )
+    record.write(run_dir / "run.json")
     lines = [
         json.dumps({"step": k, "samples": k * global_batch, "time": k * step_time, "loss": loss(k), "lr": lr})
         for k in range(1, steps + 1)
@@ -165,7 +165,7 @@ def test_speedup_and_efficiency_from_run_records(tmp_path: Path) -> None:
     assert row.speedup == pytest.approx(3.2)
     assert row.scaling_efficiency == pytest.approx(0.8)
     data = row.as_json()
-    assert tuple(data) == (*cmp.ROW_KEYS, *cmp.JSON_KEYS)
+    assert tuple(data) == COMPARE_KEYS
     assert data["samples_seen"] == 1600 and data["steps"] == 25 and data["global_batch_size"] == 64
     assert data["wall_time_s"] == pytest.approx(2.5)
 
@@ -323,7 +323,7 @@ def test_baseline_choice(tmp_path: Path) -> None:
     four = make_run(tmp_path, "4x16", nproc=4, lr=0.2, experiment_file=str(toml))
     assert cmp.choose_baseline(records(one, big, four)) == (cmp.read_run_record(big), f"baseline of {toml}")
     assert cmp.choose_baseline(records(one, big, four), "4x16")[0].name == "4x16"
-    with pytest.raises(UserError, match="--baseline 'nope': no such run here; runs: 1x16, 1x64, 4x16"):
+    with pytest.raises(UserError, match=r"^baseline 'nope': no such run here; runs: 1x16, 1x64, 4x16"):
         cmp.choose_baseline(records(one, big, four), "nope")
     toml.unlink()  # unreadable now: fall back to the plan's scaling, then to the smallest world size
     assert cmp.choose_baseline(records(one, big, four))[1] == "smallest world size"
@@ -342,7 +342,16 @@ def test_partner_matching(tmp_path: Path) -> None:
     candidates = [
         make_run(tmp_path, "1x64-no-params", per_device=64, lr=0.2, steps=25),
         make_run(tmp_path, "1x64", per_device=64, lr=0.2, steps=25, params=state(w=[1.0])),
-        make_run(tmp_path, "1x64-other-seed", per_device=64, lr=0.2, steps=25, seed=1, params=state(w=[1.0])),
+        make_run(
+            tmp_path,
+            "1x64-other-seed",
+            per_device=64,
+            lr=0.2,
+            steps=25,
+            seed=1,
+            params=state(w=[1.0]),
+            run_id="20270101T000000Z-newer",
+        ),  # newer: only the same-seed preference puts 1x64 first
         make_run(tmp_path, "1x64-lr", per_device=64, lr=0.1, steps=25, params=state(w=[1.0])),
         make_run(tmp_path, "1x64-steps", per_device=64, lr=0.2, steps=30, params=state(w=[1.0])),
         make_run(tmp_path, "1x32x2", per_device=32, accum=2, lr=0.2 + 1e-12, steps=25, run_id="20250101T000000Z-0"),

@@ -1,6 +1,8 @@
-"""Exact output of the plan table, the launch summary and the compare table, at 80 and 120 columns, colour off,
-from fixed inputs: a fixed experiment file, and run directories written here with fixed run.json and
-metrics.jsonl contents (no torchrun). And, at any width and piped, no table cuts a number or a run name.
+"""Exact output of `ddpcli plan` and `ddpcli compare` (the real commands, through CliRunner) and of what `launch`
+prints once its runs have ended (the command's own `_finish`), at 80 and 120 columns, colour off, from fixed
+inputs: a fixed experiment file, and run directories written here with fixed run.json, metrics.jsonl and parameter
+files (no torchrun). So a command that stops printing its notes or findings fails here. And, at any width and
+piped, no table cuts a number or a run name.
 
 The expected text lives in tests/golden/<name>-<width>.txt. After an intended change of the output, regenerate
 every golden file with ONE command, then review the diff:
@@ -16,28 +18,35 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
+from typer.testing import CliRunner
 
 from ddpcli import compare as cmp
-from ddpcli.cli.commands.launch import _summary_row
+from ddpcli.cli import console
+from ddpcli.cli.app import app
+from ddpcli.cli.commands.launch import _finish, _summary_row
 from ddpcli.cli.render.compare import comparison_tables
 from ddpcli.cli.render.launch import launch_summary_tables
 from ddpcli.cli.render.layout import print_bullets
-from ddpcli.cli.render.plan import plan_tables, print_notes
+from ddpcli.cli.render.plan import plan_tables
 from ddpcli.experiment.outlook import batch_outlook
 from ddpcli.experiment.planning import load_plan
 from ddpcli.launch.argv import Rendezvous
+from ddpcli.launch.supervisor import StopRequest
 from ddpcli.launch.sweep import RunResult, SweepOptions, prepare
-from ddpcli.rundir.record import FailedRank, RunRecord
+from ddpcli.rundir.params import param_diff
+from ddpcli.rundir.record import FailedRank, Finding, RunRecord
 from tests.conftest import REPO
-from tests.test_comparison import make_run
+from tests.test_comparison import make_run, state
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("DDPCLI_UPDATE_GOLDEN") == "1"
@@ -63,15 +72,32 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@contextmanager
+def terminal_width(width: int) -> Iterator[None]:
+    """The commands' shared consoles as a terminal of `width` columns would size them."""
+    saved = (console.stdout._width, console.stderr._width)
+    console.stdout.width = console.stderr.width = width
+    try:
+        yield
+    finally:
+        console.stdout._width, console.stderr._width = saved
+
+
+def command_output(args: list[str], width: int) -> str:
+    with terminal_width(width):
+        result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
 def plan_output(width: int) -> tuple[str, list[RenderableType]]:
     plan = load_plan(Path("experiments.toml"))
     outlooks = {run.name: batch_outlook(run, plan.baseline, None) for run in plan.runs}
-    tables = plan_tables(plan, plan.runs, outlooks, width)
-    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False, legacy_windows=False)
-    for table in tables:
-        console.print(table)
-    print_notes(console, plan.runs, outlooks)
-    return console.file.getvalue(), tables  # type: ignore[attr-defined]
+    return command_output(["plan", "experiments.toml"], width), plan_tables(plan, plan.runs, outlooks, width)
+
+
+MISMATCH = Finding(code="plan_mismatch", severity="warning", field="per_device_batch_size", planned=4, observed=8,
+                   message="batch per process 8; the plan said 4")  # fmt: skip
 
 
 def launch_results() -> list[RunResult]:
@@ -91,6 +117,7 @@ def launch_results() -> list[RunResult]:
             failed_ranks=[FailedRank(rank=1, exit_code=1, error="RuntimeError: CUDA out of memory", log_tail="")]
             if failed
             else [],
+            findings=[MISMATCH] if spec.run.name == "4x4" else [],
         )
         spec.run_dir.mkdir(parents=True, exist_ok=True)
         record.write(spec.run_dir / "run.json")
@@ -101,34 +128,33 @@ def launch_results() -> list[RunResult]:
 
 
 def launch_output(width: int) -> tuple[str, list[RenderableType]]:
-    tables = launch_summary_tables([_summary_row(result) for result in launch_results()], width)
-    return render(width, tables), tables
-
-
-def fake_param_diff(path_a: Path, path_b: Path) -> cmp.ParamDiff:
-    """Fixed parameter differences by run name (no torch): 4x16 matches its twin, 8x8 does not."""
-    return cmp.ParamDiff(max_abs_diff={"4x16": 2.4e-7, "8x8-batchnorm": 1.0}[path_a.parent.parent.name])
+    """What `ddpcli launch` prints once its runs have ended: the summary, the findings, the failures (stderr)."""
+    results = launch_results()
+    out, err = io.StringIO(), io.StringIO()
+    with terminal_width(width), redirect_stdout(out), redirect_stderr(err), pytest.raises(typer.Exit) as stopped:
+        _finish(results, StopRequest())
+    assert stopped.value.exit_code == 1  # one run failed
+    tables = launch_summary_tables([_summary_row(result) for result in results], width)
+    return out.getvalue() + "--- stderr ---\n" + err.getvalue(), tables
 
 
 def compare_output(width: int) -> tuple[str, list[RenderableType]]:
     root = Path("runs")
     bn = ["torchrun", "--nproc-per-node=8", "-m", "train", "--batchnorm"]
     make_run(root, "1x16", steps=100, step_time=0.016, loss=lambda k: 2.0 - k / 100)
-    make_run(root, "1x64", per_device=64, lr=0.2, steps=25, step_time=0.05)
-    make_run(root, "4x16", nproc=4, lr=0.2, steps=25, step_time=0.02)
-    make_run(root, "8x8-batchnorm", nproc=8, per_device=8, lr=0.2, steps=25, step_time=0.0125, argv=bn)
+    make_run(root, "1x64", per_device=64, lr=0.2, steps=25, step_time=0.05, params=state(w=[0.0]))
+    make_run(root, "4x16", nproc=4, lr=0.2, steps=25, step_time=0.02, params=state(w=[2.4e-7]))
+    make_run(root, "8x8-batchnorm", nproc=8, per_device=8, lr=0.2, steps=25, step_time=0.0125, argv=bn,
+             params=state(w=[1.0]))  # fmt: skip
     make_run(root, "2x8", nproc=2, per_device=8, steps=60, planned_steps=100, status="failed")
     metrics = root / "4x16" / "20260101T000000Z-aaaaaa" / "metrics.jsonl"
     *rows, last = metrics.read_text(encoding="utf-8").splitlines()
     rows.append(json.dumps({**json.loads(last), "noise_scale": 123.4}))  # measured: the noise-scale note
     metrics.write_text("".join(f"{row}\n" for row in rows), encoding="utf-8")
-    for name in ("1x64", "4x16", "8x8-batchnorm"):
-        (root / name / "20260101T000000Z-aaaaaa" / "final_params.pt").write_bytes(b"not read: fake_param_diff")
     records, warnings = cmp.collect_runs([root])
-    comparison = cmp.compare_runs(records, param_diff=fake_param_diff)
+    comparison = cmp.compare_runs(records, param_diff=param_diff)
     assert not warnings and not comparison.warnings
-    tables = comparison_tables(comparison, width)
-    return render(width, tables, ("Notes", comparison.notes)), tables
+    return command_output(["compare", "runs"], width), comparison_tables(comparison, width)
 
 
 OUTPUTS = {"plan": plan_output, "launch": launch_output, "compare": compare_output}
@@ -159,8 +185,9 @@ def value_cells(tables: list[RenderableType]) -> Iterator[str]:
 @pytest.mark.parametrize("width", [40, 60, 80, 100, 120, 200])
 @pytest.mark.parametrize("name", sorted(OUTPUTS))
 def test_no_table_cuts_a_value(name: str, width: int, in_tmp: Path) -> None:
-    text, tables = OUTPUTS[name](width)
-    assert "…" not in text
+    output, tables = OUTPUTS[name](width)
+    assert "…" not in output
+    text = render(width, tables)  # the tables alone: messages under them are soft-wrapped by the terminal
     lines = text.splitlines()
     assert all(len(line) <= width for line in lines)
     for value in value_cells(tables):

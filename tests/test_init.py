@@ -19,14 +19,9 @@ from ddpcli.errors import UserError
 from ddpcli.experiment.planning import load_plan, resolve_plan
 from ddpcli.experiment.resolved import Plan
 from ddpcli.experiment.schema import parse_experiment_text
-from ddpcli.init.scaffold import (
-    InitRequest,
-    build_experiment,
-    default_world_sizes,
-    find_flags,
-    keep_global_batch,
-    parse_help,
-)
+from ddpcli.init.help_text import parse_help
+from ddpcli.init.roles import find_flags
+from ddpcli.init.scaffold import InitRequest, build_experiment, default_world_sizes, keep_global_batch
 from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.conftest import REPO
 
@@ -179,13 +174,16 @@ def test_no_recognisable_flag_still_plans_and_warns(tmp_path: Path) -> None:
     shutil.copy(SCRIPTS / "no_flags.py", tmp_path / "no_flags.py")
     code, _, err = init(tmp_path / "no_flags.py", "-o", tmp_path / "experiments.toml")
     assert code == 0
-    assert "no batch-size flag found: the runs will use the script's own batch; the observer will show it" in err
+    assert "no batch flag found: the script decides its own batch (not found in the source)" in err
     assert "no learning-rate flag found" in err
     text = (tmp_path / "experiments.toml").read_text(encoding="utf-8")
-    assert "#   - no batch-size flag found" in text  # the same lines head the file
+    assert "#   - no batch flag found" in text  # the same lines head the file
     plan = load_plan(tmp_path / "experiments.toml")
     assert plan.baseline.args == []  # --global-batch-size is not a per-device batch
     assert [run.name for run in plan.runs] == ["1x32", "2x32", "4x32"]
+    # 32 and 0.001 are nobody's numbers: the file marks them stand-ins and plan says so on every run
+    assert plan.baseline.stand_ins == ("per_device_batch_size", "lr")
+    assert all(any(note.startswith("Stand-ins, yours to check or fill in") for note in run.notes) for run in plan.runs)
     assert dry_run(tmp_path / "experiments.toml")["4x32"][-1].endswith("no_flags.py")
 
 
@@ -285,10 +283,10 @@ def test_a_batch_flag_without_a_shown_default_needs_the_users_batch() -> None:
     help_text = "options:\n  --batch-size N   per device\n  --lr LR  learning rate (default: 0.1)\n"
     request = InitRequest(script="t.py", module=None, help_command="python t.py --help")
     with pytest.raises(UserError, match="shows no default for --batch-size: give the one-device batch"):
-        build_experiment(request, find_flags(parse_help(help_text)))
+        build_experiment(request, parse_help(help_text))
     scaffold = build_experiment(
         InitRequest(script="t.py", module=None, help_command="python t.py --help", per_device_batch_size=6),
-        find_flags(parse_help(help_text)),
+        parse_help(help_text),
     )
     assert re.search(r"\nper_device_batch_size = 6 +# given to ddpcli init\n", scaffold.text)
     assert "no 4-process run keeps the global batch 6" in " ".join(scaffold.warnings)
@@ -346,8 +344,8 @@ def test_any_script_path_round_trips_through_ddpclis_loader(path_text: str) -> N
     """Quotes, backslashes, newlines, control characters and unicode in a path: the file still loads as written.
     (Not NUL: no file system allows it in a path, and the loader refuses it.)"""
     request = InitRequest(script=path_text, module=None, help_command=f"python {path_text} --help")
-    flags = find_flags(parse_help("  --batch-size B  (default: 8)\n  --lr LR  (default: 0.1)\n"))
-    text = build_experiment(request, flags).text
+    options = parse_help("  --batch-size B  (default: 8)\n  --lr LR  (default: 0.1)\n")
+    text = build_experiment(request, options).text
     experiment_file = parse_experiment_text(text, Path("experiments.toml"))
     assert experiment_file.defaults.script == path_text
 

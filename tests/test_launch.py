@@ -51,7 +51,8 @@ def test_build_launch_exact_argv_and_env(tmp_path: Path) -> None:
         "ddpcli.examples.regression", "--steps", "16", "--lr", "0.2", "--out", f"{run_dir}/extra", "--literal",
         "{braces}",
     ]  # fmt: skip
-    assert list(spec.env_added) == ["OMP_NUM_THREADS", "DDPCLI_RUN_DIR", "DDPCLI_RUN"]
+    assert list(spec.env_added) == ["OMP_NUM_THREADS", "DDPCLI_EXPERIMENT_DIR", "DDPCLI_RUN_DIR", "DDPCLI_RUN"]
+    assert spec.env_added["DDPCLI_EXPERIMENT_DIR"] == str(tmp_path.resolve()) and spec.cwd is None
     assert spec.env_added["DDPCLI_RUN_DIR"] == str(run_dir)
     resolved = json.loads(spec.env_added["DDPCLI_RUN"])
     assert resolved == {**run.as_json(), "run_dir": str(run_dir), "noise_scale": False}
@@ -172,8 +173,8 @@ def test_dry_run_prints_commands_and_env_and_starts_nothing(tmp_path: Path) -> N
         "{braces}",
     ]
     assert lines[2] == "#   OMP_NUM_THREADS=1"
-    assert lines[3].startswith("#   DDPCLI_RUN_DIR=")
-    run = json.loads(shlex.split(lines[4].removeprefix("#   "))[0].removeprefix("DDPCLI_RUN="))
+    assert lines[3].startswith("#   DDPCLI_EXPERIMENT_DIR=") and lines[4].startswith("#   DDPCLI_RUN_DIR=")
+    run = json.loads(shlex.split(lines[5].removeprefix("#   "))[0].removeprefix("DDPCLI_RUN="))
     assert (run["name"], run["world_size"], run["lr"]) == ("4x16", 4, 0.2)
     assert not (tmp_path / "runs").exists()
 

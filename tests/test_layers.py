@@ -37,6 +37,7 @@ HOST_MODULES = (
     "ddpcli.launch.supervisor",
     "ddpcli.rundir.params",
     "ddpcli.init.script_help",
+    "ddpcli.init.inspect_script",
 )
 FEATURES = (
     "ddpcli.errors",

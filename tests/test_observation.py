@@ -88,13 +88,29 @@ def test_a_short_last_step_is_a_range_not_the_value(tmp_path: Path) -> None:
 
 def test_each_plan_field_that_differs_is_one_finding_with_both_numbers() -> None:
     observed = Observed(world_size=2, per_device_batch_size=16, grad_accum_steps=2, global_batch_size=64,
-                        optimizer_steps=3, lr_peak=0.05)  # fmt: skip
+                        optimizer_steps=3, lr_base=0.05, lr_peak=0.05)  # fmt: skip
     found = {(f.field, f.planned, f.observed) for f in plan_mismatches(PLAN, observed, completed=True)}
     assert found == {("per_device_batch_size", 8, 16), ("global_batch_size", 32, 64), ("total_steps", 4, 3),
                      ("lr", 0.1, 0.05)}  # fmt: skip
     assert "total_steps" not in {f.field for f in plan_mismatches(PLAN, observed, completed=False)}
     message = next(f.message for f in plan_mismatches(PLAN, observed, True) if f.field == "per_device_batch_size")
     assert message == "the script ran batch per process 16; the plan said 8"
+
+
+@pytest.mark.parametrize(("seen", "mismatch"), [(0.1 * (1 + 1e-9), False), (0.1 * 1.001, True), (0.099, True)])
+def test_an_lr_off_by_a_tenth_of_a_percent_is_a_mismatch(seen: float, mismatch: bool) -> None:
+    """Only float round-off is forgiven: an lr 0.1% off is another lr (a tolerance of 0.1 once hid it)."""
+    observed = Observed(world_size=2, per_device_batch_size=8, grad_accum_steps=2, global_batch_size=32, lr_base=seen)
+    assert ("lr" in {f.field for f in plan_mismatches(PLAN, observed, completed=True)}) is mismatch
+
+
+def test_three_ranks_of_which_one_saw_other_batches_did_not_all_see_the_same(tmp_path: Path) -> None:
+    """distinct_samples_across_ranks is False only when EVERY rank saw the same first batches."""
+    for rank, first in ((0, 1.0), (1, 1.0), (2, 9.0)):
+        fingerprint = {"kind": "fingerprint", "index": 1, "values": [first, 2.0, 3.0]}
+        write_rank(tmp_path, rank, [fingerprint, *steps(2, per_device=8), run_rows(3)])
+    observed = summarize(read_observations(tmp_path))
+    assert observed is not None and observed.distinct_samples_across_ranks is True
 
 
 def test_ranks_on_the_same_batches_without_set_epoch_and_unsynchronised_batchnorm(tmp_path: Path) -> None:

@@ -2,8 +2,8 @@
 
 tests/scripts/observer_sync_probe.py trains a DDP model for a few steps (with gradient accumulation) under the
 observer's entry point and counts every Python-level call of a torch.distributed collective and of a Tensor method
-that copies to the host. Without the observer (DDPCLI_OBSERVE=0) and with it the counts during training must be
-the same; the values are read when the stream flushes, in one transfer. The timed counterpart is
+that copies to the host. Without the observer's hooks (DDPCLI_OBSERVE=0: the entry alone) and with them the counts
+during training must be the same; the values are read when the stream flushes, in one transfer. The timed counterpart is
 benchmarks/observer_overhead.py.
 """
 

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from ddpcli.errors import ConfigError
 from ddpcli.experiment.planning import resolve_plan
-from ddpcli.experiment.resolved import EXTRA_KEYS, PLAN_KEYS, Plan
+from ddpcli.experiment.resolved import Plan
 from ddpcli.experiment.schema import validate_experiment_data
+from tests.contract_keys import RUN_KEYS
 
 SOURCE = Path("/tmp/exp/experiments.toml")
 
@@ -45,6 +46,8 @@ def test_seed_case_sqrt_for_adam() -> None:
     plan = plan_of(SEED, {"name": "4x16", "nproc_per_node": 4}, defaults={"optimizer": "adam"})
     assert plan.experiments[0].scaling == "sqrt"
     assert plan.experiments[0].lr == pytest.approx(0.1)
+    # Malladi et al.: 1 - beta2 scales WITH the batch ratio (x4 here): 0.999 -> 1 - 0.004.
+    assert any("beta2 0.999 becomes 0.996." in note for note in plan.experiments[0].notes)
 
 
 @pytest.mark.parametrize(
@@ -171,7 +174,7 @@ def test_plan_json_keys_are_the_contract() -> None:
     plan = plan_of(SEED, {"name": "4x16", "nproc_per_node": 4})
     data = plan_json(plan, plan.runs, {})
     assert set(data) == {"file", "baseline", "experiments"}
-    assert list(data["baseline"]) == [*PLAN_KEYS, *EXTRA_KEYS]
+    assert tuple(data["baseline"]) == RUN_KEYS
 
 
 @pytest.mark.parametrize(

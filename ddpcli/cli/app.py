@@ -65,7 +65,7 @@ COMMANDS = {
     "init": LazyCommand(
         "ddpcli.cli.commands.init",
         "init_command",
-        "Write an experiment file for your own training script, read from its `--help`, without training.",
+        "Write an experiment file for your own training script, read from its source and `--help`, without training.",
     ),
 }
 

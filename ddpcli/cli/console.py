@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ddpcli.errors import UserError
+from ddpcli.errors import OptionError, UserError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,7 +62,7 @@ def user_errors(command: Callable[P, R]) -> Callable[P, R]:
         try:
             return command(*args, **kwargs)
         except UserError as mistake:
-            error(str(mistake))
+            error(mistake.as_flag() if isinstance(mistake, OptionError) else str(mistake))
             raise typer.Exit(mistake.exit_code) from None
 
     return wrapper

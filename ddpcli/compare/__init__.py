@@ -30,83 +30,17 @@ Definitions (the numbers people quote, so they are fixed here and documented in 
 """
 
 from ddpcli.compare.baseline import choose_baseline
-from ddpcli.compare.curve import Curve, Row, loss_at, resample
-from ddpcli.compare.equivalence import (
-    DEFAULT_ATOL,
-    DIVERGED,
-    EQUIVALENT,
-    ParamDiff,
-    ParamDiffFn,
-    compare_params,
-    find_partner,
-    verdict,
-)
-from ddpcli.compare.metrics import (
-    PLOT_POINTS,
-    SPARK_POINTS,
-    MetricsSummary,
-    RunSummary,
-    load_run,
-    resolve_restarts,
-    summarize_metrics,
-    summarize_run,
-)
-from ddpcli.compare.notes import STATUS_WORDS, comparison_notes, divergence_causes, divergence_note
-from ddpcli.compare.row import JSON_KEYS, ROW_KEYS, SPARK_BLOCKS, SPARK_WIDTH, ComparisonRow, sparkline
-from ddpcli.compare.runs import (
-    BATCHNORM_FLAGS,
-    NO_FILE,
-    SYNC_BN_FLAGS,
-    RunRecord,
-    collect_runs,
-    read_run_record,
-    select_newest,
-    status_reason,
-)
+from ddpcli.compare.equivalence import DEFAULT_ATOL, DIVERGED, EQUIVALENT, ParamDiff, find_partner, verdict
+from ddpcli.compare.metrics import PLOT_POINTS, SPARK_POINTS, MetricsSummary, load_run, summarize_metrics
+from ddpcli.compare.notes import divergence_causes
+from ddpcli.compare.row import ROW_KEYS, SPARK_WIDTH, ComparisonRow, sparkline
+from ddpcli.compare.runs import RunRecord, collect_runs, read_run_record, status_reason
 from ddpcli.compare.table import Comparison, compare_runs, scaling_efficiency, speedup
 
+# What the CLI, the tests and the benchmarks use; anything else is imported from its module.
 __all__ = [
-    "BATCHNORM_FLAGS",
-    "DEFAULT_ATOL",
-    "DIVERGED",
-    "EQUIVALENT",
-    "JSON_KEYS",
-    "NO_FILE",
-    "PLOT_POINTS",
-    "ROW_KEYS",
-    "SPARK_BLOCKS",
-    "SPARK_POINTS",
-    "SPARK_WIDTH",
-    "STATUS_WORDS",
-    "SYNC_BN_FLAGS",
-    "Comparison",
-    "ComparisonRow",
-    "Curve",
-    "MetricsSummary",
-    "ParamDiff",
-    "ParamDiffFn",
-    "Row",
-    "RunRecord",
-    "RunSummary",
-    "choose_baseline",
-    "collect_runs",
-    "compare_params",
-    "compare_runs",
-    "comparison_notes",
-    "divergence_causes",
-    "divergence_note",
-    "find_partner",
-    "load_run",
-    "loss_at",
-    "read_run_record",
-    "resample",
-    "resolve_restarts",
-    "scaling_efficiency",
-    "select_newest",
-    "sparkline",
-    "speedup",
-    "status_reason",
-    "summarize_metrics",
-    "summarize_run",
-    "verdict",
-]
+    "DEFAULT_ATOL", "DIVERGED", "EQUIVALENT", "PLOT_POINTS", "ROW_KEYS", "SPARK_POINTS", "SPARK_WIDTH",
+    "Comparison", "ComparisonRow", "MetricsSummary", "ParamDiff", "RunRecord",
+    "choose_baseline", "collect_runs", "compare_runs", "divergence_causes", "find_partner", "load_run",
+    "read_run_record", "scaling_efficiency", "sparkline", "speedup", "status_reason", "summarize_metrics", "verdict",
+]  # fmt: skip

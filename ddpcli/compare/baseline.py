@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ddpcli.compare.runs import RunRecord, newest, size_key
-from ddpcli.errors import ConfigError, UserError
+from ddpcli.errors import ConfigError, OptionError
 
 BaselineCache = dict[str, str | None]  # experiment file and sha256 -> its [baseline].name (None: unreadable)
 
@@ -25,7 +25,7 @@ def choose_baseline(records: Sequence[RunRecord], requested: str | None = None) 
     if requested is not None:
         matches = [record for record in records if record.name == requested]
         if not matches:
-            raise UserError(f"--baseline {requested!r}: no such run here; runs: {', '.join(sorted(names))}")
+            raise OptionError("baseline", repr(requested), f"no such run here; runs: {', '.join(sorted(names))}")
         return newest(matches), "--baseline"
     votes: Counter[str] = Counter()
     sources: dict[str, str] = {}

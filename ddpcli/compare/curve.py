@@ -141,6 +141,21 @@ def resample(curve: Curve, points: int) -> list[Point]:
     return list(chosen.items())
 
 
+def rows_at(curve: Curve, points: int) -> list[Row]:
+    """The first row at or after each of `points` evenly spaced sample counts, first to last, each row once: every
+    row of a curve of up to about `points` rows."""
+    if points <= 0:
+        return []
+    low, high = float(curve.first()["samples"]), float(curve.last()["samples"])
+    chosen: dict[float, Row] = {}
+    for i in range(points):
+        target = high if points == 1 else low + (high - low) * i / (points - 1)
+        row = curve.bracket(target)[1]
+        if row is not None:
+            chosen.setdefault(float(row["samples"]), row)
+    return list(chosen.values())
+
+
 def _point(row: Row) -> Point:
     return float(row["samples"]), finite_or_none(row.get("loss"))
 

@@ -15,13 +15,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ddpcli.compare.curve import Curve, LazyCurve, NeedsFullParse, ParsedCurve, Row, loss_at, resample
+from ddpcli.compare.curve import Curve, LazyCurve, NeedsFullParse, ParsedCurve, Row, loss_at, resample, rows_at
 from ddpcli.compare.runs import RunRecord, read_run_record
 from ddpcli.jsonvalues import finite_or_none, loads_json, whole_or_none
 from ddpcli.rundir.metrics import noise_scale_reading, read_metrics, unreadable
 
 SPARK_POINTS = 64  # loss read at this many evenly spaced sample counts for the sparkline, 4 per character
 PLOT_POINTS = 2000  # and at this many for --plot: plenty for a figure, cheap to find
+# Rows read for the lr schedule (ddpcli.compare.schedule): every row of a run this long, evenly spaced rows of a
+# longer one (steps between them are counted from their step numbers). The sparkline's rows: parsed once for both.
+SCHEDULE_POINTS = SPARK_POINTS
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class MetricsSummary:
     loss_at_target: float | None = None
     loss_points: list[float | None] = field(default_factory=list)  # at SPARK_POINTS evenly spaced sample counts
     plot_points: list[tuple[float, float]] = field(default_factory=list)  # (samples, loss), when asked for
+    lr_points: list[tuple[float | None, float | None, int | None]] = field(default_factory=list)  # samples, lr, step
     skipped: list[str] = field(default_factory=list)  # warnings about unreadable lines
     full_parse: bool = False  # True when every line had to be parsed (the slow, careful path)
 
@@ -157,6 +161,10 @@ def _summarize(
         loss_at_target=None if target is None else loss_at(curve, target),
         loss_points=[loss for _, loss in resample(curve, SPARK_POINTS)],
         plot_points=[(x, y) for x, y in resample(curve, plot_points) if y is not None],
+        lr_points=[
+            (finite_or_none(row.get("samples")), finite_or_none(row.get("lr")), whole_or_none(row.get("step")))
+            for row in rows_at(curve, SCHEDULE_POINTS)
+        ],
         skipped=skipped,
         full_parse=full_parse,
     )

@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from ddpcli.compare.equivalence import DIVERGED
 from ddpcli.compare.prediction import prediction_notes
 from ddpcli.compare.row import ComparisonRow
+from ddpcli.compare.run_checks import separate_models_note
 from ddpcli.compare.runs import NO_FILE, RunRecord, status_reason
 from ddpcli.experiment.outlook import far_above_critical
 from ddpcli.rundir.findings import explaining
+from ddpcli.rundir.record import Finding
 
 STATUS_WORDS = {
     "failed": "failed", "interrupted": "was interrupted", "timed_out": "timed out", "running": "is running",
@@ -40,6 +42,8 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
     for row in rows:
         notes += _equivalence_notes(row, atol)
     for row in rows:
+        notes += separate_models_note(row.label, row.run.record)
+    for row in rows:
         notes += _noise_scale_notes(row)
     notes += prediction_notes(rows)
     notes += _file_notes([row.run.record for row in rows])
@@ -49,12 +53,12 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
 def _finding_notes(row: ComparisonRow) -> list[str]:
     """What the observer found: first whether the script followed its plan, then the other warnings."""
     record = row.run.record
-    told = explaining(record.findings) if row.verdict == DIVERGED else []  # the divergence note names these
+    told = explaining(row.findings) if row.verdict == DIVERGED else []  # the divergence note names these
     mismatches = [finding.message for finding in record.plan_mismatches if finding not in told]
     notes = [f"{row.label} did not follow its plan: {'; '.join(mismatches)}."] if mismatches else []
     notes += [
         f"{row.label}: {finding.message} ({finding.code})."
-        for finding in record.findings
+        for finding in row.findings
         if finding.code != "plan_mismatch" and finding.severity != "info" and finding not in told
     ]
     return notes
@@ -110,7 +114,7 @@ def divergence_note(row: ComparisonRow, atol: float) -> str:
             f"{row.label} diverged from {row.partner_label}: parameters differ by up to {diff.max_abs_diff:.3g} "
             f"(atol {atol:g})."
         )
-    causes = divergence_causes(run, partner)
+    causes = divergence_causes(run, partner, row.compare_findings)
     if diff.mismatch:
         # Different tensors or shapes: not the same model at all, which no loss reduction or data order explains;
         # non-finite values: training blew up, which the mismatch already says.
@@ -152,12 +156,13 @@ def _unexplained(run: RunRecord, partner: RunRecord) -> str:
     return f"Nothing in the run records explains it; likely causes: {'; '.join(suspects)}"
 
 
-def divergence_causes(run: RunRecord, partner: RunRecord) -> list[str]:
-    """Differences recorded in run.json that break equivalence, each in words with its numbers."""
+def divergence_causes(run: RunRecord, partner: RunRecord, found: Sequence[Finding] = ()) -> list[str]:
+    """Differences recorded in run.json (and `found` by compare between the two) that break equivalence, each in
+    words with its numbers."""
     causes = [
         f"{record.name}: {finding.message} ({finding.code})"
-        for record in (run, partner)
-        for finding in explaining(record.findings)
+        for record, findings in ((run, [*run.findings, *found]), (partner, partner.findings))
+        for finding in explaining(findings)
     ]
     bn = _batchnorm_cause(run, partner)
     if bn and not any(finding.code == "batchnorm_not_synchronized" for finding in run.findings):

@@ -11,6 +11,8 @@ from typing import Any
 from ddpcli.compare.equivalence import ParamDiff
 from ddpcli.compare.metrics import RunSummary
 from ddpcli.compare.prediction import PredictionScore, score
+from ddpcli.compare.run_checks import MARKED_CODES, per_model
+from ddpcli.rundir.record import Finding
 
 # The keys of one row of `ddpcli compare --json` and --csv, in order. People's scripts read these names.
 ROW_KEYS = (
@@ -44,11 +46,27 @@ class ComparisonRow:
     # fewer steps its global batch needs than the baseline's, and the fraction of its samples not wasted.
     predicted_step_speedup: float | None = None
     data_efficiency: float | None = None
+    compare_findings: tuple[Finding, ...] = ()  # found between runs (lr_schedule_mismatch), not in run.json
+
+    @property
+    def findings(self) -> list[Finding]:
+        """run.json's findings, then what compare found against the baseline or the equivalence partner."""
+        return [*self.run.record.findings, *self.compare_findings]
+
+    @property
+    def marked(self) -> bool:
+        """Shown with `!`: a finding says the run trained on something else than its numbers say."""
+        return any(finding.code in MARKED_CODES for finding in self.findings)
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """Throughput of one model: a run whose processes each trained their own counts one process's samples."""
+        return per_model(self.run.metrics.samples_per_s, self.run.record)
 
     @property
     def prediction(self) -> PredictionScore | None:
         """The baseline's prediction for this run (run.json `prediction`) against its measured samples/s."""
-        return score(self.run.record, self.run.metrics.samples_per_s)
+        return score(self.run.record, self.samples_per_s)
 
     @property
     def sparkline(self) -> str:
@@ -63,7 +81,7 @@ class ComparisonRow:
         row["values_from"] = "observed" if record.observed_from_run else "plan"
         row["plan_followed"] = not record.plan_mismatches if record.observed_from_run else None
         row["observed"] = record.observed.model_dump(mode="json") if record.observed is not None else None
-        row["findings"] = [finding.model_dump(mode="json", exclude_none=True) for finding in record.findings]
+        row["findings"] = [finding.model_dump(mode="json", exclude_none=True) for finding in self.findings]
         return row
 
     def _values(self) -> dict[str, Any]:
@@ -82,7 +100,7 @@ class ComparisonRow:
             "final_loss": metrics.final_loss,
             "loss_at_baseline_samples": self.loss_at_baseline_samples,
             "wall_time_s": record.wall_time_s,
-            "samples_per_s": metrics.samples_per_s,
+            "samples_per_s": self.samples_per_s,
             "speedup": self.speedup,
             "scaling_efficiency": self.scaling_efficiency,
             "equivalent_to": self.partner_label,

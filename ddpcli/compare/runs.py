@@ -35,9 +35,6 @@ class RunRecord(run_record.RunRecord):
     def observed_from_run(self) -> bool:
         return self.observed is not None and self.observed.optimizer_steps not in (None, 0)
 
-    def planned(self, key: str) -> Any:
-        return self.plan.get(key)
-
     def _batch(self, key: str) -> int | None:
         seen = getattr(self.observed, key) if self.observed_from_run else None
         return seen if seen is not None else _int_or_none(self.plan.get(key))
@@ -66,8 +63,11 @@ class RunRecord(run_record.RunRecord):
 
     @property
     def lr(self) -> float | None:
-        if self.observed_from_run and self.observed is not None and self.observed.lr_peak is not None:
-            return finite_or_none(self.observed.lr_peak)
+        """The base lr the run was given (a scheduler's initial_lr), else its peak (older records), else the plan's."""
+        if self.observed_from_run and self.observed is not None:
+            seen = self.observed.lr_base if self.observed.lr_base is not None else self.observed.lr_peak
+            if seen is not None:
+                return finite_or_none(seen)
         return finite_or_none(self.plan.get("lr"))
 
     @property

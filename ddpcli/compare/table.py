@@ -13,6 +13,7 @@ from ddpcli.compare.equivalence import DEFAULT_ATOL, ParamDiffFn, compare_params
 from ddpcli.compare.metrics import MetricsSummary, RunSummary, summarize_run
 from ddpcli.compare.notes import comparison_notes
 from ddpcli.compare.row import ComparisonRow
+from ddpcli.compare.run_checks import per_model, schedule_findings, separate_models
 from ddpcli.compare.runs import NO_FILE, RunRecord, size_key
 from ddpcli.experiment.outlook import BatchOutlook
 from ddpcli.jsonvalues import finite_or_none
@@ -118,7 +119,7 @@ def _row(
     atol: float,
     param_diff: ParamDiffFn | None,
 ) -> ComparisonRow:
-    ratio = speedup(run.metrics.samples_per_s, base.metrics.samples_per_s)
+    ratio = _speedup(run, base)
     partner = find_partner(run, runs)
     diff = compare_params(run.record, partner.record, param_diff) if partner else None
     step_speedup, efficiency = batch_implications(run, base)
@@ -135,7 +136,20 @@ def _row(
         verdict=verdict(diff, atol),
         predicted_step_speedup=step_speedup,
         data_efficiency=efficiency,
+        compare_findings=tuple(schedule_findings(run, _references(base, partner, labels))),
     )
+
+
+def _speedup(run: RunSummary, base: RunSummary) -> float | None:
+    """Per model: none for a run whose processes trained separate models (no one model went faster)."""
+    if separate_models(run.record) > 1:
+        return None
+    return speedup(per_model(run.metrics.samples_per_s, run.record), per_model(base.metrics.samples_per_s, base.record))
+
+
+def _references(base: RunSummary, partner: RunSummary | None, labels: dict[Path, str]) -> list[tuple[RunSummary, str]]:
+    pairs = [(base, labels[base.record.run_dir])]
+    return [*pairs, (partner, labels[partner.record.run_dir])] if partner is not None else pairs
 
 
 def batch_implications(run: RunSummary, base: RunSummary) -> tuple[float | None, float | None]:

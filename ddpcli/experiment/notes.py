@@ -13,7 +13,7 @@ LINEAR_RULE_LIMIT = 32  # Goyal et al. 2017 saw linear scaling hold to 8k from 2
 
 
 def run_notes(run: ResolvedRun, baseline: ResolvedRun | None) -> list[str]:
-    notes = [_epoch_shorter_than_a_step(run) or _what_a_step_is(run), *_node_notes(run)]
+    notes = [_epoch_shorter_than_a_step(run) or _what_a_step_is(run), *_node_notes(run), *_stand_in_notes(run)]
     if baseline is None:
         return notes + _data_notes(run)
     notes += _scaling_notes(run, baseline)
@@ -21,6 +21,17 @@ def run_notes(run: ResolvedRun, baseline: ResolvedRun | None) -> list[str]:
     notes += _data_notes(run)
     notes += _schedule_notes(run, baseline)
     return notes
+
+
+def _stand_in_notes(run: ResolvedRun) -> list[str]:
+    """Values the file holds only for the arithmetic: the script decides them itself, so say whose they are."""
+    if not run.stand_ins:
+        return []
+    values = ", ".join(f"{key} {getattr(run, key)}" for key in run.stand_ins if getattr(run, key, None) is not None)
+    return [
+        f"Stand-ins, yours to check or fill in: {values or ', '.join(run.stand_ins)} only stand in for what the "
+        "script decides itself (it has no flag for them, so no run receives them)."
+    ]
 
 
 def _what_a_step_is(run: ResolvedRun) -> str:
@@ -98,7 +109,7 @@ def _scaling_notes(run: ResolvedRun, baseline: ResolvedRun) -> list[str]:
             f"Global batch x{scale:g} but the lr is kept at {run.lr:g}: with a mean-reduced loss each "
             "step moves as far as before on a less noisy gradient, so training needs more samples."
         )
-    if run.scaling == "linear" and scale > 1 and run.warmup_steps == 0:
+    if run.scaling == "linear" and scale > 1 and run.warmup_steps == 0 and "warmup_steps" not in run.stand_ins:
         notes.append(
             "The lr is scaled up with no warmup: Goyal et al. 2017 needed a gradual warmup for "
             "large-batch linear scaling (24.84% vs 23.74% top-1 error at 8k without/with it)."

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ddpcli.errors import ConfigError, UserError
+from ddpcli.errors import ConfigError, OptionError
 from ddpcli.experiment.notes import run_notes
 from ddpcli.experiment.resolved import Plan, ResolvedRun, samples_kept_warmup
 from ddpcli.experiment.schema import (
@@ -50,7 +50,7 @@ def with_nnodes(
     value = int(nnodes) if isinstance(nnodes, str) and nnodes.isascii() and nnodes.isdigit() else nnodes
     problem = nnodes_problem(value)
     if problem:
-        raise UserError(f"--nnodes {nnodes}: {problem}")
+        raise OptionError("nnodes", nnodes, problem)
     data = experiment_file.model_dump(exclude_unset=True)
     entries = [data["baseline"], *data.get("experiments", [])]
     for entry in entries:
@@ -92,7 +92,7 @@ def _merge(defaults: RunFields, entry: RunEntry, baseline: RunEntry | None) -> d
     for layer in (defaults, baseline, entry):
         if layer is None:
             continue
-        for key in layer.model_fields_set - {"runs_dir", "name", "env"}:
+        for key in layer.model_fields_set - {"runs_dir", "name", "env", "extra_args"}:
             inherited = layer is not entry and baseline is not None
             if inherited and key in DERIVED_FIELDS and (key not in BATCH_FIELDS or own_batch or layer is baseline):
                 continue
@@ -101,6 +101,9 @@ def _merge(defaults: RunFields, entry: RunEntry, baseline: RunEntry | None) -> d
     merged["name"] = entry.name
     # The file's env is a table: merge its keys rather than replace the whole table.
     merged["env"] = {**(defaults.env or {}), **((baseline.env or {}) if baseline else {}), **(entry.env or {})}
+    # extra_args add to the inherited args: each layer's, from the least specific to the entry's own.
+    merged["args"] = [*(merged.get("args") or []), *(arg for layer in (defaults, baseline, entry) if layer is not None
+                                                   for arg in layer.extra_args or [])]  # fmt: skip
     return merged
 
 
@@ -130,7 +133,11 @@ def _resolve_run(
                 f"{scaling} scaling gives lr {baseline.lr:g} x {lr_factor(scaling, batch_scale):g} = {lr:g}, not a "
                 "usable learning rate; set lr on this run",
             )
-        warmup_steps = fields.get("warmup_steps", samples_kept_warmup(baseline, global_batch))
+        # a warmup the script decides itself (a stand-in) is what every run gets: no flag can rescale it
+        kept = baseline.warmup_steps if "warmup_steps" in (fields.get("stand_ins") or ()) else None
+        warmup_steps = fields.get(
+            "warmup_steps", kept if kept is not None else samples_kept_warmup(baseline, global_batch)
+        )
 
     epoch = _epoch_arithmetic(fields, world_size, per_device, accum, fail)
     run = ResolvedRun(
@@ -157,6 +164,8 @@ def _resolve_run(
         script=str((base_dir / fields["script"]).resolve()) if fields.get("script") else None,
         args=list(fields.get("args") or []),
         env=dict(fields.get("env") or {}),
+        workdir=fields.get("workdir", "launch"),
+        stand_ins=tuple(fields.get("stand_ins") or ()),
         timeout_s=fields.get("timeout_s"),
         max_restarts=fields.get("max_restarts", 0),
         noise_scale=fields.get("noise_scale") is True,  # a number is a known B_simple for plan, not a request

@@ -50,7 +50,8 @@ def field_table() -> str:
     rows = ["| table | field | meaning |", "| --- | --- | --- |"]
     for class_name, table in TABLES:
         for name, text in docstrings.get(class_name, []):
-            rows.append(f"| `{table}` | `{name}` | {text.replace('|', chr(92) + '|')} |")
+            one_line = " ".join(text.split())  # a docstring wrapped over lines is one table cell
+            rows.append(f"| `{table}` | `{name}` | {one_line.replace('|', chr(92) + '|')} |")
     return "\n".join(rows)
 
 

@@ -27,7 +27,7 @@ EXTRA_KEYS = ("min_nnodes", "seed", "dataset_size", "epochs", "max_steps", "opti
 
 # Also in run.json (`launch`), not in the plan's JSON: how to start the run.
 # (timeout_s is run.json's own top-level field.)
-LAUNCH_KEYS = ("module", "script", "args", "env", "max_restarts", "noise_scale", "observe")
+LAUNCH_KEYS = ("module", "script", "args", "env", "max_restarts", "noise_scale", "observe", "workdir")
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,8 @@ class ResolvedRun:
     noise_scale: bool = False
     known_noise_scale: float | None = None
     observe: bool = True
+    workdir: str = "launch"  # "launch": where ddpcli launch runs; "run": the run directory
+    stand_ins: tuple[str, ...] = ()  # fields whose values only stand in for the script's own (plan labels them)
 
     def launch_fields(self) -> dict[str, Any]:
         """How to start this run, beyond its plan: what a resume rebuilds the command from (run.json `launch`)."""

@@ -47,6 +47,8 @@ DERIVED_FIELDS = (*BATCH_FIELDS, "lr", "warmup_steps")
 
 Optimizer = Literal["sgd", "adam", "adamw", "other"]
 Scaling = Literal["auto", "linear", "sqrt", "none"]
+Workdir = Literal["launch", "run"]
+StandIn = Literal["per_device_batch_size", "grad_accum_steps", "lr", "warmup_steps", "max_steps", "epochs"]
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -101,7 +103,16 @@ class RunFields(_Strict):
     script: Text | None = None
     """Path of the training script, relative to the experiment file. Exclusive with `module`."""
     args: list[Text] | None = None
-    """Arguments for the script; `{placeholders}` are filled from the resolved run (see `ddpcli plan --json`)."""
+    """Arguments for the script; `{placeholders}` are filled from the resolved run (see `ddpcli plan --json`) and
+    take integer/float arithmetic over its numeric keys: `{grad_accum_steps * world_size}`, `{total_steps - 1}`,
+    `{lr / 10:.2e}` (numbers, keys and + - * / // % only). A more specific table's `args` replaces the list."""
+    extra_args: list[Text] | None = None
+    """Arguments appended to the inherited `args` instead of replacing them ([defaults], then [baseline], then the
+    experiment's own), with the same `{placeholders}`: `extra_args = ["--compile=False"]`."""
+    workdir: Workdir | None = None
+    """Working directory of the script: "launch" (default: where `ddpcli launch` runs) or "run" (the run
+    directory, so runs never share checkpoints by accident). Either way the script's path is resolved from the
+    experiment file's folder, and DDPCLI_EXPERIMENT_DIR names that folder for the script's own relative paths."""
     env: dict[EnvName, Text] | None = None
     """Extra environment variables for every worker (names without `=`; no NUL byte anywhere)."""
     nnodes: PositiveInt | str | None = None
@@ -140,6 +151,9 @@ class RunFields(_Strict):
     """true: measure the gradient noise scale during the run. A number: a known B_simple for `plan`."""
     observe: bool | None = None
     """Record what the script really did (batches, steps, lr, samplers; default true). false runs it bare."""
+    stand_ins: list[StandIn] | None = None
+    """Fields whose values here only stand in for what the script decides itself (it has no flag for them, so
+    the runs never receive them; `ddpcli init` writes this): `plan` labels them as yours to fill in."""
 
     @field_validator("lr", mode="before")
     @classmethod

@@ -1,144 +1,235 @@
-"""Read a training script's `--help` without running its training: what `ddpcli init` parses for flags.
+"""Run a training script's `--help` without running its training: what `ddpcli init` reads the flags from.
 
-The script runs under the same Python (sys.executable), without a shell, with a timeout, through a small bootstrap
-that only makes the common parsers show their defaults: argparse prints `(default: X)` after every option's help
-(as ArgumentDefaultsHelpFormatter does), click and typer print `[default: X]` and typer prints plain text instead
-of Rich boxes. A script whose source mentions no argument parsing at all is not run: given `--help`, it would
-simply train.
+Only for a script whose syntax tree builds a parser (`ddpcli.init.script_kind` decides; nothing else is ever
+started). The script runs under the same Python, without a shell, through `help_bootstrap` (which also dumps the
+parser's options as JSON), in a session of its own. Whatever happens the help run leaves nothing behind: at the
+timeout, at Ctrl-C or SIGTERM, and when the script exits while something it started still holds the output
+pipes, its process group is killed, and so is every process that still carries this run's token in its
+environment or holds one of its pipes (a helper that moved to a session of its own). Output is read up to
+MAX_OUTPUT_BYTES per stream and the rest drained and dropped, so a 50 MB help costs no memory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ddpcli.errors import UserError
+from ddpcli.init.help_bootstrap import BOOTSTRAP
 
 DEFAULT_TIMEOUT_S = 15.0
-NO_PARSER_EXIT = 86  # the bootstrap's "this script parses no arguments; not run" (an unlikely exit code)
-
-BOOTSTRAP = r"""
-import argparse, importlib.util, os, re, runpy, sys
-
-kind, target = sys.argv[1], sys.argv[2]
-if kind == "script":
-    origin = os.path.abspath(target)
-else:
-    spec = importlib.util.find_spec(target)
-    if spec is not None and spec.submodule_search_locations:
-        spec = importlib.util.find_spec(target + ".__main__")
-    origin = spec.origin if spec is not None else None
-try:
-    with open(origin, encoding="utf-8", errors="replace") as source:
-        text = source.read()
-except (OSError, TypeError):
-    text = "argv"  # let Python report the missing module itself
-if not re.search(r"argv|[Pp]ars|click|typer|fire|docopt|hydra|tyro|[Oo]ption|[Aa]rgument", text):
-    sys.exit(NO_PARSER_EXIT)
-
-argparse.HelpFormatter._get_help_string = argparse.ArgumentDefaultsHelpFormatter._get_help_string
-_add_argument = argparse._ActionsContainer.add_argument
-def add_argument(self, *args, **kwargs):
-    if kwargs.get("help") is None:
-        kwargs["help"] = "(default: %(default)s)"
-    return _add_argument(self, *args, **kwargs)
-argparse._ActionsContainer.add_argument = add_argument
-try:
-    import click
-except ImportError:
-    pass
-else:
-    _context_init = click.Context.__init__
-    def context_init(self, *args, **kwargs):
-        _context_init(self, *args, **kwargs)
-        if self.show_default is None:
-            self.show_default = True
-    click.Context.__init__ = context_init
-
-sys.argv = [origin or target, "--help"]
-if kind == "script":
-    sys.path[0] = os.path.dirname(origin)
-    runpy.run_path(origin, run_name="__main__")
-else:
-    sys.path[0] = os.getcwd()
-    runpy.run_module(target, run_name="__main__", alter_sys=True)
-""".replace("NO_PARSER_EXIT", str(NO_PARSER_EXIT))
-
+MAX_OUTPUT_BYTES = 1 << 20
+PIPE_GRACE_S = 0.5  # after the script exits, how long its pipes may stay open before the holders are killed
 HELP_ENV = {"COLUMNS": "200", "TERMINAL_WIDTH": "200", "TYPER_USE_RICH": "0", "NO_COLOR": "1", "TERM": "dumb"}
+TOKEN_VARIABLE = "DDPCLI_HELP_TOKEN"
 
 
 @dataclass(frozen=True)
 class ScriptHelp:
-    """What `--help` printed; `text` is None when the script was not run because it parses no arguments."""
+    """What `--help` printed, and the parser's own description of its options (None when not dumped)."""
 
     command: str
-    text: str | None
+    text: str
+    dump: str
     seconds: float
 
 
-def read_help(script: Path | None, module: str | None, cwd: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> ScriptHelp:
-    """Run `python SCRIPT --help` (or `python -m MODULE --help`) in `cwd` and return its output.
+@dataclass
+class _Output:
+    kept: bytearray
+    dropped: int = 0
 
-    A missing script, a --help that exits with an error or prints nothing, and one that does not finish within
-    `timeout_s` are UserErrors that say which.
-    """
+
+def read_help(
+    script: Path | None,
+    module: str | None,
+    cwd: Path,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    prefix: tuple[str, ...] = (),
+) -> ScriptHelp:
+    """Run `python SCRIPT [PREFIX] --help` (or `python -m MODULE ...`) in `cwd`; a missing script, a non-zero
+    exit, no output and a timeout are UserErrors that say which (and what the script printed)."""
+    words = " ".join((*prefix, "--help"))
     if script is not None:
         if not script.is_file():
             raise UserError(f"{script}: no such script")
-        shown, target = f"python {script} --help", ["script", str(script.resolve())]
+        shown, target = f"python {script} {words}", ["script", str(script.resolve())]
     else:
         assert module is not None
-        shown, target = f"python -m {module} --help", ["module", module]
-    env = {**os.environ, **HELP_ENV}
-    env.pop("FORCE_COLOR", None)
-    started = time.monotonic()
-    out, err, code = _run([sys.executable, "-c", BOOTSTRAP, *target], cwd, env, timeout_s, shown)
-    seconds = time.monotonic() - started
-    if code == NO_PARSER_EXIT:
-        return ScriptHelp(shown, None, seconds)
-    text = out if out.strip() else err
+        shown, target = f"python -m {module} {words}", ["module", module]
+    with tempfile.TemporaryDirectory(prefix="ddpcli-help-") as folder:
+        dump_path = Path(folder) / "options.jsonl"
+        env = {**os.environ, **HELP_ENV, "DDPCLI_HELP_DUMP": str(dump_path), TOKEN_VARIABLE: uuid.uuid4().hex}
+        env.pop("FORCE_COLOR", None)
+        started = time.monotonic()
+        out, err, code = run_bounded([sys.executable, "-c", BOOTSTRAP, *target, *prefix], cwd, env, timeout_s, shown)
+        seconds = time.monotonic() - started
+        dump = dump_path.read_text(encoding="utf-8", errors="replace") if dump_path.is_file() else ""
     if code != 0:
-        last = next((line.strip() for line in reversed(err.splitlines()) if line.strip()), "no output")
+        last = _last_line(err) or _last_line(out) or "no output on stdout or stderr"
         raise UserError(f"`{shown}` exited with code {code}: {last}")
+    text = out if out.strip() else err
     if not text.strip():
         raise UserError(f"`{shown}` printed nothing")
-    return ScriptHelp(shown, text, seconds)
+    return ScriptHelp(shown, text, dump, seconds)
 
 
-def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float, shown: str) -> tuple[str, str, int]:
-    """Run without a shell in a session of its own, so that a timeout stops the script and anything it started."""
+def run_bounded(argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float, shown: str) -> tuple[str, str, int]:
+    """Run `argv` in a session of its own; returns (stdout, stderr, exit code), each stream cut at
+    MAX_OUTPUT_BYTES. Kills everything it started at the timeout, on Ctrl-C and on SIGTERM."""
     try:
         process = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True,
-        )
+        )  # fmt: skip
     except OSError as error:
         raise UserError(f"cannot run `{shown}`: {error}") from None
+    assert process.stdout is not None and process.stderr is not None
+    out_fd, err_fd = process.stdout.fileno(), process.stderr.fileno()
+    pipes = {out_fd: _Output(bytearray()), err_fd: _Output(bytearray())}
+    inodes = {os.fstat(fd).st_ino for fd in pipes}
+    finished = False
     try:
-        out, err = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+        with _stop_signals_raise():
+            timed_out = _read_until_done(process, pipes, time.monotonic() + timeout_s)
+        finished = not timed_out
+    finally:
+        _kill_everything(process, env[TOKEN_VARIABLE], inodes)
+        process.stdout.close()
+        process.stderr.close()
+    if not finished:
         raise UserError(
             f"`{shown}` did not finish within {timeout_s:g} s; ddpcli init only reads the flags from --help "
             "(raise --help-timeout if the script is slow to import)"
-        ) from None
-    return out, err, process.returncode
+        )
+    return _decoded(pipes[out_fd]), _decoded(pipes[err_fd]), process.returncode
+
+
+def _read_until_done(process: subprocess.Popen[bytes], pipes: dict[int, _Output], deadline: float) -> bool:
+    """Read both pipes until they close and the process exits; True when the deadline came first. Once the
+    process has exited, pipes still open after PIPE_GRACE_S belong to something it left behind: stop reading."""
+    selector = selectors.DefaultSelector()
+    for fd in pipes:
+        os.set_blocking(fd, False)
+        selector.register(fd, selectors.EVENT_READ)
+    exited_at: float | None = None
+    try:
+        while selector.get_map():
+            now = time.monotonic()
+            if now >= deadline:
+                return True
+            if exited_at is None and process.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at > PIPE_GRACE_S:
+                break
+            for key, _ in selector.select(timeout=min(0.1, deadline - now)):
+                _drain(key.fd, pipes[key.fd], selector)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return True
+        try:
+            process.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
+    finally:
+        selector.close()
+
+
+def _drain(fd: int, output: _Output, selector: selectors.BaseSelector) -> None:
+    try:
+        chunk = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return
+    if not chunk:
+        selector.unregister(fd)
+        return
+    room = MAX_OUTPUT_BYTES - len(output.kept)
+    output.kept += chunk[: max(room, 0)]
+    output.dropped += max(len(chunk) - max(room, 0), 0)
+
+
+def _decoded(output: _Output) -> str:
+    return output.kept.decode("utf-8", errors="replace")
+
+
+def _last_line(text: str) -> str:
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP arrived while the help ran: clean up, then exit as that signal would."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_signals_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise inside the read loop (Ctrl-C already raises KeyboardInterrupt), so that the
+    `finally` that kills the help run always runs; the signal's exit status is kept (128 + signum)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise _Stopped(signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    except _Stopped as stopped:
+        raise SystemExit(128 + stopped.signum) from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _kill_everything(process: subprocess.Popen[bytes], token: str, inodes: set[int]) -> None:
+    """The script's process group (whatever of it is left), then any process with this run's token or one of
+    its pipes: a helper that moved to a session of its own."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    for pid in _left_behind(token, inodes):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=5)
+
+
+def _left_behind(token: str, inodes: set[int]) -> list[int]:
+    """Processes (Linux /proc) whose environment holds `token` or which hold one of the pipes; never this one."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    needle = f"{TOKEN_VARIABLE}={token}".encode()
+    pipe_links = {f"pipe:[{inode}]" for inode in inodes}
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            holds = needle in (entry / "environ").read_bytes()
+            if not holds:
+                holds = any(os.readlink(fd) in pipe_links for fd in (entry / "fd").iterdir())
+        except OSError:
+            continue
+        if holds:
+            found.append(int(entry.name))
+    return found
 
 
 def gpu_count(timeout_s: float = 5.0) -> int | None:

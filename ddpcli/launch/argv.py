@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ddpcli.errors import ConfigError, UserError
 from ddpcli.experiment.resolved import ResolvedRun
+from ddpcli.launch.arithmetic import ExpressionError, evaluate, is_expression
 from ddpcli.rundir.layout import LOGS_DIR
 
 # With --max-restarts, gloo workers of a restarted group can fail or hang in init_process_group on stale
@@ -46,6 +47,7 @@ class LaunchSpec:
     env_added: dict[str, str] = field(default_factory=dict)
     log_dir: Path = Path()
     node_key: str | None = None  # multi-node: this node's name until its group rank is known
+    cwd: Path | None = None  # the script's working directory (workdir = "run"), else where ddpcli runs
 
 
 def placeholder_values(run: ResolvedRun, run_dir: Path) -> dict[str, object]:
@@ -75,17 +77,28 @@ def _fill_one(arg: str, values: dict[str, object], where: str, field: str) -> st
         filled.append(literal)
         if key is None:
             continue
-        if key not in values:
-            known = ", ".join(sorted(values))
-            raise ConfigError(where, field, f"unknown placeholder {{{key}}}; known: {known}")
         if conversion:
             raise ConfigError(
                 where, field, f"{{{key}!{conversion}}}: conversions are not supported (a format spec is: {{{key}:.2f}})"
             )
-        if values[key] is None:
-            raise ConfigError(where, field, f"placeholder {{{key}}} has no value for this run")
-        filled.append(_formatted(values[key], spec or "", f"{{{key}:{spec}}}", where, field))
+        filled.append(_formatted(_placeholder_value(key, values, where, field), spec or "", f"{{{key}:{spec}}}",
+                                 where, field))  # fmt: skip
     return "".join(filled)
+
+
+def _placeholder_value(key: str, values: dict[str, object], where: str, field: str) -> object:
+    """A run key's value, or arithmetic over the run's numeric keys (`{grad_accum_steps * world_size}`)."""
+    if is_expression(key):
+        try:
+            return evaluate(key, values)
+        except ExpressionError as error:
+            raise ConfigError(where, field, f"{{{key}}}: {error}") from None
+    if key not in values:
+        known = ", ".join(sorted(values))
+        raise ConfigError(where, field, f"unknown placeholder {{{key}}}; known: {known}")
+    if values[key] is None:
+        raise ConfigError(where, field, f"placeholder {{{key}}} has no value for this run")
+    return values[key]
 
 
 def _formatted(value: object, spec: str, written: str, where: str, field: str) -> str:
@@ -136,8 +149,11 @@ def build_launch(
     argv += ["--log-dir", str(log_dir), "--tee", "3"]
     argv += _entry_point(run, experiment_file)
     argv += fill_placeholders(run.args, values, where)
+    experiment_dir = Path(experiment_file).resolve().parent
     env = {
         **run.env,
+        **_workdir_env(run, experiment_dir),
+        "DDPCLI_EXPERIMENT_DIR": str(experiment_dir),
         "DDPCLI_RUN_DIR": str(run_dir),
         **({"DDPCLI_NODE_KEY": node_key} if node_key else {}),
         "DDPCLI_RUN": json.dumps(
@@ -148,7 +164,17 @@ def build_launch(
     }
     if run.max_restarts:
         env = {**RESTART_ENV, **env}
-    return LaunchSpec(run=run, run_dir=run_dir, argv=argv, env_added=env, log_dir=log_dir, node_key=node_key)
+    cwd = run_dir if run.workdir == "run" else None
+    return LaunchSpec(run=run, run_dir=run_dir, argv=argv, env_added=env, log_dir=log_dir, node_key=node_key, cwd=cwd)
+
+
+def _workdir_env(run: ResolvedRun, experiment_dir: Path) -> dict[str, str]:
+    """A module run from the run directory is still found where it was: the experiment file's folder leads
+    PYTHONPATH (python -m looks in the working directory first, which is then the run directory)."""
+    if run.workdir != "run" or run.module is None:
+        return {}
+    inherited = run.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    return {"PYTHONPATH": os.pathsep.join(part for part in (str(experiment_dir), inherited) if part)}
 
 
 def _topology_args(run: ResolvedRun, rendezvous: Rendezvous | None) -> list[str]:

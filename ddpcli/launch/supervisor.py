@@ -65,7 +65,7 @@ def run_to_end(
     started = time.monotonic()
     with agent_log.open("ab") as log:
         process = subprocess.Popen(
-            spec.argv, env={**os.environ, **spec.env_added}, stdin=subprocess.DEVNULL, stdout=log,
+            spec.argv, env={**os.environ, **spec.env_added}, cwd=spec.cwd, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         progress = spec.run_dir / OBSERVED_DIR / rank_file_name(0)

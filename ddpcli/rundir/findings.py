@@ -9,9 +9,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ddpcli.rundir.advice import batchnorm_fix
 from ddpcli.rundir.merge import RankObservation, main_rank, training_loader
 from ddpcli.rundir.record import Finding, Observed
 from ddpcli.rundir.slowness import slowness_findings
+from ddpcli.rundir.steps import step_findings
 
 # (field of the plan, field of Observed, words)
 COMPARED = (
@@ -20,14 +22,14 @@ COMPARED = (
     ("global_batch_size", "global_batch_size", "global batch"),
     ("world_size", "world_size", "processes"),
     ("total_steps", "optimizer_steps", "optimizer steps"),
-    ("lr", "lr_peak", "peak learning rate"),
+    ("lr", "lr_base", "base learning rate"),
 )
 
 
 def run_findings(
     plan: dict[str, Any], observed: Observed, ranks: dict[int, RankObservation], completed: bool
 ) -> list[Finding]:
-    findings = plan_mismatches(plan, observed, completed)
+    findings = plan_mismatches(plan, observed, completed) + step_findings(plan, observed, ranks, completed)
     world = observed.world_size or len(ranks)
     if observed.distinct_samples_across_ranks is False:
         findings.append(Finding(
@@ -46,7 +48,8 @@ def run_findings(
         findings.append(Finding(
             code="batchnorm_not_synchronized", severity="warning",
             message=f"{observed.batchnorm_layers} BatchNorm layer(s) computed statistics per process (a batch of "
-            f"{observed.per_device_batch_size}), not over the global batch: convert them to SyncBatchNorm",
+            f"{observed.per_device_batch_size}), not over the global batch: "
+            + batchnorm_fix(observed.device, observed.backend),
         ))  # fmt: skip
     # The last step each rank reached (not its row count: a rank killed and restarted can lose unflushed rows).
     steps = {rank: max(seen.steps, default=0) for rank, seen in ranks.items()}
@@ -120,5 +123,6 @@ def _show(value: float) -> str:
 
 def explaining(findings: list[Finding]) -> list[Finding]:
     """The findings that can explain a run diverging from its single-process partner, most telling first."""
-    order = ("plan_mismatch", "same_samples_across_ranks", "batchnorm_not_synchronized", "uneven_steps_across_ranks")
+    order = ("plan_mismatch", "lr_schedule_mismatch", "same_samples_across_ranks", "batchnorm_not_synchronized",
+             "uneven_accumulation", "samples_below_plan", "uneven_steps_across_ranks")  # fmt: skip
     return sorted((f for f in findings if f.code in order), key=lambda f: order.index(f.code))

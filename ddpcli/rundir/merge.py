@@ -1,7 +1,8 @@
 """What a run really did, from the files every rank's observer wrote (<run_dir>/observed/rank-<rank>.jsonl).
 
-Pure: reads JSON lines, returns numbers. `ddpcli launch` calls `observe_run` once torchrun has ended; the run
-record gets `observed` and `findings` (ddpcli.rundir.findings), and metrics.jsonl is written from the merged steps.
+Pure: reads JSON lines, returns numbers. Once torchrun has ended, `ddpcli launch` (ddpcli.launch.sweep) calls
+`read_observations`, `summarize` and `merged_metrics`: the run record gets `observed` and `findings`
+(ddpcli.rundir.findings), and metrics.jsonl is written from the merged steps.
 
 Row kinds (ddpcli.worker.observer and ddpcli.worker.runtime write them; docs/contracts.md lists them):
   start        a process began (restart count, pid)
@@ -32,6 +33,7 @@ from ddpcli.jsonvalues import finite_or_none, parse_row, text_or_none, whole_or_
 from ddpcli.noise_scale import NoiseScaleTracker, simple_noise_scale
 from ddpcli.rundir.layout import OBSERVED_DIR
 from ddpcli.rundir.record import Observed
+from ddpcli.rundir.steps import base_lr
 from ddpcli.rundir.timing import model_state, time_breakdown
 
 NOISE_BETA = 0.99  # EMA factor of the observer's noise-scale measurement (the runtime helper's default)
@@ -157,6 +159,11 @@ def training_loader(ranks: dict[int, RankObservation]) -> dict[str, Any] | None:
     return loaders[0]
 
 
+def _sampler_chain(loader: dict[str, Any] | None) -> list[str] | None:
+    chain = loader.get("sampler_chain") if loader is not None else None
+    return [str(name) for name in chain] if isinstance(chain, list) else None
+
+
 def merged_metrics(ranks: dict[int, RankObservation]) -> list[dict[str, Any]]:
     """metrics.jsonl rows: one per optimizer step of rank 0's timeline; `samples` is what every rank consumed so
     far, `loss` the mean over ranks. Where the runtime helper logged a step, its loss, lr and scalars are used
@@ -263,10 +270,6 @@ def _step_norms(rows: list[dict[str, Any]]) -> tuple[float, float, float, int] |
     return sum(small) / len(small), sum(big) / len(big), sum(samples) / len(samples), sum(samples)
 
 
-def _samples_seen(ranks: dict[int, RankObservation]) -> int:
-    return sum(whole_or_none(row.get("samples")) or 0 for seen in ranks.values() for row in seen.steps.values())
-
-
 def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
     """The run's `observed` record; None when no rank wrote anything (run with observe = false, or no worker ran)."""
     if not ranks:
@@ -297,7 +300,9 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         lr_first=lrs[0] if lrs else None,
         lr_peak=max(lrs) if lrs else None,
         lr_last=lrs[-1] if lrs else None,
+        lr_base=base_lr(main.end, lrs),
         sampler=str(loader["sampler"]) if loader is not None else None,
+        sampler_chain=_sampler_chain(loader),
         distinct_samples_across_ranks=distinct_samples(ranks),
         batchnorm_layers=norms,
         # One process: its statistics are the global batch's, there is nothing to synchronise.

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpcli.errors import UserError
+from ddpcli.errors import OptionError
 from ddpcli.jsonvalues import finite_or_none, loads_json, parse_row, strict_number
 from ddpcli.rundir.layout import METRICS_FILE, is_run_dir
 
@@ -101,17 +101,20 @@ def noise_scale_reading(run_dir: Path) -> tuple[float | None, str | None]:
 def measured_noise_scale(run_dir: Path) -> float:
     """The last noise scale a finished run measured; an error the user can act on when there is none."""
     if not is_run_dir(run_dir):
-        raise UserError(f"--noise-scale-from {run_dir}: not a run directory (no run.json)")
+        raise OptionError("noise_scale_from", run_dir, "not a run directory (no run.json)")
     value = final_noise_scale(run_dir)
     if value is None:
-        raise UserError(
-            f"--noise-scale-from {run_dir}: its metrics.jsonl has no noise_scale; launch it with noise_scale = true "
-            "(at world size 1 it also needs grad_accum_steps >= 2)"
+        raise OptionError(
+            "noise_scale_from",
+            run_dir,
+            "its metrics.jsonl has no noise_scale; launch it with noise_scale = true "
+            "(at world size 1 it also needs grad_accum_steps >= 2)",
         )
     if value <= 0:  # the runtime logs only positive values; a hand-edited or foreign file may hold anything
-        raise UserError(
-            f"--noise-scale-from {run_dir}: its last noise_scale is {value:g}, not a positive number, so it names no "
-            "critical batch"
+        raise OptionError(
+            "noise_scale_from",
+            run_dir,
+            f"its last noise_scale is {value:g}, not a positive number, so it names no critical batch",
         )
     return value
 

@@ -48,6 +48,7 @@ class Observed(_Record):
     """What the run did, from every rank's observer: the values most optimizer steps had."""
 
     world_size: int | None = None
+    data_parallel_size: int | None = None
     per_device_batch_size: int | None = None
     grad_accum_steps: int | None = None
     global_batch_size: int | None = None
@@ -57,7 +58,9 @@ class Observed(_Record):
     lr_first: float | None = None
     lr_peak: float | None = None
     lr_last: float | None = None
+    lr_base: float | None = None  # initial_lr where a scheduler set it, else the peak
     sampler: str | None = None
+    sampler_chain: list[str] | None = None  # outermost first, down to `sampler`
     distinct_samples_across_ranks: bool | None = None
     batchnorm_layers: int | None = None
     batchnorm_synchronized: bool | None = None

@@ -13,5 +13,12 @@ def train(
     raise SystemExit("training must not run under ddpcli init")
 
 
+def make_optimizer(parameters, lr):
+    """What the training would build (never reached under --help): init reads the SGD class from the source."""
+    import torch
+
+    return torch.optim.SGD(parameters, lr=lr)
+
+
 if __name__ == "__main__":
     typer.run(train)

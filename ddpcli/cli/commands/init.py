@@ -15,17 +15,16 @@ from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
 from ddpcli.cli.console import user_errors, warning, write_text, wrote
 from ddpcli.errors import UserError
 from ddpcli.experiment.planning import resolve_plan
+from ddpcli.init.inspect_script import inspect_script
 from ddpcli.init.scaffold import (
     MODULE_NAME,
     InitRequest,
     Scaffold,
     build_experiment,
     default_world_sizes,
-    find_flags,
-    parse_help,
     parse_world_sizes,
 )
-from ddpcli.init.script_help import DEFAULT_TIMEOUT_S, gpu_count, read_help
+from ddpcli.init.script_help import DEFAULT_TIMEOUT_S, gpu_count
 
 EXAMPLE = "experiments.toml"  # ddpcli/examples/experiments.toml: the repository root's file, shipped in the wheel
 
@@ -74,13 +73,25 @@ def init_command(
     help_timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds the script's --help may take (it may import torch).")
     ] = DEFAULT_TIMEOUT_S,
+    script_args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="-- ARGS",
+            help="Fixed arguments for every run, after `--`: the script's required positionals and options "
+            "(`ddpcli init train.py -- 2 1`); a value for a flag init wires is the baseline's value instead.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Write an experiment file for your own training script, read from its `--help`, without training.
+    """Write an experiment file for your own training script, read from its source and `--help`, without training.
 
     `ddpcli init train.py && ddpcli plan && ddpcli launch`
 
-    It runs `python train.py --help` (same Python, no shell, cwd the script's folder; for `-m` the output file's
-    folder), finds the usual spellings of the per-device batch (`--batch-size`, `--batch_size`, `--bs`,
+    It reads the script's syntax tree first and runs `python train.py --help` only when the script builds a
+    parser (argparse, click, typer, HfArgumentParser, jsonargparse, LightningCLI `fit`, Fire, ...; same Python,
+    no shell, cwd the script's folder, for `-m` the output file's folder); nanoGPT-style configurator globals are
+    read without running anything, and a script that reads sys.argv itself is never run. It finds the usual
+    spellings of the per-device batch (`--batch-size`, `--batch_size`, `--bs`,
     `--per_device_train_batch_size`, ...), gradient accumulation, lr, warmup, steps or epochs, seed and output
     directory (argparse, click, typer and HfArgumentParser scripts), and wires each to its `{placeholder}` in
     `args`, with the script's defaults (or your `--per-device-batch-size` / `--lr`) as the 1-process baseline.
@@ -88,7 +99,9 @@ def init_command(
     that keeps the global batch (smaller per-device batch, or less accumulation).
 
     A flag it cannot find or cannot wire is listed at the top of the file and on stderr; the runs then use the
-    script's own value. A script whose source mentions no argument parsing is not run at all.
+    script's own value. Frameworks' switches are set from data tables: Lightning's `--devices`, `--num_nodes`
+    and `--strategy`, accelerate's `--cpu` (or ACCELERATE_USE_CPU=1) and `--device cpu` on a machine without GPUs,
+    timm's own lr rule turned off by passing `--lr`. Required positionals and options go after `--`.
 
     `ddpcli init --example` writes the bundled example's file instead. An existing file is never overwritten
     without `--force`; `--print` writes to stdout.
@@ -102,6 +115,9 @@ def init_command(
         return
     if lr is not None and not (math.isfinite(lr) and lr > 0):
         raise UserError(f"--lr {lr}: expected a positive finite number")
+    fixed_args = tuple(script_args or ())
+    if module is not None and script is not None and not str(script).endswith(".py"):
+        script, fixed_args = None, (str(script), *fixed_args)  # `-m pkg -- 2 1`: the first value after `--`
     if (script is None) == (module is None):
         raise UserError("give your training script (ddpcli init train.py) or a module (-m pkg.train), one of them")
     if module is not None and not MODULE_NAME.match(module):
@@ -110,33 +126,41 @@ def init_command(
     out_dir = output.parent.resolve()
     if not out_dir.is_dir():
         raise UserError(f"{output}: no such directory {output.parent}")
-    world_sizes = parse_world_sizes(nproc_per_node) if nproc_per_node else default_world_sizes(gpu_count())
     if script is not None:
         help_cwd = script.resolve().parent if script.is_file() else out_dir
         written_script: str | None = _relative(script, out_dir)
     else:
         help_cwd, written_script = out_dir, None
-    script_help = read_help(script, module, help_cwd, help_timeout)
-    flags = find_flags(parse_help(script_help.text)) if script_help.text is not None else None
+    gpus = gpu_count()
+    world_sizes = parse_world_sizes(nproc_per_node) if nproc_per_node else default_world_sizes(gpus)
+    inspection = inspect_script(script, module, help_cwd, help_timeout, fixed_args)
     request = InitRequest(
         script=written_script,
         module=module,
-        help_command=script_help.command,
+        help_command=inspection.command,
         per_device_batch_size=per_device_batch_size,
         lr=lr,
         world_sizes=world_sizes,
+        fixed_args=fixed_args,
+        prefix=inspection.prefix,
+        cpu_only=not gpus,
     )
-    scaffold = build_experiment(request, flags)
+    scaffold = build_experiment(
+        request, inspection.options, inspection.source, inspection.not_run, tuple(inspection.warnings)
+    )
     _check_plans(scaffold, output)
     for message in scaffold.warnings:
         warning(message)
     _emit(scaffold.text, output, force, to_stdout)
     if not to_stdout:
-        wrote(
-            output,
-            f": {', '.join(scaffold.run_names)} (read from `{script_help.command}` in {script_help.seconds:.1f} s); "
-            f"next: {_next_steps(output)}",
+        how = (
+            f"read from `{inspection.command}` in {inspection.seconds:.1f} s"
+            if inspection.options is not None and inspection.seconds
+            else f"read from {inspection.command}"
+            if inspection.options is not None
+            else "the script was not run"
         )
+        wrote(output, f": {', '.join(scaffold.run_names)} ({how}); next: {_next_steps(output)}")
 
 
 def bundled_example() -> str:

@@ -166,6 +166,8 @@ def _print_dry_run(specs: list[LaunchSpec]) -> None:
     for spec in specs:
         print(f"# {spec.run.name} -> {spec.run_dir}")
         print(shlex.join(spec.argv))
+        if spec.cwd is not None:
+            print(f'#   (in {shlex.quote(str(spec.cwd))}: workdir = "run")')
         for key, value in spec.env_added.items():
             print(f"#   {key}={shlex.quote(value)}")
         print()

@@ -94,6 +94,9 @@ def plan_command(
     learning-rate scaling, warmup and steps per epoch, with notes in plain words. Never imports torch.
 
     Quick form, no file: `ddpcli plan --per-device-batch-size 16 --lr 0.1 --nproc-per-node 4`
+
+    `--json` prints `{"file", "baseline": RUN, "experiments": [RUN, ...]}`; RUN's keys are what `{placeholders}` in
+    `args` and `extra_args` name, alone or in arithmetic (`{grad_accum_steps * world_size}`, `{lr / 10:.2e}`).
     """
     quick = {"per_device_batch_size": per_device_batch_size, "lr": lr, "nproc_per_node": nproc_per_node}
     optional = {"global_batch_size": global_batch_size, "grad_accum_steps": grad_accum_steps,

@@ -66,7 +66,7 @@ def _cells(row: ComparisonRow) -> list[Text]:
         fmt_number(metrics.final_loss),
         fmt_number(row.loss_at_baseline_samples),
         fixed(record.wall_time_s, 1),
-        fixed(metrics.samples_per_s, 0),
+        fixed(row.samples_per_s, 0),
     ]
     speed = [MISSING if row.speedup is None else f"{row.speedup:.2f}x", percent(row.scaling_efficiency)]
     breakdown = record.observed.time_breakdown if record.observed is not None else None
@@ -85,12 +85,13 @@ def _cells(row: ComparisonRow) -> list[Text]:
 
 
 def _marks(row: ComparisonRow) -> str:
-    """* the baseline; ! the script did not follow its plan; ~ not observed, so its numbers are the plan's."""
+    """* the baseline; ! the script did not follow its plan, or trained on something else than its numbers say
+    (ddpcli.compare.run_checks.MARKED_CODES); ~ not observed, so its numbers are the plan's."""
     record = row.run.record
     marks = "*" if row.is_baseline else ""
     if not record.observed_from_run:
         marks += "~"
-    elif record.plan_mismatches:
+    elif row.marked:
         marks += "!"
     return f" {marks}" if marks else ""
 
@@ -108,9 +109,11 @@ def _equivalence_cell(row: ComparisonRow) -> Text:
 def _caption(comparison: Comparison) -> str:
     base = comparison.baseline.run.metrics.samples_seen
     lines = [
-        "* baseline. ! did not follow its plan (see the notes). batch, global, lr (peak) and steps: what each run "
-        "did, as observed; ~ not observed, so they are its plan's.",
-        "batch: per process (x accumulation). samples/s: from the first to the last metrics row. "
+        "* baseline. ! did not follow its plan, or its lr schedule or steps were not what its numbers say (see the "
+        "notes). batch, global, lr (base) and steps: what each run did, as observed; ~ not observed, so they are its "
+        "plan's.",
+        "batch: per process (x accumulation). samples/s: from the first to the last metrics row, per model where "
+        "the processes trained separate models (then no speedup). "
         "eff: speedup / world-size ratio. noise scale: last measured B_simple (the critical batch, roughly).",
         "predicted: the baseline's prediction, before the run (its error against samples/s). "
         f"{BAR_LEGEND} (median rank; the first step left out). peak mem: the largest rank's.",

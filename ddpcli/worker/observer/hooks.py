@@ -33,10 +33,12 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ddpcli.rundir.layout import PARAMS_FILE
 from ddpcli.worker import process_group
+from ddpcli.worker.observer.attribution import skip_in_warnings
 from ddpcli.worker.observer.noise import BucketNorms
 from ddpcli.worker.observer.reading import (
     fingerprint,
     first_tensor,
+    initial_lrs,
     loader_info,
     sampler_epoch,
     snapshot,
@@ -153,6 +155,7 @@ class Observer:
             finally:
                 self.depth -= 1
 
+        skip_in_warnings(call)
         return call
 
     def _found_root(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -340,6 +343,7 @@ class Observer:
                 "kind": "end",
                 "steps": self.step,
                 "loaders": loaders,
+                "initial_lr": initial_lrs(self.optimizers[0]) if self.optimizers else None,
                 "amp": self.amp,
                 "script_comm_hook": self.script_comm_hook,
                 "noise_scale_requested": self.measure_noise,

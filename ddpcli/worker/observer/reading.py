@@ -8,7 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
+
+from ddpcli.worker.observer.attribution import skip_in_warnings
+from ddpcli.worker.observer.samplers import chain_names, distributed, sampler_chain
 
 
 def wrap(owner: Any, name: str, *, before: Callable[..., Any] | None = None, after: Callable[..., Any] | None = None):
@@ -24,6 +27,7 @@ def wrap(owner: Any, name: str, *, before: Callable[..., Any] | None = None, aft
             after(result, *args, **kwargs)
         return result
 
+    skip_in_warnings(wrapper)  # a warning the original raises for its caller names the caller, not this wrapper
     setattr(owner, name, wrapper)
 
 
@@ -70,19 +74,14 @@ def snapshot(value: Any) -> Any:
 
 
 def loader_info(loader: DataLoader) -> dict[str, Any]:
-    """What feeds the batches. A DataLoader given a batch_sampler keeps a placeholder SequentialSampler in .sampler
-    (accelerate's loaders at one process): then the batch sampler's own sampler is the one that counts."""
-    sampler = type(loader.sampler).__name__
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    inner = getattr(batch_sampler, "sampler", None)
-    if batch_sampler is not None and type(batch_sampler).__name__ != "BatchSampler":
-        sampler = f"{type(batch_sampler).__name__}({type(inner).__name__})" if inner is not None else sampler
-    elif inner is not None and inner is not loader.sampler:
-        sampler = type(inner).__name__
-    distributed = isinstance(loader.sampler, DistributedSampler) or isinstance(inner, DistributedSampler)
+    """What feeds the batches: the sampler that decides the order (the innermost of the chain of wrappers, see
+    samplers.py) and the chain itself, outermost first."""
+    chain = sampler_chain(loader)
+    names = chain_names(chain)
     return {
-        "sampler": sampler,
-        "distributed_sampler": distributed,
+        "sampler": names[-1] if names else type(loader.sampler).__name__,
+        "sampler_chain": names,
+        "distributed_sampler": distributed(chain),
         "batch_size": loader.batch_size,
         "iterations": 0,
         "epochs": [],
@@ -91,11 +90,18 @@ def loader_info(loader: DataLoader) -> dict[str, Any]:
 
 
 def sampler_epoch(loader: DataLoader) -> int | None:
-    for sampler in (loader.sampler, getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+    for sampler in sampler_chain(loader):
         epoch = getattr(sampler, "epoch", None)
         if isinstance(epoch, int):
             return epoch
     return None
+
+
+def initial_lrs(optimizer: torch.optim.Optimizer) -> list[float | None]:
+    """Each param group's base lr where a scheduler recorded it (`initial_lr`: torch's and timm's schedulers set it
+    when they are built), else None (then the peak lr is the base)."""
+    values = [group.get("initial_lr") for group in optimizer.param_groups]
+    return [float(value) if isinstance(value, int | float | torch.Tensor) else None for value in values]
 
 
 def wants_noise_scale() -> bool:

@@ -294,10 +294,6 @@ def _announce_resume(step: int) -> None:
         stream.add({"kind": "resume", "step": step})
 
 
-def _detached(value: Any) -> Any:
-    return value.detach() if isinstance(value, torch.Tensor) else value
-
-
 def _short(value: Any) -> str:
     """A printed row's value: tensors as the numbers they hold (printing reads them anyway), floats to 6 digits."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:

@@ -1,0 +1,196 @@
+"""What compare finds between runs, beyond each run's own findings: an lr schedule that ran differently from the
+baseline's or the equivalence partner's (ddpcli.compare.schedule), and throughput counted per model for a run
+whose processes each trained a model of their own (`observed.data_parallel_size`)."""
+
+from __future__ import annotations
+
+from ddpcli.compare.metrics import RunSummary
+from ddpcli.compare.runs import RunRecord
+from ddpcli.compare.schedule import ScheduleMismatch, compare_schedules, points
+from ddpcli.jsonvalues import finite_or_none, whole_or_none
+from ddpcli.rundir.record import Finding
+
+LR_SCHEDULE_MISMATCH = "lr_schedule_mismatch"
+# Findings that mark a run `!` in compare's table: what it trained on is not what its numbers say.
+MARKED_CODES = frozenset({"plan_mismatch", LR_SCHEDULE_MISMATCH, "uneven_accumulation", "samples_below_plan"})
+
+
+def separate_models(record: RunRecord) -> int:
+    """How many models the run's processes trained: world size / data_parallel_size (1 when unknown)."""
+    observed = record.observed
+    world = record.world_size
+    data_parallel = observed.data_parallel_size if observed is not None else None
+    if not world or not data_parallel or data_parallel >= world or world % data_parallel:
+        return 1
+    return world // data_parallel
+
+
+def per_model(samples_per_s: float | None, record: RunRecord) -> float | None:
+    """Samples per second that trained one model."""
+    models = separate_models(record)
+    return samples_per_s / models if samples_per_s is not None and models > 1 else samples_per_s
+
+
+def separate_models_note(label: str, record: RunRecord) -> list[str]:
+    """The note under the table for a run whose processes trained separate models."""
+    models = separate_models(record)
+    if models <= 1:
+        return []
+    observed = record.observed
+    size = observed.data_parallel_size if observed is not None else None
+    return [
+        f"{label}: its {record.world_size} processes trained {models} separate models (data_parallel_size {size}): "
+        "samples/s is one model's, and no speedup is shown."
+    ]
+
+
+def schedule_findings(run: RunSummary, references: list[tuple[RunSummary, str]]) -> list[Finding]:
+    """lr_schedule_mismatch against the first of the references (the baseline, then the equivalence partner) that
+    runs the same program and whose schedule the run's does not follow."""
+    for reference, label in references:
+        if reference is run or not same_program(run.record, reference.record):
+            continue
+        finding = schedule_finding(run, reference, label)
+        if finding is not None:
+            return [finding]
+    return []
+
+
+def same_program(first: RunRecord, second: RunRecord) -> bool:
+    """Both ran one script or module (schedules of different programs may differ on purpose)."""
+    mine = (first.launch.get("script"), first.launch.get("module"))
+    theirs = (second.launch.get("script"), second.launch.get("module"))
+    return any(mine) and mine == theirs
+
+
+def schedule_finding(run: RunSummary, reference: RunSummary, label: str) -> Finding | None:
+    ratio = _lr_ratio(run.record, reference.record)
+    scale = _samples_scale(run.record, reference.record)
+    if ratio is None or scale is None or not _same_planned_warmup(run.record, reference.record):
+        return None
+    mismatch = compare_schedules(
+        points(run.metrics.lr_points, scale),
+        points(reference.metrics.lr_points),
+        ratio,
+        preferred=_likely_factors(run.record, reference.record),
+    )
+    if mismatch is None:
+        return None
+    return Finding(
+        code=LR_SCHEDULE_MISMATCH, severity="warning", reference=label, factor=mismatch.factor,
+        steps=mismatch.steps, steps_off=mismatch.steps_off, zero_steps=mismatch.zero_steps,
+        message=_message(mismatch, run.record, reference.record, label, ratio),
+    )  # fmt: skip
+
+
+def _likely_factors(run: RunRecord, reference: RunRecord) -> list[float]:
+    """Speeds a schedule usually runs at by mistake: once per process, once per micro-batch (or the reference
+    did), once per epoch where the reference steps per step."""
+    ratios = [
+        _ratio(run.world_size, reference.world_size),
+        _ratio(run.grad_accum_steps, reference.grad_accum_steps),
+        _ratio(reference.grad_accum_steps, run.grad_accum_steps),
+        whole_or_none(run.plan.get("steps_per_epoch")),
+    ]
+    factors = [float(ratio) for ratio in ratios[:2] if ratio and ratio > 1]
+    return factors + [1 / ratio for ratio in ratios[2:] if ratio and ratio > 1]
+
+
+def _lr_ratio(run: RunRecord, reference: RunRecord) -> float | None:
+    """The planned lr ratio; the observed base lrs' where a plan has no lr."""
+    for mine, theirs in (
+        (run.plan.get("lr"), reference.plan.get("lr")),
+        (run.observed and run.observed.lr_base, reference.observed and reference.observed.lr_base),
+    ):
+        mine, theirs = finite_or_none(mine), finite_or_none(theirs)
+        if mine and theirs and mine > 0 and theirs > 0:
+            return mine / theirs
+    return None
+
+
+def _samples_scale(run: RunRecord, reference: RunRecord) -> float | None:
+    """What the run's samples are divided by to line up with the reference's: the ratio of the samples their
+    plans hold (equal for runs planned from one baseline), else of their separate models."""
+    mine, theirs = _planned_samples(run), _planned_samples(reference)
+    if mine and theirs:
+        return mine / theirs
+    return separate_models(run) / separate_models(reference)
+
+
+def _same_planned_warmup(run: RunRecord, reference: RunRecord) -> bool:
+    """The plans' warmups cover the same share of their runs, give or take a step (ddpcli rounds warmup steps up):
+    a warmup planned differently is a schedule that differs on purpose."""
+    shares = []
+    for record in (run, reference):
+        warmup, steps = whole_or_none(record.plan.get("warmup_steps")), whole_or_none(record.plan.get("total_steps"))
+        if warmup is None or not steps:
+            return True  # nothing planned to tell
+        shares.append((warmup / steps, 1 / steps))
+    (mine, my_step), (theirs, their_step) = shares
+    return abs(mine - theirs) <= max(my_step, their_step) + 1e-12
+
+
+def _planned_samples(record: RunRecord) -> int | None:
+    steps, batch = whole_or_none(record.plan.get("total_steps")), whole_or_none(record.plan.get("global_batch_size"))
+    return steps * batch if steps and batch else None
+
+
+def _message(mismatch: ScheduleMismatch, run: RunRecord, reference: RunRecord, label: str, ratio: float) -> str:
+    k = mismatch.factor
+    if k is None:
+        head = f"the lr schedule is not {label}'s"
+    elif k > 1:
+        head = f"the lr schedule advanced {k:.3g}x as fast as {label}'s"
+    else:
+        head = f"the lr schedule advanced {1 / k:.3g}x slower than {label}'s"
+    scaled = f", lr scaled by the planned {ratio:.3g}" if abs(ratio - 1) > 1e-9 else ""
+    body = (
+        f"{mismatch.steps_off} of {mismatch.steps} optimizer steps ran an lr that {label}'s schedule does not give "
+        f"at the same share of the planned samples{scaled}"
+    )
+    if mismatch.zero_steps:
+        body += (
+            f"; {mismatch.zero_steps} steps ran at lr 0 (from step {mismatch.first_zero}) where {label}'s did not: "
+            "the schedule ended early"
+        )
+    return f"{head}: {body}; {_cause(k, run, reference, label)}"
+
+
+def _cause(k: float | None, run: RunRecord, reference: RunRecord, label: str) -> str:
+    """The usual cause of a schedule running at that speed, from what differs between the two runs."""
+    if k is None:
+        return "it is no faster or slower copy of it: compare how the two build and step their schedulers"
+    whole = round(k) if k > 1 and abs(k - round(k)) < 1e-6 else None
+    processes = _ratio(run.world_size, reference.world_size)
+    accumulation = _ratio(run.grad_accum_steps, reference.grad_accum_steps)
+    causes = []
+    if whole is not None and whole == processes:
+        causes.append(
+            "accelerate steps a prepared scheduler once per process per optimizer step: pass "
+            "step_scheduler_with_optimizer=False to Accelerator, or scale the scheduler's length by the processes"
+        )
+    if whole is not None and whole == accumulation:
+        causes.append(
+            "a scheduler stepped once per micro-batch instead of once per optimizer step: step it where the "
+            "optimizer steps"
+        )
+    slower = round(1 / k) if k < 1 and abs(1 / k - round(1 / k)) < 1e-6 else None
+    if slower is not None and slower == whole_or_none(run.plan.get("steps_per_epoch")):
+        causes.append(
+            f"a scheduler stepped once per epoch ({slower} steps) where {label}'s steps once per optimizer step: "
+            "step both the same way"
+        )
+    if slower is not None and slower == _ratio(reference.grad_accum_steps, run.grad_accum_steps):
+        causes.append(f"{label} stepped its scheduler once per micro-batch, this run once per optimizer step")
+    if causes:
+        return "; or ".join(causes)
+    if k < 1:
+        return (
+            f"it was stepped less often than {label}'s (per epoch where the other steps per step?) or given a "
+            "longer length: check where scheduler.step() is called and the length it was built with"
+        )
+    return "check where scheduler.step() is called and the length it was built with"
+
+
+def _ratio(mine: int | None, theirs: int | None) -> int | None:
+    return mine // theirs if mine and theirs and mine % theirs == 0 else None

@@ -1,0 +1,113 @@
+"""What `ddpcli init` knows about training frameworks, as data a maintainer extends by adding a row.
+
+- FRAMEWORKS: per framework (found by the script's imports), the flags every run must set for the run to do what
+  ddpcli plans (Lightning's `--devices` must equal the processes torchrun starts), and the CPU switch of a machine
+  without GPUs (accelerate's `--cpu`, else `ACCELERATE_USE_CPU=1` in the run's env).
+- GENERIC_SWITCHES: device and backend flags any script may have (`--device cuda`, nanoGPT's `backend = 'nccl'`).
+- LR_RULES: libraries that scale their own lr by the global batch when no lr is given (timm's `--lr-base`).
+- WARMUP_NOT_IN_STEPS: warmups given in epochs or as a ratio: ddpcli cannot rescale them, init says so.
+- OPTIMIZER_CLASSES: optimizer class names as the source constructs them -> ddpcli's optimizer kind.
+- LIGHTNING_CLI_TRAINER: the `--trainer.*` flags of LightningCLI with Lightning's defaults, for reading a
+  LightningCLI script without running it (where jsonargparse is missing).
+Flag names are normalised (lower case, '-' and '.' as '_'); a dotted flag also matches by its last part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A flag set to `value` in every run (a `{placeholder}` or a literal; None: a flag given alone)."""
+
+    names: tuple[str, ...]
+    value: str | None
+    why: str
+    cpu_only: bool = False  # only on a machine where nvidia-smi lists no GPU
+    when_default: tuple[str, ...] = ()  # only when the script's default contains one of these (lower case)
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    imports: tuple[str, ...]  # a script importing one of these modules (or a submodule) uses the framework
+    switches: tuple[Switch, ...] = ()
+    cpu_env: dict[str, str] = field(default_factory=dict)  # CPU-only machine, no CPU switch flag: set in env
+
+
+FRAMEWORKS = (
+    Framework("lightning", ("lightning", "pytorch_lightning"), (
+        Switch(("devices", "gpus", "num_devices"), "{nproc_per_node}",
+               "Lightning refuses a devices count that differs from the processes torchrun starts"),
+        Switch(("num_nodes",), "{nnodes}", "Lightning checks the node count against torchrun's world size"),
+        Switch(("strategy",), "ddp", "DistributedDataParallel, as ddpcli plans"),
+        Switch(("accelerator",), "cpu", "no GPU on this machine", cpu_only=True),
+        Switch(("default_root_dir",), "{run_dir}", "Lightning's logs, checkpoints and LightningCLI's config.yaml "
+               "go there: one directory per run, not the shared working directory"),
+    )),
+    Framework("accelerate", ("accelerate",), (
+        Switch(("cpu",), None, "no GPU on this machine: without it accelerate under torchrun on CPU runs one "
+               "separate training per process (DistributedType.NO)", cpu_only=True),
+        Switch(("mixed_precision",), "no", "fp16 needs a GPU", cpu_only=True, when_default=("fp16", "fp8")),
+    ), cpu_env={"ACCELERATE_USE_CPU": "1"}),
+    Framework("timm", ("timm",)),
+    Framework("transformers", ("transformers",)),
+)  # fmt: skip
+
+GENERIC_SWITCHES = (
+    Switch(("device",), "cpu", "no GPU on this machine", cpu_only=True, when_default=("cuda", "gpu")),
+    Switch(("backend", "dist_backend", "ddp_backend"), "gloo", "nccl needs GPUs", cpu_only=True,
+           when_default=("nccl",)),
+    Switch(("compile",), "False", "torch.compile on CPU only slows a short run down", cpu_only=True,
+           when_default=("true",)),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LrRule:
+    """`lr = base x (global batch / size)` (or its square root), applied by the script when its lr flag is unset."""
+
+    library: str
+    lr: str  # the flag that, when given, turns the library's own rule off
+    base: str
+    size: str
+    scale: str  # the flag naming the rule ("linear", "sqrt"); empty default: decided by the optimizer's name
+    sqrt_optimizers: tuple[str, ...]  # optimizer names containing one of these get sqrt by default
+
+
+LR_RULES = (LrRule("timm", "lr", "lr_base", "lr_base_size", "lr_base_scale", ("ada", "lamb")),)
+
+# A warmup ddpcli cannot express in optimizer steps: noted, and the plan is told the script warms up itself.
+WARMUP_NOT_IN_STEPS = ("warmup_epochs", "warmup_ratio", "lr_warmup_epochs", "warmup_epoch")
+
+OPTIMIZER_CLASSES = {
+    "SGD": "sgd",
+    "Adam": "adam",
+    "NAdam": "adam",
+    "RAdam": "adam",
+    "Adamax": "adam",
+    "FusedAdam": "adam",
+    "AdamW": "adamw",
+    "AdamW8bit": "adamw",
+    "PagedAdamW": "adamw",
+    "Adafactor": "other",
+    "Adagrad": "other",
+    "RMSprop": "other",
+    "Lion": "other",
+    "LAMB": "other",
+    "Lamb": "other",
+    "LBFGS": "other",
+}
+
+LIGHTNING_CLI_TRAINER = (
+    ("--seed_everything", "True"),
+    ("--trainer.accelerator", "auto"),
+    ("--trainer.strategy", "auto"),
+    ("--trainer.devices", "auto"),
+    ("--trainer.num_nodes", "1"),
+    ("--trainer.max_epochs", None),
+    ("--trainer.max_steps", "-1"),
+    ("--trainer.accumulate_grad_batches", "1"),
+    ("--trainer.default_root_dir", None),
+)

@@ -1,0 +1,103 @@
+"""Read a training script for `ddpcli init`: its syntax tree always, its `--help` only when it builds a parser.
+
+- a parser (argparse, click, typer, HfArgumentParser, jsonargparse, LightningCLI with `fit`, Fire, ...): run
+  `--help` (`script_help`), take the options the parser itself describes, else those of the help text;
+- nanoGPT-style configurator globals: read them statically (`configurator`), run nothing;
+- anything else (a script that reads `sys.argv` itself, or takes no arguments): run nothing, wire nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddpcli.errors import UserError
+from ddpcli.init.configurator import apply_config_files, read_config_globals
+from ddpcli.init.help_text import HelpOption, options_from_dump, parse_help
+from ddpcli.init.lightning_cli import static_options, subcommand
+from ddpcli.init.roles import LITERAL_NAMES
+from ddpcli.init.script_help import read_help
+from ddpcli.init.script_kind import ScriptFacts, module_source, script_facts
+from ddpcli.init.wiring import Source
+
+NOT_RUN = {
+    "hand": "the script reads sys.argv itself and builds no parser init knows (argparse, click, typer, "
+    "HfArgumentParser, LightningCLI, Fire, ...), so it was not run with --help (it would have trained)",
+    "none": "the script builds no argument parser (argparse, click, typer, HfArgumentParser, LightningCLI, Fire, "
+    "...), so it was not run with --help (it would have trained)",
+}
+
+
+@dataclass
+class Inspection:
+    """The script's options (None: not run, `not_run` says why), what its source says, and how it was read."""
+
+    options: list[HelpOption] | None
+    source: Source
+    command: str
+    seconds: float = 0.0
+    prefix: tuple[str, ...] = ()
+    not_run: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+def inspect_script(
+    script: Path | None, module: str | None, cwd: Path, timeout_s: float, fixed_args: tuple[str, ...]
+) -> Inspection:
+    if script is not None and not script.is_file():
+        raise UserError(f"{script}: no such script")
+    path = script if script is not None else module_source(module or "", [cwd, *map(Path, sys.path[1:])])
+    if path is None:  # not found without importing: let Python say what is wrong
+        found = read_help(None, module, cwd, timeout_s)
+        return Inspection(_options(found.dump, found.text), Source(), found.command, found.seconds)
+    facts = script_facts(path, LITERAL_NAMES, () if script is not None else (cwd,))
+    source = _source(facts)
+    if facts.kind == "configurator":
+        return _configurator(facts, path, source, fixed_args)
+    if not facts.runs_help:
+        return Inspection(None, source, f"python {script or '-m ' + str(module)}", not_run=NOT_RUN[facts.kind])
+    prefix = subcommand(facts.lightning_cli) if facts.kind == "lightning_cli" else ()
+    try:
+        found = read_help(script, module, cwd, timeout_s, prefix)
+    except UserError as error:
+        if facts.lightning_cli is None or "jsonargparse" not in str(error):
+            raise
+        reason = str(error).split(": ", 1)[-1]
+        return Inspection(
+            static_options(facts.lightning_cli, facts.classes), source, "LightningCLI read from the source",
+            prefix=prefix, warnings=[f"--help could not run here ({reason}): LightningCLI's flags were read from "
+                                     "the source; the runs need jsonargparse installed"],
+        )  # fmt: skip
+    return Inspection(_options(found.dump, found.text), source, found.command, found.seconds, prefix)
+
+
+def _options(dump: str, text: str) -> list[HelpOption]:
+    dumped = options_from_dump(dump)
+    return dumped if dumped is not None else parse_help(text)
+
+
+def _configurator(facts: ScriptFacts, path: Path, source: Source, fixed_args: tuple[str, ...]) -> Inspection:
+    assert facts.tree is not None
+    config = read_config_globals(facts.tree)
+    files = [path.parent / arg for arg in fixed_args if not arg.startswith("-") and "=" not in arg]
+    problems = apply_config_files(config, files)
+    source = Source(
+        frameworks=source.frameworks, literals=source.literals, warmups=source.warmups, optimizers=source.optimizers,
+        checkpoints=source.checkpoints,
+        total_over_ranks=frozenset(config.total_over_ranks), one_more_step=frozenset(config.one_more_step),
+        equals_form=True,
+    )  # fmt: skip
+    return Inspection(
+        config.options(), source, "its configurator globals (read statically, nothing run)", warnings=problems
+    )
+
+
+def _source(facts: ScriptFacts) -> Source:
+    return Source(
+        frameworks=frozenset(facts.frameworks),
+        literals={role: (found.value, f"{found.how} at line {found.line}") for role, found in facts.literals.items()},
+        warmups=tuple(f"{found.how} at line {found.line}" for found in facts.warmups),
+        optimizers=tuple((str(found.value), f"{found.how} at line {found.line}") for found in facts.optimizers),
+        checkpoints=tuple(f"{found.how} at line {found.line}" for found in facts.checkpoints),
+    )

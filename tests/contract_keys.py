@@ -1,0 +1,36 @@
+"""The contracts of docs/contracts.md as literal lists, written out in full on purpose (see tests/test_contracts.py):
+a test that compared the output with the code's own PLAN_KEYS would pass when two keys swapped places."""
+
+RUN_KEYS = (
+    "name", "nnodes", "nproc_per_node", "world_size", "per_device_batch_size", "grad_accum_steps",
+    "global_batch_size", "batch_scale", "scaling", "lr", "warmup_steps", "samples_per_rank", "padded_samples",
+    "dropped_samples", "steps_per_epoch", "total_steps", "notes",
+    "min_nnodes", "seed", "dataset_size", "epochs", "max_steps", "optimizer", "drop_last",
+)  # fmt: skip
+RUN_JSON_FIELDS = (
+    "schema_version", "run_id", "name", "status", "plan", "launch", "argv", "env_added", "started_at", "ended_at",
+    "wall_time_s", "exit_code", "failed_ranks", "hostname", "python", "torch_version", "experiment_file",
+    "experiment_file_sha256", "restarts", "timeout_s", "supervisor_pid", "observe", "observed",
+    "metrics_from_observations", "findings", "prediction", "resumes", "previous_wall_time_s", "previous_restarts",
+    "group_rank",
+)  # fmt: skip
+OBSERVED_KEYS = (
+    "world_size", "data_parallel_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size", "ranges",
+    "optimizer_steps", "samples_seen", "lr_first", "lr_peak", "lr_last", "lr_base", "sampler", "sampler_chain",
+    "distinct_samples_across_ranks", "batchnorm_layers", "batchnorm_synchronized", "amp", "backend", "device", "ddp",
+    "time_breakdown", "model_state",
+)  # fmt: skip
+COMPARE_KEYS = (
+    "name", "status", "run_dir", "world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size",
+    "lr", "steps", "samples_seen", "final_loss", "loss_at_baseline_samples", "wall_time_s", "samples_per_s",
+    "speedup", "scaling_efficiency", "equivalent_to", "max_param_diff", "verdict", "noise_scale",
+    "predicted_step_speedup", "data_efficiency", "predicted_samples_per_s", "prediction_error",
+    "values_from", "plan_followed", "observed", "findings",
+)  # fmt: skip
+FINDING_CODES = {
+    "plan_mismatch", "same_samples_across_ranks", "sampler_epoch_not_set", "batchnorm_not_synchronized",
+    "uneven_steps_across_ranks", "observer_error", "noise_scale_not_measured",
+    "lr_schedule_mismatch", "uneven_accumulation", "samples_below_plan",
+    "input_bound", "communication_bound", "straggler_rank", "accumulation_syncs_every_micro_batch",
+    "cpu_oversubscribed", "find_unused_parameters_unneeded",
+}  # fmt: skip
