@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e
@@ -36,8 +37,9 @@ def test_the_plain_script_follows_its_plan_and_two_by_sixteen_equals_one_by_thir
     assert compared.returncode == 0, compared.stderr
     rows = {row["name"]: row for row in json.loads(compared.stdout)}
     two, one = rows["2x16"], rows["1x32"]
-    assert (two["values_from"], two["plan_followed"], two["findings"]) == ("observed", True, [])
-    assert (one["values_from"], one["plan_followed"], one["findings"]) == ("observed", True, [])
+    for row in (two, one):  # why-slow findings (a tiny model's all-reduce on gloo) are no mistake of the script
+        mistakes = [finding for finding in row["findings"] if finding["code"] not in SLOWNESS_CODES]
+        assert (row["values_from"], row["plan_followed"], mistakes) == ("observed", True, [])
     assert (two["world_size"], two["per_device_batch_size"], two["global_batch_size"]) == (2, 16, 32)
     assert (two["steps"], two["samples_seen"], two["lr"]) == (16, 512, pytest.approx(0.1))  # linear x2
     assert two["observed"]["sampler"] == "DistributedSampler"

@@ -61,11 +61,13 @@ def test_table(runs: Path) -> None:
     assert code == 0, err
     assert out.startswith("Compare: baseline 1x16 (the baseline in its run.json plan)")
     rows = rows_by_name(out)
-    # run * status procs batch global lr steps samples loss loss@base wall samples/s speedup eff noise equivalence curve
+    # run * status procs batch global lr steps samples loss loss@base wall samples/s predicted/s speedup eff step-time
+    # peak-mem noise equivalence curve (not observed: no prediction, step time or memory)
     expected = {
-        "1x16": "1x16 *~ | completed 1 16 16 0.05 100 1,600 1 1 3.6 1,000 1.00x 100% - -",
-        "4x16": "4x16 ~ | completed 4 16 64 0.2 25 1,600 0.04 0.04 2.5 3,200 3.20x 80% - equivalent vs 1x64, 2.4e-07",
-        "8x8": "8x8 ~ | completed 8 8 64 0.2 25 1,600 0.04 0.04 2.3 5,120 5.12x 64% - diverged vs 1x64, 1",
+        "1x16": "1x16 *~ | completed 1 16 16 0.05 100 1,600 1 1 3.6 1,000 - 1.00x 100% - - - -",
+        "4x16": "4x16 ~ | completed 4 16 64 0.2 25 1,600 0.04 0.04 2.5 3,200 - 3.20x 80% - - - equivalent vs 1x64, "
+        "2.4e-07",
+        "8x8": "8x8 ~ | completed 8 8 64 0.2 25 1,600 0.04 0.04 2.3 5,120 - 5.12x 64% - - - diverged vs 1x64, 1",
     }
     for name, line in expected.items():
         cells = line.replace("| ", "").split(" ")
@@ -208,8 +210,8 @@ def test_narrow_console_splits_the_table(runs: Path, monkeypatch: Any) -> None:
     monkeypatch.setattr(stdout, "width", 90)  # conftest's COLUMNS was read when the console was created
     code, out, _ = invoke(runs)
     assert code == 0
-    assert out.count("1x16 *") == 2  # once per half
-    assert "equivalent vs 1x64" in out and "loss curve" in out
+    assert out.count("1x16 *") == 3  # training, speed (with prediction and step time), equivalence: each keyed by run
+    assert "equivalent vs" in out and "loss curve" in out  # the equivalence column wraps (Column wraps=True)
 
 
 def test_torch_is_imported_only_to_read_parameter_files(tmp_path: Path, runs: Path) -> None:

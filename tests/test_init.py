@@ -22,6 +22,7 @@ from ddpcli.experiment.schema import parse_experiment_text
 from ddpcli.init.help_text import parse_help
 from ddpcli.init.roles import find_flags
 from ddpcli.init.scaffold import InitRequest, build_experiment, default_world_sizes, keep_global_batch
+from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.conftest import REPO
 
 runner = CliRunner()
@@ -387,7 +388,7 @@ def test_init_then_launch_a_plain_ddp_script(tmp_path: Path) -> None:
             if line.startswith("received ")
         ]
         run = planned[name]
-        assert [finding["code"] for finding in record["findings"]] == []
+        assert [finding["code"] for finding in record["findings"] if finding["code"] not in SLOWNESS_CODES] == []
         observed = record["observed"]
         assert (observed["world_size"], observed["per_device_batch_size"], observed["global_batch_size"]) == (
             run.world_size, run.per_device_batch_size, run.global_batch_size
@@ -421,7 +422,8 @@ def test_init_then_launch_a_hugging_face_trainer_script(tmp_path: Path) -> None:
     planned = {run.name: run for run in plan.runs}
     for name, (_, record) in launch_and_read(tmp_path, "1x8", "2x4").items():
         run, observed = planned[name], record["observed"]
-        assert [finding["code"] for finding in record["findings"]] == [], record["findings"]
+        found = [finding["code"] for finding in record["findings"] if finding["code"] not in SLOWNESS_CODES]
+        assert found == [], record["findings"]  # why-slow findings (a tiny model's all-reduce) are not mistakes
         assert (observed["world_size"], observed["per_device_batch_size"], observed["grad_accum_steps"]) == (
             run.world_size, run.per_device_batch_size, run.grad_accum_steps
         )  # fmt: skip

@@ -20,6 +20,7 @@ from ddpcli.init.fixed_args import split_fixed, unwired
 from ddpcli.init.help_text import HelpOption
 from ddpcli.init.roles import LITERAL_NAMES
 from ddpcli.init.script_kind import script_facts
+from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.test_init import SCRIPTS, dry_run, init, launch_and_read, script_args
 
 LIGHTNING_HELP_S = "120"  # importing lightning takes 5-15 s on the loaded 2-core machine
@@ -233,7 +234,8 @@ def assert_followed(plan: Plan, runs: dict[str, tuple[Path, dict]]) -> None:
     planned = {run.name: run for run in plan.runs}
     for name, (_, record) in runs.items():
         run, observed = planned[name], record["observed"]
-        assert record["findings"] == [], (name, record["findings"])
+        mistakes = [finding for finding in record["findings"] if finding["code"] not in SLOWNESS_CODES]
+        assert mistakes == [], (name, record["findings"])  # why-slow findings are no mistake of the script
         assert (observed["world_size"], observed["per_device_batch_size"], observed["global_batch_size"]) == (
             run.world_size, run.per_device_batch_size, run.global_batch_size
         )  # fmt: skip

@@ -32,6 +32,8 @@ NEVER_IN_PURE = ("torch", "numpy", "matplotlib", "rich", "typer", "click")
 WORKER_SIDE = ("ddpcli.worker", "ddpcli.runtime", "ddpcli.examples")
 HOST_MODULES = (
     "ddpcli.launch.sweep",
+    "ddpcli.launch.probe",
+    "ddpcli.launch.forecast",
     "ddpcli.launch.supervisor",
     "ddpcli.rundir.params",
     "ddpcli.init.script_help",

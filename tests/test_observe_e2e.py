@@ -19,6 +19,7 @@ import pytest
 
 from ddpcli.rundir.metrics import read_metrics
 from ddpcli.rundir.observations import read_observations
+from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.conftest import REPO, final_params, write_toml
 
 pytestmark = pytest.mark.e2e
@@ -141,7 +142,8 @@ def test_observed_is_what_the_script_really_ran(frameworks: dict[str, dict[str, 
     assert observed["lr_peak"] == pytest.approx(lr)
     assert observed["ddp"] is (world > 1 or name.startswith("hf"))  # accelerate wraps in DDP even at 1 process
     assert observed["distinct_samples_across_ranks"] is (True if world > 1 else None)
-    assert record["findings"] == []
+    # Why-slow findings (a tiny model's all-reduce on gloo is a large share of its step) are tested on their own.
+    assert [code for code in codes(record) if code not in SLOWNESS_CODES] == []
 
 
 @pytest.mark.parametrize("name", FRAMEWORK_RUNS)
@@ -240,7 +242,7 @@ def test_a_script_without_distributed_sampler_is_found(mistakes: dict[str, dict[
     assert record["status"] == "completed"
     assert record["observed"]["distinct_samples_across_ranks"] is False
     assert record["observed"]["sampler"] == "RandomSampler"
-    assert codes(record) == ["same_samples_across_ranks"]
+    assert [code for code in codes(record) if code not in SLOWNESS_CODES] == ["same_samples_across_ranks"]
 
 
 def test_a_hardcoded_batch_is_a_plan_mismatch_with_both_numbers(mistakes: dict[str, dict[str, Any]]) -> None:

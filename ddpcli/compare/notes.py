@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from ddpcli.compare.equivalence import DIVERGED
 from ddpcli.compare.initial import initial_params_cause
+from ddpcli.compare.prediction import prediction_notes
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.run_checks import separate_models_note
 from ddpcli.compare.runs import NO_FILE, RunRecord, status_reason
@@ -47,6 +48,7 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
     for row in rows:
         notes += _noise_scale_notes(row)
     notes += [note for row in rows if (note := beta2_note(row.label, row.run.record))]
+    notes += prediction_notes(rows)
     notes += _file_notes([row.run.record for row in rows])
     return notes
 

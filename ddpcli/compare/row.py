@@ -10,6 +10,7 @@ from typing import Any
 
 from ddpcli.compare.equivalence import ParamDiff
 from ddpcli.compare.metrics import RunSummary
+from ddpcli.compare.prediction import PredictionScore, score
 from ddpcli.compare.run_checks import MARKED_CODES, per_model
 from ddpcli.rundir.record import Finding
 
@@ -18,7 +19,7 @@ ROW_KEYS = (
     "name", "status", "run_dir", "world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size",
     "lr", "steps", "samples_seen", "final_loss", "loss_at_baseline_samples", "wall_time_s", "samples_per_s",
     "speedup", "scaling_efficiency", "equivalent_to", "max_param_diff", "verdict", "noise_scale",
-    "predicted_step_speedup", "data_efficiency",
+    "predicted_step_speedup", "data_efficiency", "predicted_samples_per_s", "prediction_error",
 )  # fmt: skip
 # Also in each --json row: where the batch numbers come from ("observed" | "plan"), whether the script followed its
 # plan (null when it was not observed), and run.json's `observed` and `findings`.
@@ -63,6 +64,11 @@ class ComparisonRow:
         return per_model(self.run.metrics.samples_per_s, self.run.record)
 
     @property
+    def prediction(self) -> PredictionScore | None:
+        """The baseline's prediction for this run (run.json `prediction`) against its measured samples/s."""
+        return score(self.run.record, self.samples_per_s)
+
+    @property
     def sparkline(self) -> str:
         return sparkline(self.run.metrics.loss_points)
 
@@ -103,6 +109,8 @@ class ComparisonRow:
             "noise_scale": self.run.noise_scale,
             "predicted_step_speedup": self.predicted_step_speedup,
             "data_efficiency": self.data_efficiency,
+            "predicted_samples_per_s": self.prediction.predicted_samples_per_s if self.prediction else None,
+            "prediction_error": self.prediction.error if self.prediction else None,
         }
 
 

@@ -23,6 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 from ddpcli.errors import UserError
 from ddpcli.experiment.resolved import EXTRA_KEYS, PLAN_KEYS, Plan, ResolvedRun
 from ddpcli.launch.argv import LaunchSpec, Rendezvous, build_launch
+from ddpcli.launch.forecast import Forecast
 from ddpcli.launch.supervisor import Outcome, StopRequest, run_dir_marker, run_to_end, worker_pids
 from ddpcli.rundir.finish import observe_or_say_why, one_line, with_finding
 from ddpcli.rundir.layout import PARAMS_FILE, RUN_FILE, new_run_id, utc_now
@@ -87,10 +88,13 @@ def run_sweep(
     """Run each spec in order. Stops early on interruption, or at the first failure with fail_fast."""
     file_sha256 = _sha256(Path(plan.file))
     results = []
+    forecast = Forecast(plan, [spec.run for spec in specs], options.runs_dir)
     for spec in specs:
         if stop.reason is not None:
             break
-        record = run_one(spec, start_record(plan, spec, file_sha256), options, reporter, stop)
+        record = forecast.attach(start_record(plan, spec, file_sha256))
+        record = run_one(spec, record, options, reporter, stop)
+        forecast.ran(spec, record)
         results.append(RunResult(spec, record))
         if results[-1].status != "completed" and options.fail_fast:
             break

@@ -16,6 +16,7 @@ from ddpcli.rundir.merge import training_loader
 from ddpcli.rundir.observations import RankObservation, main_rank
 from ddpcli.rundir.parallel import check_data_parallel, parallel_findings
 from ddpcli.rundir.record import Finding, Observed
+from ddpcli.rundir.slowness import slowness_findings
 from ddpcli.rundir.steps import step_findings
 
 # (field of the plan, field of Observed, words)
@@ -76,6 +77,7 @@ def run_findings(
             message="noise_scale = true, but the script registers its own DDP communication hook, which the observer "
             "leaves in place: the gradient noise scale was not measured",
         ))  # fmt: skip
+    findings += slowness_findings(observed, {rank: seen.timing for rank, seen in ranks.items()})
     errors = sorted({message for seen in ranks.values() for message in seen.errors})
     if errors:
         findings.append(Finding(

@@ -24,6 +24,7 @@ from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, initial_f
 from ddpcli.rundir.record import Observed
 from ddpcli.rundir.steps import base_lr
 from ddpcli.rundir.timeline import ascending
+from ddpcli.rundir.timing import model_state, time_breakdown
 
 
 @dataclass(frozen=True)
@@ -177,4 +178,6 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
         ddp=main.run.get("ddp") if isinstance(main.run.get("ddp"), bool) else None,
         initial_params_fingerprint=initial_fingerprint(main),
         optimizer=main.run.get("optimizer") if isinstance(main.run.get("optimizer"), dict) else None,
+        time_breakdown=time_breakdown(timing := {rank: seen.timing for rank, seen in ranks.items()}),
+        model_state=model_state(timing),
     )

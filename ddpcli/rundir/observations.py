@@ -10,6 +10,8 @@ Row kinds (ddpcli.worker.observer and ddpcli.worker.runtime write them; docs/con
   fingerprint  three numbers of one of the first training batches
   run          world size, backend, device, DDP and its options, models, BatchNorm layers, AMP
   end          training loaders (sampler, epochs seen), AMP, comm hooks
+  timing       cumulative seconds of the timed steps (data, forward+backward, optimizer, step), the DDP
+               reducer's timers, peak memory, threads and cores, parameter and optimizer-state bytes
   error        something inside the observer failed (training went on)
 A process that starts again (a torchrun restart, a resume) appends to the same file. Step numbers are absolute (the
 runtime helper tells the observer the step it resumed from), so for a step seen twice the later row wins.
@@ -42,6 +44,7 @@ class RankObservation:
     fingerprints: list[list[float]] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)
     end: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, Any] = field(default_factory=dict)  # the last `timing` row (cumulative)
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter digests by "at" (rundir.parallel)
     errors: list[str] = field(default_factory=list)
     skipped_lines: int = 0
@@ -81,7 +84,7 @@ def read_rank_file(path: Path, rank: int) -> RankObservation:
 def _note(seen: RankObservation, kind: Any, row: dict[str, Any]) -> None:
     if kind == "fingerprint" and isinstance(row.get("values"), list) and len(seen.fingerprints) < 8:
         seen.fingerprints.append([value for value in row["values"] if finite_or_none(value) is not None])
-    elif kind in ("run", "end"):
+    elif kind in ("run", "end", "timing"):
         setattr(seen, kind, row)
     elif kind == "params":
         seen.params[str(row.get("at"))] = row

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ddpcli.jsonvalues import read_json, write_json_atomic
 from ddpcli.rundir.layout import RUN_FILE
+from ddpcli.rundir.timing import ModelState, TimeBreakdown
 
 SCHEMA_VERSION = 2
 STATUSES = ("running", "completed", "failed", "interrupted", "timed_out")  # `lost` is derived, never written
@@ -69,6 +70,8 @@ class Observed(_Record):
     ddp: bool | None = None
     initial_params_fingerprint: str | None = None  # rank 0's parameters before the first step (rundir.parallel)
     optimizer: dict[str, Any] | None = None  # class and hyper-parameters of the first param group
+    time_breakdown: TimeBreakdown | None = None  # seconds per optimizer step, per rank (ddpcli.rundir.timing)
+    model_state: ModelState | None = None  # bytes of parameters, gradients, optimizer state on one device
 
 
 class RunRecord(_Record):
@@ -97,6 +100,7 @@ class RunRecord(_Record):
     observed: Observed | None = None
     metrics_from_observations: bool = False  # ddpcli wrote metrics.jsonl from them (else the script wrote it)
     findings: list[Finding] = Field(default_factory=list)
+    prediction: dict[str, Any] | None = None  # from the baseline, before it ran (ddpcli.launch.forecast)
     resumes: int = 0
     previous_wall_time_s: float = 0.0
     previous_restarts: int = 0

@@ -15,6 +15,7 @@ from ddpcli.cli.render.plan import plan_tables, print_notes
 from ddpcli.errors import ConfigError, UserError
 from ddpcli.experiment.outlook import BatchOutlook, batch_outlook, outlook_note
 from ddpcli.experiment.planning import load_plan, resolve_plan
+from ddpcli.experiment.predict import Prediction
 from ddpcli.experiment.resolved import Plan, ResolvedRun
 from ddpcli.experiment.schema import validate_experiment_data
 from ddpcli.rundir.metrics import measured_noise_scale
@@ -32,6 +33,24 @@ def plan_command(
         typer.Option(
             help="A finished run that measured the gradient noise scale: adds the critical batch, the step speed-up "
             "it predicts for each global batch and its data efficiency.",
+            show_default=False,
+        ),
+    ] = None,
+    predict_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="A finished, observed run (usually the one-device baseline): adds each run's predicted step time, "
+            "samples/s, speed-up, scaling efficiency and memory per device. The all-reduce term is measured by a "
+            "short torchrun probe at each world size on this machine (cached), unless --link-gbps is given.",
+            show_default=False,
+        ),
+    ] = None,
+    link_gbps: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="With --predict-from: the link bandwidth (Gb/s) of a cluster you describe, "
+            "instead of probing this machine.",
             show_default=False,
         ),
     ] = None,
@@ -104,22 +123,38 @@ def plan_command(
     else:
         plan = load_plan(file or DEFAULT_EXPERIMENT_FILE)
     plan = with_rendezvous_notes(plan, rdzv_endpoint or plan.cluster.rdzv_endpoint)
+    predictions = {}
+    if predict_from is not None:
+        from ddpcli.launch.probe import predict_runs, read_baseline
+
+        predictions = predict_runs(read_baseline(predict_from), plan.select(only), link_gbps)
+        plan = with_prediction_notes(plan, predictions)
+    elif link_gbps is not None:
+        raise UserError("--link-gbps needs --predict-from")
     runs = plan.select(only)
     critical_batch = measured_noise_scale(noise_scale_from) if noise_scale_from is not None else None
     outlooks = {run.name: batch_outlook(run, plan.baseline, critical_batch) for run in plan.runs}
     if as_json:
-        print(json.dumps(plan_json(plan, runs, outlooks), indent=2, allow_nan=False))
+        print(json.dumps(plan_json(plan, runs, outlooks, predictions), indent=2, allow_nan=False))
         return
     for table in plan_tables(plan, runs, outlooks, stdout.width):
         stdout.print(table)
     print_notes(stdout, runs, outlooks)
 
 
-def plan_json(plan: Plan, runs: list[ResolvedRun], outlooks: dict[str, BatchOutlook | None]) -> dict[str, Any]:
-    """`{"file", "baseline", "experiments"}`; a run whose critical batch is known also gets the outlook keys."""
+def plan_json(
+    plan: Plan,
+    runs: list[ResolvedRun],
+    outlooks: dict[str, BatchOutlook | None],
+    predictions: dict[str, Prediction] | None = None,
+) -> dict[str, Any]:
+    """`{"file", "baseline", "experiments"}`; a run whose critical batch is known also gets the outlook keys, and
+    with --predict-from the predicted_* keys and the model term by term."""
 
     def run_json(run: ResolvedRun) -> dict[str, Any]:
         data = run.as_json()
+        if run.name in (predictions or {}):
+            data = {**data, **predictions[run.name].as_json()}  # type: ignore[index]
         outlook = outlooks.get(run.name)
         if outlook is not None:
             note = outlook_note(run, outlook)
@@ -131,6 +166,16 @@ def plan_json(plan: Plan, runs: list[ResolvedRun], outlooks: dict[str, BatchOutl
         "baseline": run_json(plan.baseline),
         "experiments": [run_json(run) for run in runs if run is not plan.baseline],
     }
+
+
+def with_prediction_notes(plan: Plan, predictions: dict[str, Prediction]) -> Plan:
+    """Each predicted run gets its prediction as one line of notes."""
+
+    def noted(run: ResolvedRun) -> ResolvedRun:
+        found = predictions.get(run.name)
+        return replace(run, notes=[*run.notes, found.note()]) if found is not None else run
+
+    return replace(plan, baseline=noted(plan.baseline), experiments=[noted(run) for run in plan.experiments])
 
 
 NO_ENDPOINT_NOTE = (

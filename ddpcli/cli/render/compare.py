@@ -15,6 +15,7 @@ from rich.text import Text
 
 from ddpcli.cli.render.format import MISSING, fixed, fmt_number, percent, status_style
 from ddpcli.cli.render.layout import Column, fitted_tables
+from ddpcli.cli.render.step_time import BAR_LEGEND, peak_memory_cell, prediction_cell, step_bar
 from ddpcli.compare import DIVERGED, EQUIVALENT, ROW_KEYS, Comparison, ComparisonRow
 
 VERDICT_STYLE = {EQUIVALENT: "green", DIVERGED: "red"}
@@ -29,7 +30,10 @@ COLUMNS = (
     Column("samples"),
     Column("loss"),
     Column("loss at\nbase"),
-    *(Column(header, section="speed") for header in ("wall\ns", "samples\n/s", "speedup", "eff", "noise\nscale")),
+    *(Column(header, section="speed") for header in ("wall\ns", "samples\n/s", "predicted\n/s", "speedup", "eff")),
+    Column("step time", "left", section="speed"),
+    Column("peak\nmem", section="speed"),
+    Column("noise\nscale", section="speed"),
     Column("equivalence", "left", wraps=True, section="speed"),
     Column("loss curve", "left", section="speed"),
 )  # fmt: skip  (a narrow console splits training columns from speed and equivalence)
@@ -63,14 +67,18 @@ def _cells(row: ComparisonRow) -> list[Text]:
         fmt_number(row.loss_at_baseline_samples),
         fixed(record.wall_time_s, 1),
         fixed(row.samples_per_s, 0),
-        MISSING if row.speedup is None else f"{row.speedup:.2f}x",
-        percent(row.scaling_efficiency),
-        fixed(row.run.noise_scale, 0),
     ]
+    speed = [MISSING if row.speedup is None else f"{row.speedup:.2f}x", percent(row.scaling_efficiency)]
+    breakdown = record.observed.time_breakdown if record.observed is not None else None
     return [
         Text(row.label + _marks(row), style="bold" if row.is_baseline else ""),
         Text(record.status, style=status_style(record.status)),
         *map(Text, cells),
+        prediction_cell(row.prediction),
+        *map(Text, speed),
+        step_bar(breakdown),
+        peak_memory_cell(breakdown),
+        Text(fixed(row.run.noise_scale, 0)),
         _equivalence_cell(row),
         Text(row.sparkline or MISSING),
     ]
@@ -107,6 +115,8 @@ def _caption(comparison: Comparison) -> str:
         "batch: per process (x accumulation). samples/s: from the first to the last metrics row, per model where "
         "the processes trained separate models (then no speedup). "
         "eff: speedup / world-size ratio. noise scale: last measured B_simple (the critical batch, roughly).",
+        "predicted: the baseline's prediction, before the run (its error against samples/s). "
+        f"{BAR_LEGEND} (median rank; the first step left out). peak mem: the largest rank's.",
         f"loss at base: loss at the baseline's {fmt_number(base)} samples seen (- : the run did not get there). "
         f"equivalence: max |param diff| against the single-process run with the same global batch, lr and steps "
         f"(atol {comparison.atol:g}).",

@@ -49,6 +49,7 @@ from ddpcli.worker.observer.reading import (
     wants_noise_scale,
     wrap,
 )
+from ddpcli.worker.observer.timing import StepTiming
 from ddpcli.worker.stream import RankStream, rank_stream
 
 FINGERPRINT_BATCHES = 4
@@ -104,6 +105,7 @@ class Observer:
         self.finished = False
         self.stepped = False  # the first optimizer step happened (its parameters were digested)
         self.habits = ScriptHabits(self.run_dir, lambda: self.stepped)
+        self.timing = StepTiming(self)  # where each step's time goes (timing.py)
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.stream.add({"kind": "start", "rank": self.rank, "restart": restart, "pid": os.getpid()})
 
@@ -122,6 +124,7 @@ class Observer:
         wrap(DistributedDataParallel, "__init__", after=self._guard(self._ddp_built))
         wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
         self.habits.patch(self._guard)
+        self.timing.install()
 
     def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Observation must never break training: an error is recorded once per kind and otherwise ignored."""
@@ -152,7 +155,7 @@ class Observer:
         def call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
             top = self.depth == 0 and torch.is_grad_enabled()
             if top:
-                before(module)
+                before(module, args, kwargs)
             self.depth += 1
             try:
                 output = original(module, *args, **kwargs)
@@ -165,7 +168,7 @@ class Observer:
         skip_in_warnings(call)
         return call
 
-    def _root_called(self, module: nn.Module) -> None:
+    def _root_called(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Before a top-level call's forward. One without parameters (a loss module, `criterion(logits.view(-1, V),
         ...)`) is not the model: its leading dimension is no batch size."""
         if self.forwards.in_backward:  # activation checkpointing recomputes blocks inside the backward: no model
@@ -174,6 +177,13 @@ class Observer:
             self.roots[id(module)] = weakref.ref(module)
         if self.measure_noise and self.noise is None and isinstance(module, DistributedDataParallel):
             self._measure_noise(module)
+        if id(module) in self.roots:
+            self.timing.forward(module, first_tensor((args, kwargs)))
+
+    def _root_pre_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """After the first step: the start of a forward of the model, for the step's time breakdown."""
+        if torch.is_grad_enabled() and not self.forwards.in_backward:
+            self.timing.forward(module, first_tensor((args, kwargs)))
 
     def _root_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if id(module) not in self.roots or not torch.is_grad_enabled() or self.forwards.in_backward:
@@ -193,6 +203,7 @@ class Observer:
         for ref in self.roots.values():
             module = ref()
             if module is not None:
+                module.register_forward_pre_hook(self._guard(self._root_pre_forward), with_kwargs=True)
                 module.register_forward_hook(self._guard(self._root_forward), with_kwargs=True)
 
     # -- backward and step --------------------------------------------------------------------------------------
@@ -259,6 +270,7 @@ class Observer:
         if self.discovering and self.roots:  # a step before any training forward (a warm-up call) finds nothing
             self._describe_run(optimizer)
             self._switch_to_root_hooks()
+        self.timing.step_done()  # last: the observer's own one-off work at step 1 stays out of the timed steps
 
     def step_starting(self, optimizer: torch.optim.Optimizer) -> None:
         """A step replaced on the instance is about to run (optimizers.py): torch's hooks may not see it."""
@@ -354,6 +366,7 @@ class Observer:
         try:
             if self.discovering and self.optimizers:  # it stepped, but no training forward was ever seen
                 self._describe_run(self.optimizers[0])
+            self.timing.finish()
             for row in end_rows(self):
                 self.stream.add(row)
             if self.rank == 0:

@@ -1,0 +1,78 @@
+"""A run's prediction (made from the baseline before it ran, run.json `prediction`) scored against what it measured.
+Pure.
+
+error = predicted samples/s / measured samples/s - 1 (compare's samples/s: first to last metrics row). When
+|error| > NOTE_ABOVE, the note names the term of the step (data, compute, comm, optimizer, other) whose predicted
+seconds are furthest from the run's measured time breakdown (its median rank).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ddpcli.compare.row import ComparisonRow
+    from ddpcli.rundir.record import RunRecord
+
+NOTE_ABOVE = 0.25
+TERMS = ("data_s", "compute_s", "comm_s", "optimizer_s", "other_s")
+
+
+@dataclass(frozen=True)
+class PredictionScore:
+    predicted_samples_per_s: float
+    error: float | None  # predicted / measured - 1; None when the run measured no samples/s
+    furthest_term: str | None = None  # the term furthest off, when the breakdown is known
+    predicted_term_s: float | None = None
+    measured_term_s: float | None = None
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def score(record: RunRecord, measured_samples_per_s: float | None) -> PredictionScore | None:
+    prediction = record.prediction if isinstance(record.prediction, dict) else {}
+    predicted = _number(prediction.get("predicted_samples_per_s"))
+    if predicted is None:
+        return None
+    error = predicted / measured_samples_per_s - 1 if measured_samples_per_s else None
+    model = prediction.get("prediction")
+    terms = model.get("step_terms_s") if isinstance(model, dict) else None
+    breakdown = record.observed.time_breakdown if record.observed is not None else None
+    if not isinstance(terms, dict) or breakdown is None:
+        return PredictionScore(predicted, error)
+    gaps = {
+        key: (guess, seen)
+        for key in TERMS
+        if (guess := _number(terms.get(key))) is not None and (seen := getattr(breakdown.median, key)) is not None
+    }
+    if not gaps:
+        return PredictionScore(predicted, error)
+    key = max(gaps, key=lambda name: abs(gaps[name][0] - gaps[name][1]))
+    return PredictionScore(predicted, error, key, *gaps[key])
+
+
+def prediction_notes(rows: Sequence[ComparisonRow]) -> list[str]:
+    """One note per run whose prediction missed by more than NOTE_ABOVE, naming the term furthest off."""
+    notes = []
+    for row in rows:
+        found = row.prediction
+        if found is None or found.error is None or abs(found.error) <= NOTE_ABOVE:
+            continue
+        text = (
+            f"{row.label}: predicted {found.predicted_samples_per_s:,.0f} samples/s from the baseline, measured "
+            f"{found.predicted_samples_per_s / (1 + found.error):,.0f} ({found.error:+.0%})"
+        )
+        if found.furthest_term is not None:
+            term = found.furthest_term.removesuffix("_s")
+            text += (
+                f"; furthest off: {term}, predicted {found.predicted_term_s * 1000:.3g} ms a step, measured "  # type: ignore[operator]
+                f"{found.measured_term_s * 1000:.3g} ms"  # type: ignore[operator]
+            )
+        notes.append(text + ".")
+    return notes

@@ -1,0 +1,141 @@
+"""The communication term of a prediction, measured: one DDP-style all-reduce of a model's gradients at a world size,
+timed by a short torchrun job on this machine (ddpcli.worker.allreduce_probe), cached per backend, world size, size
+and host in <cache>/allreduce.json (DDPCLI_CACHE_DIR, else $XDG_CACHE_HOME/ddpcli, else ~/.cache/ddpcli). Then
+the prediction of each planned run from a finished baseline (ddpcli.experiment.predict). No torch imported here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ddpcli.errors import UserError
+from ddpcli.experiment.predict import Baseline, NoBaseline, Prediction, Target, baseline_from, predict, ring_allreduce_s
+from ddpcli.experiment.resolved import ResolvedRun
+from ddpcli.jsonvalues import read_json, write_json_atomic
+from ddpcli.rundir.observations import main_rank, read_observations
+from ddpcli.rundir.record import RunRecord
+
+PROBE_TIMEOUT_S = 120
+
+
+def cache_file() -> Path:
+    root = os.environ.get("DDPCLI_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ddpcli"
+    )
+    return Path(root) / "allreduce.json"
+
+
+def measured_allreduce_s(
+    backend: str, world: int, size_bytes: int, run: Callable[..., object] = subprocess.run
+) -> float:
+    """Seconds of one all-reduce of `size_bytes` over `world` local processes (cached; 0 for one process)."""
+    if world <= 1:
+        return 0.0
+    key = f"{backend}/{world}/{size_bytes}/{socket.gethostname()}"
+    path = cache_file()
+    cache = _read_cache(path)
+    if isinstance(cache.get(key), int | float):
+        return float(cache[key])
+    with tempfile.TemporaryDirectory(prefix="ddpcli-probe-") as folder:
+        out = Path(folder) / "probe.json"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
+                   "-m", "ddpcli.worker.allreduce_probe", "--bytes", str(size_bytes), "--backend", backend,
+                   "--out", str(out)]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")])
+        )
+        result = run(command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
+        if not out.exists():
+            tail = (getattr(result, "stderr", "") or "").strip().splitlines()[-1:] or ["no output"]
+            raise UserError(f"the all-reduce probe ({backend}, {world} processes) failed: {tail[0]}")
+        seconds = float(json.loads(out.read_text())["seconds"])
+    cache[key] = seconds
+    with contextlib.suppress(OSError):  # an unwritable cache only costs the next probe
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, cache)
+    return seconds
+
+
+def _read_cache(path: Path) -> dict[str, object]:
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def busy_cores(seconds: float = 1.0, stat: Path = Path("/proc/stat")) -> float | None:
+    """Cores' worth of CPU the host's processes use, over `seconds` (Linux /proc/stat; None elsewhere)."""
+
+    def sample() -> tuple[int, int] | None:
+        try:
+            fields = [int(value) for value in stat.read_text().splitlines()[0].split()[1:]]
+        except (OSError, ValueError, IndexError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields[:8]) - idle, sum(fields[:8])
+
+    first = sample()
+    time.sleep(seconds)
+    second = sample()
+    if first is None or second is None or second[1] <= first[1]:
+        return None
+    cores = os.cpu_count() or 1
+    return cores * (second[0] - first[0]) / (second[1] - first[1])
+
+
+def read_baseline(run_dir: Path) -> Baseline:
+    """The baseline of a prediction: a finished, observed run directory."""
+    try:
+        record = RunRecord.load_tolerant(run_dir)
+    except (OSError, ValueError) as error:
+        raise UserError(f"--predict-from {run_dir}: no readable run.json ({error})") from None
+    main = main_rank(read_observations(run_dir))
+    try:
+        return baseline_from(record.observed, main.timing if main is not None else {})
+    except NoBaseline as error:
+        raise UserError(f"--predict-from {run_dir}: cannot predict from this run: {error}") from None
+
+
+def target_of(run: ResolvedRun) -> Target:
+    threads = run.env.get("OMP_NUM_THREADS", "")
+    return Target(
+        world_size=run.world_size,
+        nproc_per_node=run.nproc_per_node,
+        per_device_batch_size=run.per_device_batch_size,
+        grad_accum_steps=run.grad_accum_steps,
+        threads=int(threads) if threads.isdigit() and int(threads) > 0 else None,
+    )
+
+
+def predict_runs(
+    baseline: Baseline, runs: Sequence[ResolvedRun], link_gbps: float | None = None
+) -> dict[str, Prediction]:
+    """Each run's prediction; the all-reduce is probed once per world size here, or from --link-gbps."""
+    backend = "nccl" if baseline.device == "cuda" else "gloo"
+    busy = busy_cores() if link_gbps is None else None  # other work on this host's cores (not a cluster's)
+    predictions = {}
+    for run in runs:
+        target = target_of(run)
+        if link_gbps is not None:
+            seconds = ring_allreduce_s(baseline.gradient_bytes, target.world_size, link_gbps)
+            source = f"ring formula at {link_gbps:g} Gb/s"
+        elif run.nnodes > 1:
+            raise UserError(f"{run.name}: {run.nnodes} nodes cannot be probed from here; give --link-gbps")
+        else:
+            seconds = measured_allreduce_s(backend, target.world_size, baseline.gradient_bytes)
+            size = f"{baseline.gradient_bytes / 2**20:.3g} MiB"
+            source = f"{backend} probe, {target.world_size} processes, {size}: {seconds * 1000:.3g} ms"
+        comm = source if target.world_size > 1 else "none"
+        predictions[run.name] = predict(baseline, target, seconds, comm, busy)
+    return predictions

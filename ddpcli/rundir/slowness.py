@@ -1,0 +1,141 @@
+"""Findings that name why a run is slow, from its time breakdown and each rank's `timing` row. Pure.
+
+Thresholds (docs/contracts.md states them; shares are of the median step time):
+- input_bound: the median rank waited on its training DataLoader for >= INPUT_BOUND_SHARE of the step.
+- communication_bound: several processes, and even the rank that waited least had exposed (not overlapped)
+  all-reduce time >= COMMUNICATION_BOUND_SHARE of the step (the least, so a straggler's victims do not count).
+- straggler_rank: one rank's own work (step - exposed communication) is >= STRAGGLER_RATIO x the median of the
+  others' and the difference is >= STRAGGLER_GAP_SHARE of the step: the others wait for it at the all-reduce;
+  over at least STRAGGLER_MIN_STEPS timed steps.
+- accumulation_syncs_every_micro_batch: a DDP model with >= 2 micro-batches per optimizer step all-reduced on
+  every one of them (no `no_sync`).
+- cpu_oversubscribed: a CPU run whose processes on one host x intra-op threads exceed the cores they may use.
+- find_unused_parameters_unneeded: DDP's find_unused_parameters=True, and the reducer found no unused parameter on
+  any rank (every parameter got a gradient in the iterations it sampled).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from ddpcli.rundir.record import Finding, Observed
+from ddpcli.rundir.timing import RankTime, TimeBreakdown
+
+INPUT_BOUND_SHARE = 0.25
+COMMUNICATION_BOUND_SHARE = 0.30
+STRAGGLER_RATIO = 1.5
+STRAGGLER_GAP_SHARE = 0.25
+STRAGGLER_MIN_STEPS = 8  # timed steps: in fewer, one stall of a process (a loaded host) looks like a straggler
+SLOWNESS_CODES = (
+    "input_bound", "communication_bound", "straggler_rank", "accumulation_syncs_every_micro_batch",
+    "cpu_oversubscribed", "find_unused_parameters_unneeded",
+)  # fmt: skip
+
+
+def slowness_findings(observed: Observed, rows: dict[int, dict[str, Any]]) -> list[Finding]:
+    """Every cause seen, from the breakdown (observed.time_breakdown) and the ranks' raw `timing` rows."""
+    found: list[Finding] = []
+    breakdown = observed.time_breakdown
+    if breakdown is not None and breakdown.median.step_s:
+        found += _input_bound(breakdown)
+        found += _communication_bound(breakdown)
+        found += _straggler(breakdown)
+        found += _accumulation_syncs(breakdown)
+    found += _oversubscribed(observed, rows)
+    found += _unused_parameters(rows)
+    return found
+
+
+def _share(part: float | None, step: float) -> float:
+    return (part or 0.0) / step
+
+
+def _input_bound(breakdown: TimeBreakdown) -> list[Finding]:
+    median = breakdown.median
+    share = _share(median.data_s, median.step_s or 1.0)
+    if share < INPUT_BOUND_SHARE:
+        return []
+    return [Finding(
+        code="input_bound", severity="warning",
+        message=f"input-bound: {share:.0%} of each step ({median.data_s:.3g} s of {median.step_s:.3g} s) was spent "
+        "waiting for the training DataLoader: raise num_workers, use pin_memory=True and persistent_workers=True, "
+        "or make __getitem__ cheaper",
+    )]  # fmt: skip
+
+
+def _communication_bound(breakdown: TimeBreakdown) -> list[Finding]:
+    comms = [rank.comm_s for rank in breakdown.ranks if rank.comm_s is not None]
+    step = breakdown.median.step_s or 1.0
+    if len(breakdown.ranks) < 2 or not comms or _share(min(comms), step) < COMMUNICATION_BOUND_SHARE:
+        return []
+    return [Finding(
+        code="communication_bound", severity="warning",
+        message=f"communication-bound: {_share(min(comms), step):.0%} of each step ({min(comms):.3g} s of "
+        f"{step:.3g} s) was all-reduce time that backward did not hide, on every rank: a larger per-device batch, "
+        "gradient accumulation with no_sync, a compression comm hook (fp16/bf16, PowerSGD) or a different "
+        "bucket_cap_mb spends less of the step on it",
+    )]  # fmt: skip
+
+
+def _busy(rank: RankTime) -> float:
+    return (rank.step_s or 0.0) - (rank.comm_s or 0.0)
+
+
+def _straggler(breakdown: TimeBreakdown) -> list[Finding]:
+    if len(breakdown.ranks) < 2 or min(rank.steps for rank in breakdown.ranks) < STRAGGLER_MIN_STEPS:
+        return []
+    slowest = max(breakdown.ranks, key=_busy)
+    others = statistics.median(_busy(rank) for rank in breakdown.ranks if rank is not slowest)
+    gap, step = _busy(slowest) - others, breakdown.median.step_s or 1.0
+    if _busy(slowest) < STRAGGLER_RATIO * others or gap < STRAGGLER_GAP_SHARE * step:
+        return []
+    return [Finding(
+        code="straggler_rank", severity="warning", observed=slowest.rank,
+        message=f"rank {slowest.rank} is a straggler: its own work took {_busy(slowest):.3g} s a step against "
+        f"{others:.3g} s on the other ranks, which waited about {gap:.3g} s a step ({gap / step:.0%}) for it at the "
+        "all-reduce: find what differs on that rank (its data, its host, another job on its device)",
+    )]  # fmt: skip
+
+
+def _accumulation_syncs(breakdown: TimeBreakdown) -> list[Finding]:
+    first = breakdown.ranks[0]
+    micro, syncs = first.micro_batches_per_step, first.all_reduces_per_step
+    if micro is None or syncs is None or micro < 2 or syncs < micro - 1e-9:
+        return []
+    return [Finding(
+        code="accumulation_syncs_every_micro_batch", severity="warning",
+        message=f"gradient accumulation all-reduced on every micro-batch: {syncs:g} all-reduces per optimizer step "
+        f"where 1 is needed (exposed communication {first.comm_s or 0:.3g} s a step): wrap the forward and backward "
+        "of all but the last micro-batch in `with model.no_sync():`",
+    )]  # fmt: skip
+
+
+def _oversubscribed(observed: Observed, rows: dict[int, dict[str, Any]]) -> list[Finding]:
+    if observed.device != "cpu":
+        return []
+    for row in rows.values():
+        local, threads, cores = (row.get(key) for key in ("local_world_size", "threads", "cores"))
+        if not all(isinstance(value, int) and value > 0 for value in (local, threads, cores)):
+            continue
+        if local * threads > cores:
+            return [Finding(
+                code="cpu_oversubscribed", severity="warning", observed=local * threads, planned=cores,
+                message=f"CPU oversubscribed: {local} processes x {threads} threads on {cores} cores: the processes "
+                f"take turns on the cores, so more of them cannot be faster; use at most {cores} processes, or "
+                f"OMP_NUM_THREADS = cores / processes",
+            )]  # fmt: skip
+    return []
+
+
+def _unused_parameters(rows: dict[int, dict[str, Any]]) -> list[Finding]:
+    stats = [row["ddp"] for row in rows.values() if isinstance(row.get("ddp"), dict)]
+    if not stats or not all(
+        s.get("find_unused_parameters") == 1 and s.get("unused_parameter_size") == 0 for s in stats
+    ):
+        return []
+    return [Finding(
+        code="find_unused_parameters_unneeded", severity="info",
+        message="find_unused_parameters=True, but every parameter got a gradient (the DDP reducer found none "
+        "unused): the flag costs an extra traversal of the autograd graph every backward; turn it off",
+    )]  # fmt: skip

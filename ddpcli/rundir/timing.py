@@ -1,0 +1,180 @@
+"""Where a run's step time went, per rank and the median over ranks, from each rank's last `timing` row. Pure.
+
+The observer (ddpcli.worker.observer.timing) sums, over the optimizer steps after the first: the data wait, forward
++ backward (up to the return of backward, which on a DDP model waits for the last all-reduce), the optimizer step
+and the step itself. The DDP reducer's own timers give the exposed communication of one synchronising backward:
+avg_backward_comm_time - avg_backward_compute_comm_overlap_time (ns; the all-reduce time that backward computation
+did not hide). Per optimizer step, in seconds:
+
+    comm    = exposed communication per synchronising backward x synchronising backwards per step
+    compute = forward + backward - comm
+    other   = step - data - forward + backward - optimizer (the loop's own work, logging, a scheduler; >= 0)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+PARTS = ("data_s", "compute_s", "comm_s", "optimizer_s", "other_s")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+
+class StepTime(_Model):
+    """Seconds per optimizer step, and the peak memory."""
+
+    step_s: float | None = None
+    data_s: float | None = None
+    compute_s: float | None = None
+    comm_s: float | None = None
+    optimizer_s: float | None = None
+    other_s: float | None = None
+    peak_memory_bytes: int | None = None
+    cpu_share: float | None = None  # process CPU seconds / wall seconds over the timed steps (cores' worth used)
+    forward_backward_sd_s: float | None = None  # standard deviation over steps of forward + backward (host clock)
+
+
+class RankTime(StepTime):
+    rank: int
+    steps: int  # optimizer steps timed (the first is left out)
+    micro_batches_per_step: float | None = None
+    all_reduces_per_step: float | None = None  # backwards of a DDP model that synchronised, per optimizer step
+    load_average: float | None = None  # the host's 1-minute load average at the run's end
+
+
+class TimeBreakdown(_Model):
+    clock: str | None = None  # "host" (CPU) or "cuda_events"
+    comm_from: str | None = None  # "ddp_reducer" when the exposed communication was measured, else None
+    memory_source: str | None = None  # "peak_rss" or "cuda_max_allocated"
+    median: StepTime
+    ranks: list[RankTime]
+
+
+class ModelState(_Model):
+    """What the parameters and the optimizer hold on one device (rank 0), in bytes: the static memory."""
+
+    optimizer: str | None = None
+    optimizer_options: dict[str, Any] = {}
+    param_count: int | None = None
+    param_dtype: str | None = None
+    param_bytes: int | None = None
+    grad_bytes: int | None = None
+    optimizer_state_bytes: int | None = None
+    bucket_cap_bytes: int | None = None
+    gradient_as_bucket_view: bool | None = None
+    memory_at_first_forward_bytes: int | None = None  # the process with its model, before any activation
+    peak_memory_bytes: int | None = None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def exposed_comm_per_sync(ddp: Any) -> float | None:
+    """Seconds of one synchronising backward's all-reduce not hidden behind backward computation (reducer timers)."""
+    if not isinstance(ddp, dict):
+        return None
+    comm, overlap = (
+        _number(ddp.get("avg_backward_comm_time")),
+        _number(ddp.get("avg_backward_compute_comm_overlap_time")),
+    )
+    if comm is None or overlap is None or not _whole(ddp.get("iteration")):
+        return None
+    return max(comm - overlap, 0.0) / 1e9
+
+
+def rank_time(rank: int, row: dict[str, Any]) -> RankTime | None:
+    steps = _whole(row.get("steps"))
+    step, fb = _number(row.get("step_s")), _number(row.get("forward_backward_s"))
+    if not steps or step is None or fb is None:
+        return None
+    data, optimizer = _number(row.get("data_s")) or 0.0, _number(row.get("optimizer_s")) or 0.0
+    syncs = (_number(row.get("synced_backwards")) or 0.0) / steps
+    per_sync = exposed_comm_per_sync(row.get("ddp"))
+    comm = min(per_sync * syncs, fb / steps) if per_sync is not None else 0.0
+    micro = _number(row.get("micro_batches"))
+    return RankTime(
+        rank=rank,
+        steps=steps,
+        step_s=step / steps,
+        data_s=data / steps,
+        compute_s=fb / steps - comm,
+        comm_s=comm,
+        optimizer_s=optimizer / steps,
+        other_s=max(step - data - fb - optimizer, 0.0) / steps,
+        peak_memory_bytes=_whole(row.get("peak_memory_bytes")),
+        micro_batches_per_step=micro / steps if micro is not None else None,
+        all_reduces_per_step=syncs if isinstance(row.get("ddp"), dict) else None,
+        cpu_share=cpu / step if (cpu := _number(row.get("cpu_s"))) is not None and step > 0 else None,
+        load_average=_number(row.get("load_average")),
+        forward_backward_sd_s=_sd(fb, _number(row.get("forward_backward_squares")), steps),
+    )
+
+
+def _sd(total: float, squares: float | None, count: int) -> float | None:
+    """Standard deviation of per-step values from their sum and sum of squares (None without the squares)."""
+    if squares is None or count < 2:
+        return None
+    mean = total / count
+    return math.sqrt(max(squares / count - mean * mean, 0.0) * count / (count - 1))
+
+
+def time_breakdown(rows: dict[int, dict[str, Any]]) -> TimeBreakdown | None:
+    """The breakdown from each rank's last `timing` row (rank -> row); None when no rank timed a step."""
+    ranks = [found for rank, row in sorted(rows.items()) if row and (found := rank_time(rank, row)) is not None]
+    if not ranks:
+        return None
+    median = StepTime(
+        **{
+            key: _median([getattr(r, key) for r in ranks])
+            for key in ("step_s", *PARTS, "cpu_share", "forward_backward_sd_s")
+        }
+    )
+    memories = [r.peak_memory_bytes for r in ranks if r.peak_memory_bytes is not None]
+    median.peak_memory_bytes = int(statistics.median(memories)) if memories else None
+    first = rows[ranks[0].rank]
+    return TimeBreakdown(
+        clock=first.get("clock") if isinstance(first.get("clock"), str) else None,
+        comm_from="ddp_reducer" if exposed_comm_per_sync(first.get("ddp")) is not None else None,
+        memory_source=first.get("memory_source") if isinstance(first.get("memory_source"), str) else None,
+        median=median,
+        ranks=ranks,
+    )
+
+
+def model_state(rows: dict[int, dict[str, Any]]) -> ModelState | None:
+    """Rank 0's (else the lowest rank's) parameter, gradient and optimizer-state bytes."""
+    row = next((rows[rank] for rank in sorted(rows) if rows[rank].get("param_bytes") is not None), None)
+    if row is None:
+        return None
+    ddp = row.get("ddp") if isinstance(row.get("ddp"), dict) else {}
+    view = _whole(ddp.get("gradient_as_bucket_view"))
+    options = row.get("optimizer_options")
+    return ModelState(
+        optimizer=row.get("optimizer") if isinstance(row.get("optimizer"), str) else None,
+        optimizer_options=options if isinstance(options, dict) else {},
+        param_count=_whole(row.get("param_count")),
+        param_dtype=row.get("param_dtype") if isinstance(row.get("param_dtype"), str) else None,
+        param_bytes=_whole(row.get("param_bytes")),
+        grad_bytes=_whole(row.get("grad_bytes")),
+        optimizer_state_bytes=_whole(row.get("optimizer_state_bytes")),
+        bucket_cap_bytes=_whole(ddp.get("bucket_cap_bytes")),
+        gradient_as_bucket_view=bool(view) if view is not None else None,
+        memory_at_first_forward_bytes=_whole(row.get("memory_at_first_forward_bytes")),
+        peak_memory_bytes=_whole(row.get("peak_memory_bytes")),
+    )
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None

@@ -1,0 +1,107 @@
+"""A plain DDP script with the classic reasons a run is slow, one flag each (no ddpcli import).
+
+    torchrun --standalone --nproc-per-node 2 tests/observe_scripts/slow_knobs.py --batch-size 32 [knobs]
+
+Knobs: --slow-getitem S (every sample's __getitem__ sleeps S seconds: input-bound), --sleepy-rank R --sleep S (rank
+R's model sleeps S seconds in every forward: a straggler), --grad-accum N with --sync-every-micro-batch (no
+`no_sync`: an all-reduce per micro-batch) or without it (no_sync on all but the last), --find-unused (DDP's
+find_unused_parameters=True on a model that uses every parameter). An MLP big enough that its compute, not the
+all-reduce, dominates a clean run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+
+class Samples(Dataset):
+    def __init__(self, size: int, delay: float) -> None:
+        generator = torch.Generator().manual_seed(1)
+        self.x = torch.randn(size, 64, generator=generator)
+        self.y = torch.randn(size, 1, generator=generator)
+        self.delay = delay
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.delay:
+            time.sleep(self.delay)
+        return self.x[index], self.y[index]
+
+    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A whole batch at once (the DataLoader's batched fetch): no per-sample Python cost in a clean run."""
+        if self.delay:
+            time.sleep(self.delay * len(indices))
+        return self.x[indices], self.y[indices]
+
+
+class Sleepy(nn.Module):
+    """Sleeps in forward on one rank: that rank computes slower than the others."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.seconds:
+            time.sleep(self.seconds)
+        return x
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--grad-accum", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--slow-getitem", type=float, default=0.0)
+    parser.add_argument("--sleepy-rank", type=int, default=-1)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--sync-every-micro-batch", action="store_true")
+    parser.add_argument("--find-unused", action="store_true")
+    args = parser.parse_args()
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    if world > 1:
+        dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    sleep = args.sleep if rank == args.sleepy_rank else 0.0
+    model: nn.Module = nn.Sequential(
+        nn.Linear(64, args.hidden), nn.ReLU(), Sleepy(sleep), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+        nn.Linear(args.hidden, 1),
+    )  # fmt: skip
+    if world > 1:
+        model = DistributedDataParallel(model, find_unused_parameters=args.find_unused)
+    dataset = Samples(args.batch_size * args.grad_accum * world * (args.steps + 1), args.slow_getitem)
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, collate_fn=lambda batch: batch)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    batches, step = iter(loader), 0
+    while step < args.steps:
+        for index in range(args.grad_accum):
+            inputs, targets = next(batches)
+            last = index == args.grad_accum - 1
+            skip_sync = world > 1 and not last and not args.sync_every_micro_batch
+            with model.no_sync() if skip_sync else contextlib.nullcontext():
+                loss = F.mse_loss(model(inputs), targets) / args.grad_accum
+                loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        step += 1
+    if world > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

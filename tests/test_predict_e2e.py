@@ -1,0 +1,100 @@
+"""Predict before you pay, for real: a 1-process baseline, then `ddpcli launch` records each 2-process run's
+prediction (the all-reduce probed by torchrun on this machine) before it runs, and compare scores it.
+
+How close the prediction comes is measured by benchmarks/prediction_accuracy.py (this 2-core machine is shared:
+a timing threshold here would fail on load alone); here the bound only catches a model that is off by a factor."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.test_observe_e2e import compare_json, launched_runs
+from tests.test_why_slow_e2e import ARGS, SCRIPT
+
+pytestmark = pytest.mark.e2e
+
+PARAMS = 64 * 512 + 512 + 512 * 512 + 512 + 512 + 1  # the knob script's MLP
+RUNS = f"""
+[defaults]
+script = "{SCRIPT}"
+args = {json.dumps(ARGS)}
+max_steps = 20
+dataset_size = 1000000
+scaling = "none"
+per_device_batch_size = 1024
+lr = 0.01
+env = {{ OMP_NUM_THREADS = "1" }}
+
+[baseline]
+name = "base-1x1024"
+
+[[experiments]]
+name = "2x1024"
+nproc_per_node = 2
+
+[[experiments]]
+name = "2x512x2"
+nproc_per_node = 2
+per_device_batch_size = 512
+grad_accum_steps = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def predicted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    cache = tmp_path_factory.mktemp("cache")
+    os.environ["DDPCLI_CACHE_DIR"] = str(cache)  # a fresh cache: the probe really runs
+    try:
+        runs = launched_runs(tmp_path_factory.mktemp("predict"), RUNS)
+    finally:
+        del os.environ["DDPCLI_CACHE_DIR"]
+    runs["cache"] = {"dir": cache}
+    return runs
+
+
+def test_launch_records_each_later_runs_prediction(predicted: dict[str, dict[str, Any]]) -> None:
+    assert predicted["base-1x1024"]["record"]["prediction"] is None  # nothing ran before it
+    for name in ("2x1024", "2x512x2"):
+        record = predicted[name]["record"]
+        assert record["status"] == "completed"
+        prediction = record["prediction"]
+        model = prediction["prediction"]
+        assert model["comm_source"].startswith("gloo probe, 2 processes")
+        assert sum(model["step_terms_s"].values()) == pytest.approx(prediction["predicted_step_time_s"])
+        memory = model["memory_terms_bytes"]
+        assert memory["params"] == memory["grads"] == memory["optimizer_state"] == 4 * PARAMS  # SGD momentum
+        assert memory["ddp_buckets"] == 4 * PARAMS
+        assert prediction["baseline_run_dir"] == str(predicted["base-1x1024"]["dir"])
+    cached = json.loads((predicted["cache"]["dir"] / "allreduce.json").read_text())
+    assert [key.split("/")[:3] for key in cached] == [["gloo", "2", str(4 * PARAMS)]]  # probed once, then cached
+
+
+def test_compare_scores_the_prediction(predicted: dict[str, dict[str, Any]]) -> None:
+    rows = {row["name"]: row for row in compare_json(predicted["base-1x1024"]["dir"].parent.parent)}
+    assert rows["base-1x1024"]["predicted_samples_per_s"] is None
+    for name in ("2x1024", "2x512x2"):
+        row = rows[name]
+        assert row["prediction_error"] == pytest.approx(row["predicted_samples_per_s"] / row["samples_per_s"] - 1)
+        assert -0.67 < row["prediction_error"] < 2.0, row  # within a factor of 3 even under heavy load
+
+
+def test_plan_predicts_from_the_baseline_with_the_cached_probe(predicted: dict[str, dict[str, Any]]) -> None:
+    base = predicted["base-1x1024"]["dir"]
+    experiments = base.parent.parent.parent / "experiments.toml"
+    env = {**os.environ, "DDPCLI_CACHE_DIR": str(predicted["cache"]["dir"])}
+    result = subprocess.run(
+        [sys.executable, "-m", "ddpcli", "plan", str(experiments), "--json", "--predict-from", str(base)],
+        capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    runs = [plan["baseline"], *plan["experiments"]]
+    assert all(run["predicted_memory_bytes"] > 3 * 4 * PARAMS for run in runs)
+    assert plan["baseline"]["predicted_scaling_efficiency"] == pytest.approx(1.0, rel=0.5)
+    assert plan["experiments"][0]["prediction"]["comm_source"].startswith("gloo probe, 2 processes")

@@ -1,0 +1,110 @@
+"""The time breakdown's arithmetic (ddpcli.rundir.timing) and the why-slow findings' thresholds
+(ddpcli.rundir.slowness), on hand-written `timing` rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ddpcli.rundir.record import Observed
+from ddpcli.rundir.slowness import slowness_findings
+from ddpcli.rundir.timing import model_state, rank_time, time_breakdown
+
+MS = 1_000_000  # ns
+
+
+def row(
+    steps: int = 10, step: float = 1.0, data: float = 0.1, fb: float = 0.6, opt: float = 0.1, **extra: Any
+) -> dict[str, Any]:
+    return {"kind": "timing", "clock": "host", "steps": steps, "step_s": step, "data_s": data,
+            "forward_backward_s": fb, "optimizer_s": opt, "micro_batches": steps, "synced_backwards": 0,
+            "ddp": None, "peak_memory_bytes": 1000, "memory_source": "peak_rss", "threads": 1, "cores": 2,
+            "local_world_size": 1, **extra}  # fmt: skip
+
+
+def ddp(comm_ms: float, overlap_ms: float, **extra: Any) -> dict[str, int]:
+    return {"avg_backward_comm_time": int(comm_ms * MS), "avg_backward_compute_comm_overlap_time": int(overlap_ms * MS),
+            "iteration": 10, "find_unused_parameters": 0, "unused_parameter_size": 0, **extra}  # fmt: skip
+
+
+def test_exposed_communication_comes_out_of_forward_backward() -> None:
+    """10 steps of 0.1 s: 6 ms of backward+forward per step hold 2 all-reduces of 3 ms comm, 1 ms hidden, each."""
+    timed = rank_time(0, row(step=1.0, data=0.1, fb=0.6, opt=0.1, synced_backwards=20, ddp=ddp(3, 1)))
+    assert timed is not None
+    assert timed.step_s == pytest.approx(0.1)
+    assert timed.comm_s == pytest.approx(0.004)  # 2 x (3 - 1) ms
+    assert timed.compute_s == pytest.approx(0.056)
+    assert timed.data_s == pytest.approx(0.01) and timed.optimizer_s == pytest.approx(0.01)
+    assert timed.other_s == pytest.approx(0.02)
+    assert timed.all_reduces_per_step == 2
+
+
+def test_no_ddp_no_communication_and_no_steps_no_breakdown() -> None:
+    timed = rank_time(0, row())
+    assert timed is not None and timed.comm_s == 0 and timed.all_reduces_per_step is None
+    assert time_breakdown({0: row(steps=0)}) is None
+    assert time_breakdown({0: {}}) is None
+
+
+@given(
+    st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 100), st.floats(0, 100),
+    st.integers(0, 8),
+)  # fmt: skip
+def test_parts_are_never_negative(data: float, fb: float, opt: float, step: float, comm: float, overlap: float,
+                                  syncs: int) -> None:  # fmt: skip
+    timed = rank_time(0, row(steps=4, step=step, data=data, fb=fb, opt=opt, synced_backwards=syncs,
+                             ddp=ddp(comm, overlap)))  # fmt: skip
+    assert timed is not None
+    assert min(timed.data_s, timed.compute_s, timed.comm_s, timed.optimizer_s, timed.other_s) >= 0  # type: ignore[type-var]
+    assert timed.compute_s + timed.comm_s == pytest.approx(fb / 4)  # type: ignore[operator]
+
+
+def test_the_median_is_over_ranks() -> None:
+    breakdown = time_breakdown({0: row(step=1.0), 1: row(step=2.0), 2: row(step=6.0)})
+    assert breakdown is not None and breakdown.median.step_s == pytest.approx(0.2)
+    assert [rank.rank for rank in breakdown.ranks] == [0, 1, 2]
+
+
+def codes_for(rows: dict[int, dict[str, Any]], device: str = "cpu") -> set[str]:
+    observed = Observed(world_size=len(rows), device=device, time_breakdown=time_breakdown(rows))
+    return {finding.code for finding in slowness_findings(observed, rows)}
+
+
+def test_thresholds() -> None:
+    assert codes_for({0: row(data=0.24)}) == set()
+    assert codes_for({0: row(data=0.26, fb=0.5)}) == {"input_bound"}
+    # 36% exposed comm on both ranks (threshold 30%): communication-bound; on one rank only: not.
+    bound = {rank: row(fb=0.7, synced_backwards=10, ddp=ddp(36, 0)) for rank in (0, 1)}
+    assert codes_for(bound) == {"communication_bound"}
+    assert codes_for({0: bound[0], 1: row(fb=0.7, synced_backwards=10, ddp=ddp(10, 0))}) == set()
+    below = {rank: row(fb=0.7, synced_backwards=10, ddp=ddp(29, 0)) for rank in (0, 1)}  # 29% of the step
+    assert codes_for(below) == set()
+    # rank 1 computes 0.07 s a step, rank 0 0.01 s and waits 0.06 s for it
+    slow = {0: row(fb=0.7, synced_backwards=10, ddp=ddp(60, 0)), 1: row(fb=0.7, synced_backwards=10, ddp=ddp(1, 0))}
+    assert codes_for(slow) == {"straggler_rank"}
+    short = {rank: {**timed, "steps": 5, "micro_batches": 5, "synced_backwards": 5} for rank, timed in slow.items()}
+    assert codes_for(short) == set()
+
+
+def test_accumulation_oversubscription_and_unused_parameters() -> None:
+    accumulating = dict(micro_batches=20, synced_backwards=20, ddp=ddp(1, 0))
+    assert codes_for({0: row(**accumulating), 1: row(**accumulating)}) == {"accumulation_syncs_every_micro_batch"}
+    assert codes_for({0: row(**{**accumulating, "synced_backwards": 10})}) == set()
+    assert codes_for({0: row(local_world_size=4)}) == {"cpu_oversubscribed"}
+    assert codes_for({0: row(local_world_size=4)}, device="cuda") == set()
+    assert codes_for({0: row(local_world_size=2, threads=2, cores=4)}) == set()
+    unused = ddp(1, 0, find_unused_parameters=1)
+    assert codes_for({0: row(ddp=unused), 1: row(ddp=unused)}) == {"find_unused_parameters_unneeded"}
+    assert codes_for({0: row(ddp=unused), 1: row(ddp={**unused, "unused_parameter_size": 4})}) == set()
+
+
+def test_model_state_is_rank_zeros_bytes() -> None:
+    state = model_state({1: row(param_bytes=8), 0: row(param_bytes=4, optimizer="AdamW", optimizer_state_bytes=12,
+                                                        ddp=ddp(1, 0, bucket_cap_bytes=25 * 2**20))})  # fmt: skip
+    assert state is not None
+    assert (state.param_bytes, state.optimizer, state.optimizer_state_bytes) == (4, "AdamW", 12)
+    assert state.bucket_cap_bytes == 25 * 2**20
+    assert model_state({0: row()}) is None
