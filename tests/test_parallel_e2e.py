@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.test_observe_e2e import SCRIPTS, codes, compare_json, launched_runs
 
 pytestmark = pytest.mark.e2e
@@ -53,7 +54,8 @@ def test_averaging_gradients_is_data_parallel_whatever_does_it(modes: dict[str, 
     assert observed["samples_seen"] == 4 * 16
     assert [row["samples"] for row in modes[mode]["metrics"].rows] == [16, 32, 48, 64]
     assert observed["ddp"] is (mode == "ddp")
-    assert codes(record) == []
+    # Nothing about parallelism; how fast a tiny model runs on a shared CPU is another matter (why-slow codes).
+    assert [code for code in codes(record) if code not in SLOWNESS_CODES] == []
 
 
 def test_ranks_that_never_averaged_gradients_are_separate_trainings(modes: dict[str, dict[str, Any]]) -> None:
@@ -117,6 +119,6 @@ def test_sharded_parameters_are_said_to_be_unchecked(sharded: dict[str, dict[str
     record = sharded[name]["record"]
     assert record["status"] == "completed"
     assert (record["observed"]["data_parallel_size"], record["observed"]["global_batch_size"]) == (2, 16)
-    [finding] = record["findings"]
+    [finding] = [found for found in record["findings"] if found["code"] not in SLOWNESS_CODES]
     assert (finding["code"], finding["severity"]) == ("data_parallel_unchecked", "info")
     assert f"({what})" in finding["message"] and "does not apply" in finding["message"]
