@@ -168,11 +168,11 @@ def test_env_tables_merge_and_script_is_relative_to_file() -> None:
 
 
 def test_plan_json_keys_are_the_contract() -> None:
-    """What `ddpcli plan --json` prints (ddpcli.cli.commands.plan.plan_json, the one place that builds it)."""
-    from ddpcli.cli.commands.plan import plan_json
+    """What `ddpcli plan --json` prints (ddpcli.experiment.report, the one place that builds it)."""
+    from ddpcli.experiment.report import plan_report
 
     plan = plan_of(SEED, {"name": "4x16", "nproc_per_node": 4})
-    data = plan_json(plan, plan.runs, {})
+    data = plan_report(plan).as_json()
     assert set(data) == {"file", "baseline", "experiments"}
     assert tuple(data["baseline"]) == RUN_KEYS
 

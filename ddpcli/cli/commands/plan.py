@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,10 +12,9 @@ from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE, ExperimentFileArgument
 from ddpcli.cli.console import stdout, user_errors
 from ddpcli.cli.render.plan import plan_tables, print_notes
 from ddpcli.errors import ConfigError, UserError
-from ddpcli.experiment.outlook import BatchOutlook, batch_outlook, outlook_note
 from ddpcli.experiment.planning import load_plan, resolve_plan
-from ddpcli.experiment.predict import Prediction
-from ddpcli.experiment.resolved import Plan, ResolvedRun
+from ddpcli.experiment.report import plan_report
+from ddpcli.experiment.resolved import Plan
 from ddpcli.experiment.schema import validate_experiment_data
 from ddpcli.rundir.metrics import measured_noise_scale
 
@@ -122,79 +120,26 @@ def plan_command(
         )
     else:
         plan = load_plan(file or DEFAULT_EXPERIMENT_FILE)
-    plan = with_rendezvous_notes(plan, rdzv_endpoint or plan.cluster.rdzv_endpoint)
     predictions = {}
     if predict_from is not None:
         from ddpcli.launch.probe import predict_runs, read_baseline
 
         predictions = predict_runs(read_baseline(predict_from), plan.select(only), link_gbps)
-        plan = with_prediction_notes(plan, predictions)
     elif link_gbps is not None:
         raise UserError("--link-gbps needs --predict-from")
-    runs = plan.select(only)
-    critical_batch = measured_noise_scale(noise_scale_from) if noise_scale_from is not None else None
-    outlooks = {run.name: batch_outlook(run, plan.baseline, critical_batch) for run in plan.runs}
+    report = plan_report(
+        plan,
+        only,
+        endpoint=rdzv_endpoint or plan.cluster.rdzv_endpoint,
+        critical_batch=measured_noise_scale(noise_scale_from) if noise_scale_from is not None else None,
+        predictions=predictions,
+    )
     if as_json:
-        print(json.dumps(plan_json(plan, runs, outlooks, predictions), indent=2, allow_nan=False))
+        print(json.dumps(report.as_json(), indent=2, allow_nan=False))
         return
-    for table in plan_tables(plan, runs, outlooks, stdout.width):
+    for table in plan_tables(report.plan, report.runs, report.outlooks, stdout.width):
         stdout.print(table)
-    print_notes(stdout, runs, outlooks)
-
-
-def plan_json(
-    plan: Plan,
-    runs: list[ResolvedRun],
-    outlooks: dict[str, BatchOutlook | None],
-    predictions: dict[str, Prediction] | None = None,
-) -> dict[str, Any]:
-    """`{"file", "baseline", "experiments"}`; a run whose critical batch is known also gets the outlook keys, and
-    with --predict-from the predicted_* keys and the model term by term."""
-
-    def run_json(run: ResolvedRun) -> dict[str, Any]:
-        data = run.as_json()
-        if run.name in (predictions or {}):
-            data = {**data, **predictions[run.name].as_json()}  # type: ignore[index]
-        outlook = outlooks.get(run.name)
-        if outlook is not None:
-            note = outlook_note(run, outlook)
-            data = {**data, **outlook.as_json(), "notes": [*data["notes"], *([note] if note else [])]}
-        return data
-
-    return {
-        "file": plan.file,
-        "baseline": run_json(plan.baseline),
-        "experiments": [run_json(run) for run in runs if run is not plan.baseline],
-    }
-
-
-def with_prediction_notes(plan: Plan, predictions: dict[str, Prediction]) -> Plan:
-    """Each predicted run gets its prediction as one line of notes."""
-
-    def noted(run: ResolvedRun) -> ResolvedRun:
-        found = predictions.get(run.name)
-        return replace(run, notes=[*run.notes, found.note()]) if found is not None else run
-
-    return replace(plan, baseline=noted(plan.baseline), experiments=[noted(run) for run in plan.experiments])
-
-
-NO_ENDPOINT_NOTE = (
-    "No rendezvous endpoint is known yet, which planning does not need but a launch does: `ddpcli launch` takes "
-    'rdzv_endpoint = "host:port" (and rdzv_id) in [cluster] or --rdzv-endpoint and --rdzv-id, the same on every '
-    "node; `ddpcli slurm` fills both in from the job."
-)
-
-
-def with_rendezvous_notes(plan: Plan, endpoint: str | None) -> Plan:
-    """Multi-node runs with no endpoint yet get a note: previewing a 32 x 8 setting needs no cluster, and
-    `launch` refuses such a run itself."""
-    if endpoint:
-        return plan
-
-    def noted(run: ResolvedRun) -> ResolvedRun:
-        return replace(run, notes=[*run.notes, NO_ENDPOINT_NOTE]) if run.is_multi_node else run
-
-    return replace(plan, baseline=noted(plan.baseline), experiments=[noted(run) for run in plan.experiments])
+    print_notes(stdout, report.runs)
 
 
 def _quick_plan(

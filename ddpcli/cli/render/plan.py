@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from ddpcli.cli.render.format import MISSING, fmt_number
 from ddpcli.cli.render.layout import Column, fitted_tables, print_bullets
-from ddpcli.experiment.outlook import BatchOutlook, outlook_note
+from ddpcli.experiment.outlook import BatchOutlook
 from ddpcli.experiment.resolved import Plan, ResolvedRun
 
 COLUMNS = (
@@ -90,11 +90,7 @@ def _plan_row(run: ResolvedRun) -> list[str]:
     ]  # fmt: skip
 
 
-def print_notes(
-    console: Console, runs: Sequence[ResolvedRun], outlooks: Mapping[str, BatchOutlook | None] | None = None
-) -> None:
-    """Each run's notes (and the far-above-critical warning) under its name."""
+def print_notes(console: Console, runs: Sequence[ResolvedRun]) -> None:
+    """Each run's notes under its name (ddpcli.experiment.report has put every note in them)."""
     for run in runs:
-        outlook = (outlooks or {}).get(run.name)
-        extra = outlook_note(run, outlook) if outlook else None
-        print_bullets(console, run.name, [*run.notes, *([extra] if extra else [])])
+        print_bullets(console, run.name, run.notes)
