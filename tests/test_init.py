@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
 from ddpcli.errors import UserError
+from ddpcli.experiment.loading import parse_experiment_text
 from ddpcli.experiment.planning import load_plan, resolve_plan
 from ddpcli.experiment.resolved import Plan
-from ddpcli.experiment.schema import parse_experiment_text
 from ddpcli.init.help_text import parse_help
 from ddpcli.init.roles import find_flags
 from ddpcli.init.scaffold import InitRequest, build_experiment, default_world_sizes, keep_global_batch

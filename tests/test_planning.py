@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ddpcli.errors import ConfigError
+from ddpcli.experiment.loading import validate_experiment_data
 from ddpcli.experiment.planning import resolve_plan
 from ddpcli.experiment.resolved import Plan
-from ddpcli.experiment.schema import validate_experiment_data
 from tests.contract_keys import RUN_KEYS
 
 SOURCE = Path("/tmp/exp/experiments.toml")

@@ -26,9 +26,9 @@ from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
 from ddpcli.errors import UserError
+from ddpcli.experiment.loading import validate_experiment_data
 from ddpcli.experiment.planning import resolve_plan
 from ddpcli.experiment.resolved import ResolvedRun
-from ddpcli.experiment.schema import validate_experiment_data
 from ddpcli.jsonvalues import read_json
 from ddpcli.rundir.layout import PARAMS_FILE, RUN_FILE
 from ddpcli.slurm.sbatch import PORT_BASE, PORT_SPAN, SlurmOptions, sbatch_script

@@ -58,7 +58,7 @@ def _declared_baseline(record: RunRecord, cache: BaselineCache) -> tuple[str | N
 
 def _file_baseline_name(path: Path, sha256: str | None) -> str | None:
     """[baseline].name of an experiment file, if it is readable and is still the file the run was launched from."""
-    from ddpcli.experiment.schema import load_experiment_file  # here: importing ddpcli.compare stays free of pydantic
+    from ddpcli.experiment.loading import load_experiment_file  # here: importing ddpcli.compare stays free of pydantic
 
     try:
         if sha256 and hashlib.sha256(path.read_bytes()).hexdigest() != sha256:

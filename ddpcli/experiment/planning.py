@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpcli.errors import ConfigError, OptionError
+from ddpcli.experiment.loading import load_experiment_file, validate_experiment_data
 from ddpcli.experiment.notes import run_notes
 from ddpcli.experiment.resolved import Plan, ResolvedRun, samples_kept_warmup
 from ddpcli.experiment.schema import (
@@ -22,9 +23,7 @@ from ddpcli.experiment.schema import (
     ExperimentFile,
     RunEntry,
     RunFields,
-    load_experiment_file,
     nnodes_problem,
-    validate_experiment_data,
 )
 from ddpcli.launch.argv import check_placeholders
 

@@ -183,7 +183,7 @@ def _emit(text: str, output: Path, force: bool, to_stdout: bool) -> None:
 
 def _check_plans(scaffold: Scaffold, output: Path) -> None:
     """The text must be what `ddpcli plan` accepts; a failure here is a bug in init, shown with the text's error."""
-    from ddpcli.experiment.schema import parse_experiment_text
+    from ddpcli.experiment.loading import parse_experiment_text
 
     resolve_plan(parse_experiment_text(scaffold.text, output), output)
 

@@ -12,10 +12,10 @@ from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE, ExperimentFileArgument
 from ddpcli.cli.console import stdout, user_errors
 from ddpcli.cli.render.plan import plan_tables, print_notes
 from ddpcli.errors import ConfigError, UserError
+from ddpcli.experiment.loading import validate_experiment_data
 from ddpcli.experiment.planning import load_plan, resolve_plan
 from ddpcli.experiment.report import plan_report
 from ddpcli.experiment.resolved import Plan
-from ddpcli.experiment.schema import validate_experiment_data
 from ddpcli.rundir.metrics import measured_noise_scale
 
 QUICK = "Quick form (no file)"
