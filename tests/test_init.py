@@ -453,3 +453,12 @@ options:
     options = parse_help(text)
     assert [option.flags for option in options] == [("-h", "--help"), ("--batch-size",)]
     assert find_flags(options)["per_device_batch_size"].default == "16"
+
+
+def test_a_run_that_keeps_the_per_device_batch_says_whether_its_lr_is_scaled() -> None:
+    """A hard-coded lr is kept (scaling = "none"): the run's comment must not say "lr scaled"."""
+    code, hard_coded, _ = init(SCRIPTS / "no_flags.py", "--print")
+    assert code == 0
+    assert "# keeps the per-device batch 32: global 64, same lr (the script's own)" in hard_coded
+    code, wired, _ = init(SCRIPTS / "argparse_dashes.py", "--print")
+    assert code == 0 and "global 64, lr scaled" in wired and "same lr" not in wired

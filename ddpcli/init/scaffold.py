@@ -138,7 +138,9 @@ def _experiments(request: InitRequest, wiring: Wiring) -> list[tuple[dict[str, o
         same: dict[str, object] = {"name": run_name(size, wiring.batch, wiring.accum), "nproc_per_node": size}
         if wiring.accum != 1:  # an experiment never inherits the baseline's accumulation: say it again
             same |= {"per_device_batch_size": wiring.batch, "grad_accum_steps": wiring.accum}
-        runs.append((same, f"keeps the per-device batch {wiring.batch}: global {global_batch * size}, lr scaled"))
+        kept_lr = any(key == "scaling" and value == "none" for key, value, _ in wiring.defaults)
+        lr_words = "same lr (the script's own)" if kept_lr else "lr scaled"
+        runs.append((same, f"keeps the per-device batch {wiring.batch}: global {global_batch * size}, {lr_words}"))
         split = keep_global_batch(global_batch, size, wiring.batch, wiring.accum, wiring.batch_wired,
                                   wiring.accum_wired)  # fmt: skip
         if split is None:
