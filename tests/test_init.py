@@ -461,4 +461,4 @@ def test_a_run_that_keeps_the_per_device_batch_says_whether_its_lr_is_scaled() -
     assert code == 0
     assert "# keeps the per-device batch 32: global 64, same lr (the script's own)" in hard_coded
     code, wired, _ = init(SCRIPTS / "argparse_dashes.py", "--print")
-    assert code == 0 and "global 64, lr scaled" in wired and "same lr" not in wired
+    assert code == 0 and "global 64, lr scaled" in wired and "same lr (the script's own)" not in wired
