@@ -56,12 +56,17 @@ def gone_within(marker: bytes, seconds: float) -> bool:
     return False
 
 
-def test_sigkill_of_the_launcher_stops_torchrun_and_workers(tmp_path: Path) -> None:
+def launch_in_background(tmp_path: Path) -> subprocess.Popen[bytes]:
+    """`ddpcli launch` of FILE as a user starts it, left running for the test to kill."""
     path = write_toml(tmp_path, FILE)
-    launcher = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "ddpcli", "launch", str(path)],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+def test_sigkill_of_the_launcher_stops_torchrun_and_workers(tmp_path: Path) -> None:
+    launcher = launch_in_background(tmp_path)
     marker = b""
     try:
         run_dir = wait_for_observed_steps(tmp_path)
@@ -97,11 +102,7 @@ def test_sigkill_of_the_launcher_stops_torchrun_and_workers(tmp_path: Path) -> N
 def test_workers_stop_when_torchrun_and_launcher_are_both_killed(tmp_path: Path) -> None:
     """One level down: torchrun killed hard too (frozen first, so it cannot act on its parent-death signal), the
     workers' parent is gone: each worker's observer notices within seconds and stops its process."""
-    path = write_toml(tmp_path, FILE)
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "ddpcli", "launch", str(path)],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    launcher = launch_in_background(tmp_path)
     marker = b""
     try:
         run_dir = wait_for_observed_steps(tmp_path)
