@@ -1,7 +1,6 @@
 """What the observer writes about the run as a whole: the `run` row at the first optimizer step, the `end` rows and
 rank 0's final parameters when the script is done."""
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ddpcli.worker.observer.parallel import params_row
 from ddpcli.worker.observer.reading import initial_lrs
+from ddpcli.worker.tensors import save_atomic
 
 _SYNCHRONISED_BATCHNORM = ("SyncBatchNorm", "CrossProcessBatchNorm")
 
@@ -88,6 +88,4 @@ def save_params(optimizers: list[torch.optim.Optimizer], path: Path) -> None:
         for g, group in enumerate(optimizer.param_groups)
         for i, param in enumerate(group["params"])
     }
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(state, temp)
-    os.replace(temp, path)
+    save_atomic(state, path)

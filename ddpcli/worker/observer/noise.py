@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ddpcli.worker.runtime.noise import _squared_norm
+from ddpcli.worker.tensors import squared_norm
 
 
 class BucketNorms:
@@ -39,12 +39,12 @@ class BucketNorms:
             self.small, self.big = [], []
         small, big = self.small, self.big
         buffer = bucket.buffer()
-        small.append(_squared_norm(buffer))
+        small.append(squared_norm(buffer))
         buffer.div_(group.size())
 
         def averaged(future: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
             reduced = future.value()[0]
-            big.append(_squared_norm(reduced))  # list.append: safe from gloo's callback threads
+            big.append(squared_norm(reduced))  # list.append: safe from gloo's callback threads
             return reduced
 
         return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(averaged)

@@ -23,6 +23,7 @@ from ddpcli.worker.runtime.data import EpochLoader
 from ddpcli.worker.runtime.models import LocalModel, convert_batchnorm, unwrap
 from ddpcli.worker.runtime.noise import GradScale, NoiseMeter
 from ddpcli.worker.stream import rank_stream
+from ddpcli.worker.tensors import save_atomic
 
 
 def init(
@@ -214,7 +215,7 @@ class Context:
                 "rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
             }
-            _save_atomic(state, self.run_dir / CHECKPOINT_FILE)
+            save_atomic(state, self.run_dir / CHECKPOINT_FILE)
         if dist.is_initialized():
             dist.barrier()
         return True
@@ -253,7 +254,7 @@ class Context:
         """
         if model is not None and self.is_main and self.run_dir is not None:
             state = {key: value.detach().cpu() for key, value in unwrap(model).state_dict().items()}
-            _save_atomic(state, self.run_dir / PARAMS_FILE)
+            save_atomic(state, self.run_dir / PARAMS_FILE)
         stream = rank_stream()
         if stream is not None:
             stream.flush()
@@ -299,11 +300,3 @@ def _short(value: Any) -> str:
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     return f"{value:.6g}" if isinstance(value, float) else str(value)
-
-
-def _save_atomic(state: dict[str, Any], path: Path) -> None:
-    """Write beside the target and rename, so a reader never loads half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(state, temp)
-    os.replace(temp, path)

@@ -13,6 +13,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpcli import noise_scale as gns
+from ddpcli.worker.tensors import squared_norm
 
 GradScale = float | torch.Tensor | Callable[[], float | torch.Tensor]
 
@@ -73,12 +74,12 @@ class NoiseMeter:
         group = process_group if process_group is not None else dist.group.WORLD
         buffer = bucket.buffer()
         step = self._begin_step() if bucket.index() == 0 else self._pending[-1]  # buckets run in index order
-        step.small.append(_squared_norm(buffer))
+        step.small.append(squared_norm(buffer))
         buffer.div_(group.size())  # before the sum, as torch's allreduce_hook does (no fp16 overflow)
 
         def averaged(future: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
             reduced = future.value()[0]
-            step.big.append(_squared_norm(reduced))  # list.append: safe from gloo's callback threads
+            step.big.append(squared_norm(reduced))  # list.append: safe from gloo's callback threads
             return reduced
 
         return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(averaged)
@@ -91,7 +92,7 @@ class NoiseMeter:
         """World size 1: the step's micro-batches are done; .grad now holds the accumulated gradient."""
         step, self._accumulating = self._accumulating, None
         if step is not None:
-            step.big.extend(_squared_norm(param.grad) for param in self._params if param.grad is not None)
+            step.big.extend(squared_norm(param.grad) for param in self._params if param.grad is not None)
 
     def read(self) -> gns.NoiseScaleTracker:
         """This rank's EMAs, including every completed step."""
@@ -107,7 +108,7 @@ class NoiseMeter:
 
     def _micro_batch_hook(self, grad: torch.Tensor) -> None:
         if self._accumulating is not None:
-            self._accumulating.small.append(_squared_norm(grad))
+            self._accumulating.small.append(squared_norm(grad))
 
     def _drain(self) -> None:
         """Copy the completed steps' norms to the host in one transfer and feed them to the tracker in order."""
@@ -121,13 +122,6 @@ class NoiseMeter:
             big = sum(itertools.islice(values, len(step.big)))
             scale_sq = float(step.scale_sq)
             self.tracker.update(step.small_factor * small / scale_sq, big / scale_sq)
-
-
-def _squared_norm(tensor: torch.Tensor) -> torch.Tensor:
-    """|t|^2 as one fp32 dot product: the cheapest form, and this runs for every bucket of every step."""
-    flat = tensor.reshape(-1)
-    flat = flat if flat.dtype == torch.float32 else flat.float()
-    return torch.dot(flat, flat)
 
 
 def _current_scale(grad_scale: GradScale | None) -> float | torch.Tensor:
