@@ -91,13 +91,6 @@ def _tagged(rank: int, rows: Mapping[int, dict[str, Any]]) -> Iterator[tuple[int
     return ((step, rank, row) for step, row in ascending(rows))
 
 
-def per_step_batches(ranks: dict[int, RankObservation]) -> tuple[Counted, Counted, Counted]:
-    """Per-device batch (samples per micro-batch), accumulation (micro-batches per step), global batch (samples of
-    a step over every rank), each the value most steps had."""
-    totals = step_totals(ranks)
-    return Counted.of(totals.per_device), Counted.of(totals.accumulation), Counted.of(totals.global_batch)
-
-
 def distinct_samples(ranks: dict[int, RankObservation]) -> bool | None:
     """False when every rank saw the very same first batches (no sharding); None when it cannot be told."""
     prints = [seen.fingerprints for seen in ranks.values() if seen.fingerprints]
