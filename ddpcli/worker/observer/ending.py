@@ -19,7 +19,7 @@ _SYNCHRONISED_BATCHNORM = ("SyncBatchNorm", "CrossProcessBatchNorm")
 def run_row(observer: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """World size, backend, device, DDP and its options, the models, BatchNorm layers, AMP."""
     params = [param for group in optimizer.param_groups for param in group["params"]]
-    modules = observer._modules()
+    modules = observer.models.modules()
     norms = [layer for module in modules for layer in module.modules() if isinstance(layer, _BatchNorm)]
     synchronised = sum(type(layer).__name__ in _SYNCHRONISED_BATCHNORM for layer in norms)
     return {
@@ -67,13 +67,13 @@ def end_rows(observer: Any) -> list[dict[str, Any]]:
         "loaders": loaders,
         "initial_lr": initial_lrs(observer.optimizers[0]) if observer.optimizers else None,
         "amp": observer.amp,
-        "script_comm_hook": observer.script_comm_hook,
-        "noise_scale_requested": observer.measure_noise,
-        "noise_scale_by": "observer" if observer.noise is not None else "runtime" if observer.runtime_noise else None,
+        "script_comm_hook": observer.noise.script_comm_hook,
+        "noise_scale_requested": observer.noise.requested,
+        "noise_scale_by": observer.noise.by,
     }
     rows = [end]
     if observer.optimizers:
-        rows.append(params_row(observer.optimizers, observer._modules(), "end"))
+        rows.append(params_row(observer.optimizers, observer.models.modules(), "end"))
     return rows
 
 

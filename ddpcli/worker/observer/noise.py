@@ -1,15 +1,20 @@
-"""The gradient noise scale of any script's DDP model: what `noise_scale = true` asks the observer for.
+"""The gradient noise scale of a DDP model: the one communication hook that measures it, and the observer's
+bookkeeping around it (what `noise_scale = true` asks for).
 
 A DDP communication hook sees each gradient bucket before the average-all-reduce (this rank's gradient over its
 per_device_batch_size x grad_accum_steps samples: the small batch) and after it (the global batch's gradient: the
 big batch). Per optimizer step the observer puts the two squared norms, still tensors on the device, into the
 rank's stream; the host averages the small one over ranks, keeps the EMAs and computes B_simple after the run
-(ddpcli.rundir.merge, ddpcli.noise_scale). No host sync and no collective beyond the all-reduce DDP does
-anyway. Same measurement as the runtime helper's NoiseMeter (ddpcli.worker.runtime.noise), which the observer
-leaves alone when a script measures with it.
+(ddpcli.rundir.merged_rows, ddpcli.noise_scale). No host sync and no collective beyond the all-reduce DDP does
+anyway. The runtime helper's NoiseMeter (ddpcli.worker.runtime.noise) registers this same hook class when a
+script measures through it, and the observer then leaves the model alone.
 
 No `from __future__ import annotations` here: DDP checks a comm hook's annotations against the real classes.
 """
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -18,14 +23,28 @@ from torch.nn.parallel import DistributedDataParallel
 from ddpcli.worker.tensors import squared_norm
 
 
-class BucketNorms:
-    """The squared norms of the last reduction's buckets, before and after averaging. A reduction starts at bucket 0
-    (DDP reduces buckets in index order); only the last one before an optimizer step counts, which is the whole
-    accumulated gradient when the script skips the others with no_sync()."""
+@dataclasses.dataclass
+class Reduction:
+    """One all-reduce of every bucket (one backward that synchronised): each bucket's squared norm before and after
+    averaging, device tensors appended as the buckets go (the after-norms from gloo's callback threads)."""
 
-    def __init__(self) -> None:
-        self.small: list[torch.Tensor] = []
-        self.big: list[torch.Tensor] = []
+    small: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    big: list[torch.Tensor] = dataclasses.field(default_factory=list)
+
+    def complete(self) -> bool:
+        return bool(self.small) and len(self.big) == len(self.small)
+
+
+class BucketNorms:
+    """The comm hook: DDP's default average-all-reduce plus the squared norm of each bucket before and after it.
+
+    A reduction starts at bucket 0 (DDP reduces buckets in index order); `new_reduction` makes its record (the
+    runtime's keeps the loss scale of that step and queues it). The observer takes only the last reduction before
+    an optimizer step, which is the whole accumulated gradient when the script skips the others with no_sync()."""
+
+    def __init__(self, new_reduction: Callable[[], Reduction] = Reduction) -> None:
+        self.new_reduction = new_reduction
+        self.current: Reduction | None = None
 
     def attach(self, model: DistributedDataParallel) -> None:
         model.register_comm_hook(None, self.comm_hook)
@@ -33,26 +52,77 @@ class BucketNorms:
     def comm_hook(
         self, process_group: dist.ProcessGroup | None, bucket: dist.GradBucket
     ) -> torch.futures.Future[torch.Tensor]:
-        """DDP's default average-all-reduce (divide, then sum, as torch's allreduce_hook), plus the two norms."""
+        """Divide, then sum, as torch's allreduce_hook does (no fp16 overflow), measuring on either side."""
         group = process_group if process_group is not None else dist.group.WORLD
-        if bucket.index() == 0:
-            self.small, self.big = [], []
-        small, big = self.small, self.big
+        if bucket.index() == 0 or self.current is None:
+            self.current = self.new_reduction()
+        reduction = self.current
         buffer = bucket.buffer()
-        small.append(squared_norm(buffer))
+        reduction.small.append(squared_norm(buffer))
         buffer.div_(group.size())
 
         def averaged(future: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
             reduced = future.value()[0]
-            big.append(squared_norm(reduced))  # list.append: safe from gloo's callback threads
+            reduction.big.append(squared_norm(reduced))  # list.append: safe from gloo's callback threads
             return reduced
 
         return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(averaged)
 
     def take(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """This step's |G_small|^2 and |G_big|^2 as device tensors (no sync); None when no reduction completed."""
-        small, big = self.small, self.big
-        self.small, self.big = [], []
-        if not small or len(big) != len(small):
+        """The last reduction's |G_small|^2 and |G_big|^2 as device tensors (no sync); None when none completed."""
+        reduction, self.current = self.current, None
+        if reduction is None or not reduction.complete():
             return None
-        return torch.stack(small).sum(), torch.stack(big).sum()
+        return torch.stack(reduction.small).sum(), torch.stack(reduction.big).sum()
+
+
+class NoiseWatch:
+    """Whether and by whom a run's noise scale is measured: the observer hooks the DDP model at its first training
+    forward, late enough for a script (or Lightning, accelerate, the runtime helper) to have registered a comm hook
+    of its own, which then wins."""
+
+    def __init__(self, requested: bool) -> None:
+        self.requested = requested
+        self.script_comm_hook = False  # the script registered a comm hook of its own (nothing is measured)
+        self.by_runtime = False  # the runtime helper's NoiseMeter registered the hook (it measures and logs)
+        self.norms: BucketNorms | None = None  # the observer's own hook, once attached
+
+    @property
+    def by(self) -> str | None:
+        """The end row's `noise_scale_by`."""
+        return "observer" if self.norms is not None else "runtime" if self.by_runtime else None
+
+    def hook_registered(self, hook: Any) -> None:
+        """A comm hook is being registered on a DDP model (the observer's own passes through here too)."""
+        if self.norms is not None and hook == self.norms.comm_hook:
+            return
+        if isinstance(getattr(hook, "__self__", None), BucketNorms):
+            self.by_runtime = True  # the same hook class, registered by the runtime helper's NoiseMeter
+        else:
+            self.script_comm_hook = True
+
+    def model_forward(self, model: Any) -> None:
+        """A top-level module's training forward: a DDP model gets the hook, unless one is there already."""
+        if not self.requested or self.norms is not None or not isinstance(model, DistributedDataParallel):
+            return
+        if self.script_comm_hook or self.by_runtime:
+            return
+        self.norms = BucketNorms()  # set first: the registration passes through hook_registered
+        try:
+            self.norms.attach(model)
+        except Exception:
+            self.norms = None
+            raise
+
+    def take(self, scaler: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """This step's squared norms; under a GradScaler the buckets held gradients x scale, so both are divided by
+        scale^2 (the scale tensor is read now, on the device, before the scaler's update changes it in place)."""
+        norms = self.norms.take() if self.norms is not None else None
+        if norms is None:
+            return None
+        small, big = norms
+        scale = getattr(scaler, "_scale", None) if scaler is not None else None
+        if not isinstance(scale, torch.Tensor):
+            return small, big
+        factor = scale.detach().reshape(()).float().to(small.device).square()
+        return small / factor, big / factor

@@ -28,8 +28,8 @@ process group while rank 0 still saves can hang (`ctx.finish`), and a restart mu
 left off (`ctx.checkpoint`, `ctx.resume`). The same script runs under `ddpcli launch`, plain `torchrun` and plain
 `python` (world size 1, no process group). The file names and RUN keys follow docs/contracts.md.
 
-Modules: context (Context, init), data (EpochLoader), models (LocalModel, CrossProcessBatchNorm), noise (the
-noise-scale meter). Like the observer, this is worker-side code: the only part of ddpcli that imports torch.
+Modules: context (Context, init), checkpoints (checkpoint and resume), data (EpochLoader), models (LocalModel,
+CrossProcessBatchNorm), noise (the noise-scale meter, with the observer's comm hook). Like the observer, this is worker-side code: the only part of ddpcli that imports torch.
 """
 
 from collections.abc import Callable

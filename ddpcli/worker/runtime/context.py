@@ -1,5 +1,3 @@
-# Over 300 lines on purpose: Context is one object a script holds, and its methods read best together. The split
-# when it grows: checkpoint/resume into runtime/checkpoints.py.
 """Context: what one training process knows about its run, and the DDP-aware operations on it (made by init())."""
 
 import contextlib
@@ -17,8 +15,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ddpcli import noise_scale as gns
-from ddpcli.rundir.layout import CHECKPOINT_FILE, PARAMS_FILE
+from ddpcli.rundir.layout import PARAMS_FILE
 from ddpcli.worker import process_group
+from ddpcli.worker.runtime.checkpoints import announce_resume, load_checkpoint, restarted, save_checkpoint
 from ddpcli.worker.runtime.data import EpochLoader
 from ddpcli.worker.runtime.models import LocalModel, convert_batchnorm, unwrap
 from ddpcli.worker.runtime.noise import GradScale, NoiseMeter
@@ -200,22 +199,15 @@ class Context:
         """Every `every` optimizer steps, rank 0 saves what a restart needs to go on exactly; True if it saved.
 
         Model and optimizer state, the step (the data order is a function of it: see `EpochLoader.steps`), the
-        RNG states and the logged time. Written to a temporary file and renamed, so a crash while saving leaves
-        the previous checkpoint intact. Every rank must call it (it ends with a barrier, so that no rank runs on
-        past a checkpoint the others could not resume from). Needs a run directory (`ddpcli launch`).
+        RNG states and the logged time (runtime/checkpoints.py). Written to a temporary file and renamed, so a
+        crash while saving leaves the previous checkpoint intact. Every rank must call it (it ends with a barrier,
+        so that no rank runs on past a checkpoint the others could not resume from). Needs a run directory
+        (`ddpcli launch`).
         """
         if every <= 0 or step % every or self.run_dir is None:
             return False
         if self.is_main:
-            state = {
-                "step": step,
-                "time": time.perf_counter() - self._start,
-                "model": unwrap(model).state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
-            }
-            save_atomic(state, self.run_dir / CHECKPOINT_FILE)
+            save_checkpoint(self.run_dir, step, time.perf_counter() - self._start, model, optimizer, self.device)
         if dist.is_initialized():
             dist.barrier()
         return True
@@ -228,20 +220,12 @@ class Context:
         are replaced by this attempt's (each step appears once). Call it after `wrap()` and before the loop, on
         every rank.
         """
-        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 or os.environ.get("DDPCLI_RESUME") == "1"
-        path = self.run_dir / CHECKPOINT_FILE if self.run_dir is not None else None
-        if not restarted or path is None:
+        if not restarted() or self.run_dir is None:
             return 0
-        state = torch.load(path, map_location=self.device, weights_only=True) if path.exists() else None
-        step = int(state["step"]) if state is not None else 0
-        if state is not None:
-            unwrap(model).load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            torch.set_rng_state(state["rng"].cpu())
-            if state["cuda_rng"]:
-                torch.cuda.set_rng_state_all([value.cpu() for value in state["cuda_rng"]])
-            self._start = time.perf_counter() - float(state["time"])  # logged time goes on, minus the downtime
-        _announce_resume(step)
+        step, elapsed = load_checkpoint(self.run_dir, model, optimizer, self.device)
+        if elapsed is not None:
+            self._start = time.perf_counter() - elapsed  # logged time goes on, minus the downtime
+        announce_resume(step)
         if dist.is_initialized():
             dist.barrier()
         return step
@@ -283,16 +267,6 @@ class Context:
             small = self.batch_size * self.accum_steps
             return small, small * self.world_size
         return (self.batch_size, self.batch_size * self.accum_steps) if self.accum_steps > 1 else None
-
-
-def _announce_resume(step: int) -> None:
-    from ddpcli.worker.observer.hooks import active
-
-    observer, stream = active(), rank_stream()
-    if observer is not None:
-        observer.resumed_at(step)
-    elif stream is not None:
-        stream.add({"kind": "resume", "step": step})
 
 
 def _short(value: Any) -> str:

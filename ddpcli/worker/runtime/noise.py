@@ -1,52 +1,52 @@
-"""Measuring |G_small|^2 and |G_big|^2 once per optimizer step, for the gradient noise scale (ddpcli.noise_scale).
-
-No `from __future__ import annotations` here: DDP checks a comm hook's annotations against the real classes.
-"""
+"""Measuring |G_small|^2 and |G_big|^2 once per optimizer step, for the gradient noise scale (ddpcli.noise_scale),
+when a script asks the runtime helper for it: with DDP through the observer's comm hook class, at world size 1
+through parameter hooks on the micro-batches of gradient accumulation (which no DDP hook sees)."""
 
 import dataclasses
 import itertools
 from collections.abc import Callable
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpcli import noise_scale as gns
+from ddpcli.worker.observer.noise import BucketNorms, Reduction
 from ddpcli.worker.tensors import squared_norm
 
 GradScale = float | torch.Tensor | Callable[[], float | torch.Tensor]
 
 
 @dataclasses.dataclass
-class _StepNorms:
-    """The squared norms one optimizer step produced, kept on the device until the next log reads them."""
+class _StepNorms(Reduction):
+    """The squared norms one optimizer step produced, kept on the device until the next log reads them: per bucket
+    (DDP, filled by the observer's comm hook class), or per parameter x micro-batch and per parameter (world size 1)."""
 
-    scale_sq: float | torch.Tensor  # the AMP loss scale squared, divided out when read
+    scale_sq: float | torch.Tensor = 1.0  # the AMP loss scale squared, divided out when read
     small_factor: float = 1.0  # world size 1: puts micro-batch norms into the accumulated gradient's units
-    small: list[torch.Tensor] = dataclasses.field(default_factory=list)  # per bucket, or parameter x micro-batch
-    big: list[torch.Tensor] = dataclasses.field(default_factory=list)  # one per bucket (DDP) or parameter
 
 
 class NoiseMeter:
     """Measures |G_small|^2 and |G_big|^2 once per optimizer step for the gradient noise scale.
 
-    With DDP (world size > 1), a communication hook sees each gradient bucket before averaging: the squared
-    norm of the local bucket is this rank's small-batch gradient, the squared norm after the average-all-reduce
-    the global-batch gradient. Under gradient accumulation the hook fires only on the last micro-batch, whose
-    buckets hold the whole accumulated local gradient, so the small batch is per_device_batch_size x
-    grad_accum_steps samples (not one micro-batch), and B_big the global batch. At world size 1 with
-    accumulation, parameter hooks see each micro-batch's gradient before it is added to .grad: the small batch
-    is one micro-batch and the big one the accumulated step. The script's loss normalisation (dividing by the
-    accumulation count or not) scales both norms alike, so it cancels in the ratio; the micro-batch norms are
-    put in the accumulated gradient's units (x accum_steps^2) so that grad_sq_small and grad_sq_big compare.
+    With DDP (world size > 1), the observer's communication hook class (ddpcli.worker.observer.noise.BucketNorms,
+    the one hook that measures) sees each gradient bucket before averaging: the squared norm of the local bucket
+    is this rank's small-batch gradient, the squared norm after the average-all-reduce the global-batch gradient;
+    each reduction is one optimizer step here, queued with the loss scale of its backward. Under gradient
+    accumulation the hook fires only on the last micro-batch, whose buckets hold the whole accumulated local
+    gradient, so the small batch is per_device_batch_size x grad_accum_steps samples (not one micro-batch), and
+    B_big the global batch. At world size 1 with accumulation, parameter hooks see each micro-batch's gradient
+    before it is added to .grad: the small batch is one micro-batch and the big one the accumulated step. The
+    script's loss normalisation (dividing by the accumulation count or not) scales both norms alike, so it cancels
+    in the ratio; the micro-batch norms are put in the accumulated gradient's units (x accum_steps^2) so that
+    grad_sq_small and grad_sq_big compare.
 
     Cost per step: one dot product per bucket before and one after the all-reduce, no host sync and no extra
-    collective. The norms stay on the device until ctx.log (which syncs anyway) copies them out in one transfer
-    and feeds them, step by step, to this rank's NoiseScaleTracker. Only the small-batch EMA differs between
-    ranks; it rides in the log's all-reduce as one more number (averaging each rank's EMA equals the EMA of
-    the rank average: the EMA is linear). Under AMP both norms are divided by the loss scale squared, read while
-    the step's backward runs. A step with a non-finite norm (an AMP overflow) is left out.
+    collective. The norms stay on the device until ctx.log copies them out in one transfer and feeds them, step by
+    step, to this rank's NoiseScaleTracker. Only the small-batch EMA differs between ranks; the merge averages it
+    over ranks (averaging each rank's EMA equals the EMA of the rank average: the EMA is linear). Under AMP both
+    norms are divided by the loss scale squared, read while the step's backward runs. A step with a non-finite norm
+    (an AMP overflow) is left out.
     """
 
     MAX_PENDING_STEPS = 256  # read out at least this often, for scripts that log rarely
@@ -61,28 +61,11 @@ class NoiseMeter:
     def attach(self, model: nn.Module, grad_scale: GradScale | None) -> None:
         self.grad_scale = grad_scale
         if isinstance(model, DistributedDataParallel):
-            model.register_comm_hook(None, self.comm_hook)
+            BucketNorms(self._begin_step).attach(model)  # the observer sees the class and measures nothing itself
             return
         self._params = [param for param in model.parameters() if param.requires_grad]
         for param in self._params:
             param.register_hook(self._micro_batch_hook)
-
-    def comm_hook(
-        self, process_group: dist.ProcessGroup | None, bucket: dist.GradBucket
-    ) -> torch.futures.Future[torch.Tensor]:
-        """DDP's default average-all-reduce, plus the squared norm of the bucket before and after it."""
-        group = process_group if process_group is not None else dist.group.WORLD
-        buffer = bucket.buffer()
-        step = self._begin_step() if bucket.index() == 0 else self._pending[-1]  # buckets run in index order
-        step.small.append(squared_norm(buffer))
-        buffer.div_(group.size())  # before the sum, as torch's allreduce_hook does (no fp16 overflow)
-
-        def averaged(future: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-            reduced = future.value()[0]
-            step.big.append(squared_norm(reduced))  # list.append: safe from gloo's callback threads
-            return reduced
-
-        return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(averaged)
 
     def micro_batch_begins(self, micro_index: int, accum_steps: int) -> None:
         if self._params and accum_steps > 1 and micro_index == 0:
@@ -102,7 +85,7 @@ class NoiseMeter:
     def _begin_step(self, small_factor: float = 1.0) -> _StepNorms:
         if len(self._pending) >= self.MAX_PENDING_STEPS:
             self._drain()
-        step = _StepNorms(_current_scale(self.grad_scale) ** 2, small_factor)
+        step = _StepNorms(scale_sq=_current_scale(self.grad_scale) ** 2, small_factor=small_factor)
         self._pending.append(step)
         return step
 
