@@ -102,6 +102,38 @@ def test_one_process_has_no_noise_scale(tmp_path: Path) -> None:
     assert "noise_scale" not in rows[-1] and rows[-1]["grad_sq_small"] == pytest.approx(3.0)
 
 
+def test_logged_rows_carry_the_observers_noise_scale_over_every_step(tmp_path: Path) -> None:
+    """The runtime helper logs steps 2 and 4 without norms (the observer measured its DDP model): the logged rows are
+    the rows, with the EMAs over all four steps, not over the logged ones."""
+    norms = {1: (3.0, 2.0), 2: (4.0, 2.5), 3: (3.5, 2.0), 4: (5.0, 3.0)}
+    logs = [{"kind": "log", "step": n, "time": n / 10, "loss": 0.5, "lr": 0.2, "acc": 0.9} for n in (2, 4)]
+    write_ranks(tmp_path, {
+        rank: [*[step(n, sq_small=small, sq_big=big) for n, (small, big) in norms.items()], *logs] for rank in (0, 1)
+    })  # fmt: skip
+    rows = merged_metrics(read_observations(tmp_path))
+    every_step = observed_noise(read_observations(tmp_path))
+    assert [row["step"] for row in rows] == [2, 4]
+    assert [row["samples"] for row in rows] == [32, 64]
+    for row in rows:
+        assert row["grad_sq_small"] == pytest.approx(every_step[row["step"]]["grad_sq_small"])
+        assert row["noise_scale"] == pytest.approx(every_step[row["step"]]["noise_scale"])
+    assert (rows[-1]["loss"], rows[-1]["lr"], rows[-1]["acc"], rows[-1]["time"]) == (0.5, 0.2, 0.9, 0.4)
+
+
+def test_a_logged_row_without_a_loss_takes_the_observed_one(tmp_path: Path) -> None:
+    write_ranks(tmp_path, {0: [step(1), {"kind": "log", "step": 1, "time": 0.5, "acc": 0.75}]})
+    [row] = merged_metrics(read_observations(tmp_path))
+    assert (row["loss"], row["lr"], row["acc"], row["samples"]) == (1.0, 0.1, 0.75, 8)
+
+
+def test_logs_without_any_observed_step_are_the_rows(tmp_path: Path) -> None:
+    """A script run under plain torchrun with a run directory: only the helper's rows, its own samples count."""
+    logs = [{"kind": "log", "step": n, "time": n, "samples": 16 * n, "loss": 1.0 / n} for n in (1, 2)]
+    write_ranks(tmp_path, {0: logs})
+    rows = merged_metrics(read_observations(tmp_path))
+    assert rows == [{"step": n, "samples": 16 * n, "time": n, "loss": 1.0 / n} for n in (1, 2)]
+
+
 # -- findings -----------------------------------------------------------------------------------------------------
 
 

@@ -376,14 +376,21 @@ def test_the_example_without_args_runs_its_plan(example: dict[str, dict[str, Any
     assert "plan_mismatch" not in codes(record)
 
 
-def test_the_runtime_measures_the_noise_scale_and_the_observer_does_not(example: dict[str, dict[str, Any]]) -> None:
-    """The example uses ddpcli.runtime with noise on: its own meter logs, the observer adds no second comm hook."""
+def test_the_observer_measures_the_runtime_helpers_noise_scale(example: dict[str, dict[str, Any]]) -> None:
+    """The example uses ddpcli.runtime with noise on: the observer's comm hook measures its DDP model (one measurement,
+    in the step rows), the helper logs none, and the logged rows carry the EMAs over every step."""
     run = example["2x8x2"]
-    assert "noise_scale" in run["metrics"].rows[-1]
+    rows = run["metrics"].rows
+    assert [row["step"] for row in rows] == list(range(1, len(rows) + 1))
+    assert all(row["grad_sq_small"] > row["grad_sq_big"] > 0 for row in rows) and rows[-1]["noise_scale"] > 0
     for seen in read_observations(run["dir"]).values():
-        assert seen.end["noise_scale_by"] == "runtime"
-        assert not any("sq_small" in row for row in seen.steps.values())
+        assert seen.end["noise_scale_by"] == "observer"
+        assert all(isinstance(row["sq_small"], float) for row in seen.steps.values())
+        assert not any("grad_sq_small" in row for row in seen.logs.values())
     assert "noise_scale_not_measured" not in codes(run["record"])
+    one = example["1x8"]  # one process, no accumulation: no second batch size, nothing measured
+    assert not any("grad_sq_small" in row for row in one["metrics"].rows)
+    assert all(seen.end["noise_scale_by"] is None for seen in read_observations(one["dir"]).values())
 
 
 # -- the gradient noise scale of a plain script's DDP model --------------------------------------------------------

@@ -1,4 +1,4 @@
-"""metrics.jsonl's rows, merged from every rank's steps (or the runtime helper's logged rows) as they stream by:
+"""metrics.jsonl's rows, merged from every rank's steps and the runtime helper's logged rows as they stream by:
 samples every rank consumed so far, the loss as the mean over ranks, rank 0's lr, and the noise-scale EMAs."""
 
 from __future__ import annotations
@@ -21,26 +21,56 @@ def merged_metrics(ranks: dict[int, RankObservation]) -> list[dict[str, Any]]:
 
 
 def iter_merged_metrics(ranks: dict[int, RankObservation]) -> Iterator[dict[str, Any]]:
-    """metrics.jsonl rows: one per optimizer step of rank 0's timeline; `samples` is what every rank consumed so
-    far, `loss` the mean over ranks. Where the runtime helper logged a step, its loss, lr and scalars are used
-    (averaged over ranks) and only its steps are rows. Streamed: one step's rows of every rank at a time."""
-    if not ranks:
-        return
+    """metrics.jsonl rows, one kind for every run: per optimizer step of rank 0's timeline, `samples` every rank
+    consumed so far, `loss` the mean over ranks, rank 0's lr, the noise-scale EMAs over every step. Where a script
+    logs through the runtime helper's ctx.log only its logged steps are rows, and what it logged (loss, lr, extra
+    scalars, averaged over ranks) stands in the row beside the observed values. Streamed: one step of every rank's
+    rows at a time."""
     main = main_rank(ranks)
-    if main.logs:
-        yield from _log_rows(ranks)
+    if main is None:
         return
+    logged_only = bool(main.logs)
     tracker = NoiseScaleTracker(NOISE_BETA)
-    for step, rows, samples in aligned_steps(ranks):
-        row = rows[main.rank]
-        yield {
-            "step": step,
-            "samples": samples,
-            "time": row.get("time"),
-            "loss": _mean([each.get("loss") for each in rows.values()]),
-            "lr": lr_of(row),
-            **_noise_step(tracker, list(rows.values())),
-        }  # fmt: skip
+    for step, rows, logged, samples in _steps_and_logs(ranks):
+        noise = _noise_step(tracker, list(rows.values())) if rows else {}
+        if logged_only and logged is None:
+            continue
+        row: dict[str, Any] = {"step": step}
+        if rows:
+            observed = rows[main.rank]
+            loss = _mean([each.get("loss") for each in rows.values()])
+            row.update({"samples": samples, "time": observed.get("time"), "loss": loss, "lr": lr_of(observed), **noise})
+        if logged is not None:
+            row.update(_logged_values(logged[main.rank], list(logged.values()), samples))
+        yield row
+
+
+def _steps_and_logs(
+    ranks: dict[int, RankObservation],
+) -> Iterator[tuple[int, dict[int, dict[str, Any]], dict[int, dict[str, Any]] | None, int | None]]:
+    """(step, each rank's step row ({} without an observed step), each rank's logged row (None where rank 0 logged
+    nothing), samples every rank consumed up to it (None without an observed step)), in step order: the observed
+    steps and the logged ones side by side (a script run without the observer logs with no step rows at all)."""
+    steps, logs = aligned_steps(ranks), _aligned_logs(ranks)
+    seen, logged = next(steps, None), next(logs, None)
+    while seen is not None or logged is not None:
+        if seen is not None and (logged is None or seen[0] <= logged[0]):
+            both = logged is not None and logged[0] == seen[0]
+            yield seen[0], seen[1], logged[1] if both and logged is not None else None, seen[2]
+            seen, logged = next(steps, None), next(logs, None) if both else logged
+        elif logged is not None:
+            yield logged[0], {}, logged[1], None
+            logged = next(logs, None)
+
+
+def _aligned_logs(ranks: dict[int, RankObservation]) -> Iterator[tuple[int, dict[int, dict[str, Any]]]]:
+    """For each step rank 0 logged: each rank's logged row of that step ({} where it has none)."""
+    main = main_rank(ranks)
+    if main is None:
+        return
+    cursors = {rank: _Cursor(seen.logs) for rank, seen in ranks.items() if rank != main.rank}
+    for step, logged in ascending(main.logs):
+        yield step, {main.rank: logged, **{rank: cursor.at(step) for rank, cursor in cursors.items()}}
 
 
 def aligned_steps(ranks: dict[int, RankObservation]) -> Iterator[tuple[int, dict[int, dict[str, Any]], int]]:
@@ -89,22 +119,6 @@ def _noise_step(tracker: NoiseScaleTracker, rows: list[dict[str, Any]]) -> dict[
     return values
 
 
-def _log_rows(ranks: dict[int, RankObservation]) -> Iterator[dict[str, Any]]:
-    """The logged steps' rows, with the samples consumed up to each (where rank 0 has that optimizer step)."""
-    main = main_rank(ranks)
-    steps = aligned_steps(ranks)
-    cursors = {rank: _Cursor(seen.logs) for rank, seen in ranks.items()}
-    step_now, total = None, None
-    for step, logged in ascending(main.logs):
-        while step_now is None or step_now < step:
-            found = next(steps, None)
-            if found is None:
-                break
-            step_now, _, total = found
-        rows = {rank: logged if rank == main.rank else cursor.at(step) for rank, cursor in cursors.items()}
-        yield _log_row(step, logged, list(rows.values()), total if step_now == step else None)
-
-
 def observed_noise(ranks: dict[int, RankObservation], beta: float = NOISE_BETA) -> dict[int, dict[str, float]]:
     """Per step of rank 0's timeline: the EMAs of |G_small|^2 (averaged over ranks: each rank's gradient before the
     all-reduce) and |G_big|^2 (after it), and the noise scale from them with B_small = the samples one rank put into
@@ -119,17 +133,20 @@ def observed_noise(ranks: dict[int, RankObservation], beta: float = NOISE_BETA) 
     return found
 
 
-def _log_row(step: int, logged: dict[str, Any], rows: list[dict[str, Any]], samples: int | None) -> dict[str, Any]:
-    row: dict[str, Any] = {"step": step}
+def _logged_values(logged: dict[str, Any], rows: list[dict[str, Any]], samples: int | None) -> dict[str, Any]:
+    """What the runtime helper logged at a step: its time, rank 0's lr, the other scalars averaged over ranks, and
+    the noise scale from the EMAs it logged (its own meter, where the observer did not measure); `samples` is the
+    helper's own count only where the observer saw no step."""
+    values: dict[str, Any] = {}
     samples = samples if samples is not None else logged.get("samples")
     if samples is not None:
-        row["samples"] = samples
-    row["time"] = logged.get("time")
+        values["samples"] = samples
+    values["time"] = logged.get("time")
     keys = [key for key in logged if key not in ("kind", "step", "samples", "time", "noise_batches")]
     for key in keys:
-        row[key] = logged[key] if key == "lr" else _mean([each.get(key) for each in rows])
-    row.update(_noise_values(row, logged.get("noise_batches")))
-    return row
+        values[key] = logged[key] if key == "lr" else _mean([each.get(key) for each in rows])
+    values.update(_noise_values(values, logged.get("noise_batches")))
+    return values
 
 
 def _noise_values(row: dict[str, Any], batches: Any) -> dict[str, Any]:

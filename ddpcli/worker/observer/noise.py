@@ -6,8 +6,9 @@ per_device_batch_size x grad_accum_steps samples: the small batch) and after it 
 big batch). Per optimizer step the observer puts the two squared norms, still tensors on the device, into the
 rank's stream; the host averages the small one over ranks, keeps the EMAs and computes B_simple after the run
 (ddpcli.rundir.merged_rows, ddpcli.noise_scale). No host sync and no collective beyond the all-reduce DDP does
-anyway. The runtime helper's NoiseMeter (ddpcli.worker.runtime.noise) registers this same hook class when a
-script measures through it, and the observer then leaves the model alone.
+anyway. A script that asks the runtime helper for the noise scale of its DDP model gets this measurement too: under
+`ddpcli launch` the helper asks the observer (NoiseWatch.measure_for_runtime), and without an observer its
+NoiseMeter (ddpcli.worker.runtime.noise) registers this same hook class itself.
 
 No `from __future__ import annotations` here: DDP checks a comm hook's annotations against the real classes.
 """
@@ -78,13 +79,14 @@ class BucketNorms:
 
 class NoiseWatch:
     """Whether and by whom a run's noise scale is measured: the observer hooks the DDP model at its first training
-    forward, late enough for a script (or Lightning, accelerate, the runtime helper) to have registered a comm hook
-    of its own, which then wins."""
+    forward, late enough for a script (or Lightning, accelerate) to have registered a comm hook of its own, which
+    then wins."""
 
     def __init__(self, requested: bool) -> None:
         self.requested = requested
         self.script_comm_hook = False  # the script registered a comm hook of its own (nothing is measured)
-        self.by_runtime = False  # the runtime helper's NoiseMeter registered the hook (it measures and logs)
+        self.by_runtime = False  # the runtime helper measures (one process: accumulation's micro-batches, no DDP)
+        self.loss_scale: Any = None  # what the script told the runtime helper its loss is multiplied by
         self.norms: BucketNorms | None = None  # the observer's own hook, once attached
 
     @property
@@ -92,13 +94,17 @@ class NoiseWatch:
         """The end row's `noise_scale_by`."""
         return "observer" if self.norms is not None else "runtime" if self.by_runtime else None
 
+    def measure_for_runtime(self, loss_scale: Any) -> None:
+        """The runtime helper was asked for the noise scale of its DDP model (`runtime.init(noise_scale=True)`, or
+        the run's flag): the observer measures it, whatever the run's flag said. loss_scale (a number, a tensor or
+        a callable such as `scaler.get_scale`, from `ctx.wrap(grad_scale=...)`) is divided out where no GradScaler
+        the observer saw carries the scale."""
+        self.requested = True
+        self.loss_scale = loss_scale
+
     def hook_registered(self, hook: Any) -> None:
         """A comm hook is being registered on a DDP model (the observer's own passes through here too)."""
-        if self.norms is not None and hook == self.norms.comm_hook:
-            return
-        if isinstance(getattr(hook, "__self__", None), BucketNorms):
-            self.by_runtime = True  # the same hook class, registered by the runtime helper's NoiseMeter
-        else:
+        if self.norms is None or hook != self.norms.comm_hook:
             self.script_comm_hook = True
 
     def model_forward(self, model: Any) -> None:
@@ -122,7 +128,9 @@ class NoiseWatch:
             return None
         small, big = norms
         scale = getattr(scaler, "_scale", None) if scaler is not None else None
-        if not isinstance(scale, torch.Tensor):
+        if not isinstance(scale, torch.Tensor) and self.loss_scale is not None:
+            scale = self.loss_scale() if callable(self.loss_scale) else self.loss_scale
+        if not isinstance(scale, torch.Tensor | float | int) or isinstance(scale, bool):
             return small, big
-        factor = scale.detach().reshape(()).float().to(small.device).square()
+        factor = torch.as_tensor(scale).detach().reshape(()).float().to(small.device).square()
         return small / factor, big / factor

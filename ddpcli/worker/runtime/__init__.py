@@ -29,7 +29,8 @@ left off (`ctx.checkpoint`, `ctx.resume`). The same script runs under `ddpcli la
 `python` (world size 1, no process group). The file names and RUN keys follow docs/contracts.md.
 
 Modules: context (Context, init), checkpoints (checkpoint and resume), data (EpochLoader), models (LocalModel,
-CrossProcessBatchNorm), noise (the noise-scale meter, with the observer's comm hook). Like the observer, this is worker-side code: the only part of ddpcli that imports torch.
+CrossProcessBatchNorm), noise (the noise-scale meter, with the observer's comm hook class). Like the observer, this
+is worker-side code: the only part of ddpcli that imports torch.
 """
 
 from collections.abc import Callable

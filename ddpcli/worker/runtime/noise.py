@@ -11,7 +11,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpcli import noise_scale as gns
-from ddpcli.worker.observer.noise import BucketNorms, Reduction
+from ddpcli.worker.observer.hooks import active
+from ddpcli.worker.observer.noise import BucketNorms, NoiseWatch, Reduction
 from ddpcli.worker.tensors import squared_norm
 
 GradScale = float | torch.Tensor | Callable[[], float | torch.Tensor]
@@ -57,19 +58,30 @@ class NoiseMeter:
         self._pending: list[_StepNorms] = []
         self._accumulating: _StepNorms | None = None  # world size 1: the step whose micro-batches run now
         self._params: list[nn.Parameter] = []
+        self._watch: NoiseWatch | None = None  # the observer's, told when this meter measures a step itself
 
-    def attach(self, model: nn.Module, grad_scale: GradScale | None) -> None:
+    def attach(self, model: nn.Module, grad_scale: GradScale | None) -> bool:
+        """Measure `model`; False when the observer measures it instead (a DDP model under `ddpcli launch`: its
+        step rows carry the norms and the merge computes the noise scale, so ctx.log logs none)."""
         self.grad_scale = grad_scale
+        observer = active()
         if isinstance(model, DistributedDataParallel):
-            BucketNorms(self._begin_step).attach(model)  # the observer sees the class and measures nothing itself
-            return
+            if observer is not None:
+                observer.noise.measure_for_runtime(grad_scale)
+                return False
+            BucketNorms(self._begin_step).attach(model)  # no observer: the same hook class, read by ctx.log
+            return True
+        self._watch = observer.noise if observer is not None else None
         self._params = [param for param in model.parameters() if param.requires_grad]
         for param in self._params:
             param.register_hook(self._micro_batch_hook)
+        return True
 
     def micro_batch_begins(self, micro_index: int, accum_steps: int) -> None:
         if self._params and accum_steps > 1 and micro_index == 0:
             self._accumulating = self._begin_step(small_factor=accum_steps)
+            if self._watch is not None:
+                self._watch.by_runtime = True  # the end row's noise_scale_by: what no observer hook could measure
 
     def local_step_ends(self) -> None:
         """World size 1: the step's micro-batches are done; .grad now holds the accumulated gradient."""
