@@ -33,8 +33,10 @@ def init(
     seed: default RUN's `seed`, else 0. The same seed on every rank gives every replica the same initial model
     (DDP also broadcasts rank 0's) and every DistributedSampler the same permutation, which is what makes W x B
     and 1 x W*B see the same samples. backend: default nccl with CUDA, else gloo. noise_scale: measure the
-    gradient noise scale (default RUN's `noise_scale`); noise_beta is the EMA factor of that measurement.
-    Under plain `python` (no RANK in the environment) there is no process group at all: world size 1.
+    gradient noise scale (default RUN's `noise_scale`); noise_beta is the EMA factor of that measurement where the
+    helper measures (one process, or no `ddpcli launch`): under `ddpcli launch` the observer measures a DDP model
+    and the merge's EMAs use beta 0.99 (docs/contracts.md). Under plain `python` (no RANK in the environment) there
+    is no process group at all: world size 1.
     """
     run = _run_from_env()
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
