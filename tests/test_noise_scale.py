@@ -157,6 +157,23 @@ def test_ddp_estimate_with_accumulation_and_loss_scaling(tmp_path: Path) -> None
     assert_matches_truth(row, b_small=8, b_big=16)
 
 
+@pytest.mark.e2e
+def test_under_the_observer_it_measures_the_helpers_model_and_divides_out_its_loss_scale(tmp_path: Path) -> None:
+    """Under `ddpcli launch`'s observer the helper hands its DDP model to the observer's comm hook (its log carries no
+    norms) with the grad_scale given to ctx.wrap, which the observer divides out; the merge's EMA has beta 0.99."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "-m", "ddpcli.worker.observer", str(SCRIPT), "--batch-size", "4", "--grad-accum", "2",
+               "--loss-scale", "1024", "--sgd", "--steps", "300"]  # fmt: skip
+    env = {**clean_env(), "DDPCLI_RUN_DIR": str(tmp_path)}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-4000:]
+    logged = [json.loads(line) for line in (tmp_path / "observed" / "rank-0.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in logged if row["kind"] == "log"] == [300]
+    assert not any("grad_sq_small" in row for row in logged if row["kind"] == "log")
+    assert sum(row["kind"] == "step" and isinstance(row.get("sq_small"), float) for row in logged) == 300
+    assert_matches_truth(merge_observations(tmp_path)[-1], b_small=8, b_big=16)
+
+
 def test_accumulation_estimate_at_world_size_1_matches_the_true_noise_scale(in_process: Runner) -> None:
     main = load_script().main
     rows = in_process(main, "--batch-size", "8", "--grad-accum", "4")  # B_small 8 (micro-batch), B_big 32

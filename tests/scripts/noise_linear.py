@@ -34,6 +34,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--noise-beta", type=float, default=0.999, help="close to 1: average over all steps")
     parser.add_argument("--loss-scale", type=float, default=1.0, help="multiply the loss, as AMP's GradScaler does")
+    parser.add_argument("--sgd", action="store_true", help="step an SGD of lr 0 (optimizer steps, fixed parameters)")
     return parser.parse_args(argv)
 
 
@@ -66,12 +67,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         linear.weight.copy_(w)
     model = ctx.wrap(linear, grad_scale=args.loss_scale)
     loader = ctx.dataloader(dataset, batch_size=args.batch_size)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0) if args.sgd else None
     for _step, micro_batches in loader.steps(args.steps, args.grad_accum):
         for index, (x, y) in enumerate(micro_batches):
             with ctx.accumulate(model, index, len(micro_batches)):
                 loss = F.mse_loss(model(x), y) / len(micro_batches)
                 (loss * args.loss_scale).backward()
-        model.zero_grad(set_to_none=True)  # no optimizer step: the parameters stay where the truth was computed
+        if optimizer is not None:
+            optimizer.step()  # lr 0: what the observer counts as a step, the parameters unmoved
+        model.zero_grad(set_to_none=True)  # the parameters stay where the truth was computed
     ctx.log(args.steps, loss=loss.detach(), **true_statistics(dataset, w))
     ctx.finish()
 
