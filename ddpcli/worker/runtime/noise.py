@@ -1,6 +1,7 @@
 """Measuring |G_small|^2 and |G_big|^2 once per optimizer step, for the gradient noise scale (ddpcli.noise_scale),
-when a script asks the runtime helper for it: with DDP through the observer's comm hook class, at world size 1
-through parameter hooks on the micro-batches of gradient accumulation (which no DDP hook sees)."""
+when a script asks the runtime helper for it and the observer cannot: a DDP model run without `ddpcli launch` (plain
+torchrun) through the observer's comm hook class, and one process through parameter hooks on the micro-batches of
+gradient accumulation (which no DDP hook sees). Under `ddpcli launch` a DDP model is the observer's to measure."""
 
 import dataclasses
 import itertools
