@@ -139,27 +139,28 @@ def _resolve_run(
 
     epoch = _epoch_arithmetic(fields, world_size, per_device, accum, fail)
     plan = RunPlan(
-        name=fields["name"],
-        nnodes=nnodes,
-        min_nnodes=min_nnodes,
-        nproc_per_node=nproc_per_node,
-        world_size=world_size,
-        per_device_batch_size=per_device,
-        grad_accum_steps=accum,
-        global_batch_size=global_batch,
-        batch_scale=batch_scale,
-        scaling=scaling,
-        lr=lr,
-        warmup_steps=warmup_steps,
-        **epoch,
-        seed=fields.get("seed", 0),
-        dataset_size=fields.get("dataset_size"),
-        epochs=fields.get("epochs"),
-        max_steps=fields.get("max_steps"),
-        optimizer=fields.get("optimizer", "sgd"),
+        name=fields["name"], nnodes=nnodes, min_nnodes=min_nnodes, nproc_per_node=nproc_per_node,
+        world_size=world_size, per_device_batch_size=per_device, grad_accum_steps=accum,
+        global_batch_size=global_batch, batch_scale=batch_scale, scaling=scaling, lr=lr, warmup_steps=warmup_steps,
+        **epoch, seed=fields.get("seed", 0), dataset_size=fields.get("dataset_size"), epochs=fields.get("epochs"),
+        max_steps=fields.get("max_steps"), optimizer=fields.get("optimizer", "sgd"),
         drop_last=fields.get("drop_last", False),
+    )  # fmt: skip
+    run = ResolvedRun(
+        plan,
+        _launch_settings(fields, base_dir),
+        timeout_s=fields.get("timeout_s"),
+        known_noise_scale=_known_noise_scale(fields.get("noise_scale")),
+        stand_ins=tuple(fields.get("stand_ins") or ()),
     )
-    launch = LaunchSettings(
+    if run.known_noise_scale is not None and not math.isfinite(global_batch / run.known_noise_scale):
+        raise fail("noise_scale", f"{run.known_noise_scale:g} is too small to compare with global batch {global_batch}")
+    check_placeholders(run, path, where)  # so that `plan` finds what `launch` would refuse
+    return replace(run, plan=replace(plan, notes=run_notes(run, baseline)))
+
+
+def _launch_settings(fields: dict[str, Any], base_dir: Path) -> LaunchSettings:
+    return LaunchSettings(
         module=fields.get("module"),
         script=str((base_dir / fields["script"]).resolve()) if fields.get("script") else None,
         args=list(fields.get("args") or []),
@@ -169,17 +170,6 @@ def _resolve_run(
         observe=fields.get("observe") is not False,
         workdir=fields.get("workdir", "launch"),
     )
-    run = ResolvedRun(
-        plan,
-        launch,
-        timeout_s=fields.get("timeout_s"),
-        known_noise_scale=_known_noise_scale(fields.get("noise_scale")),
-        stand_ins=tuple(fields.get("stand_ins") or ()),
-    )
-    if run.known_noise_scale is not None and not math.isfinite(global_batch / run.known_noise_scale):
-        raise fail("noise_scale", f"{run.known_noise_scale:g} is too small to compare with global batch {global_batch}")
-    check_placeholders(run, path, where)  # so that `plan` finds what `launch` would refuse
-    return replace(run, plan=replace(plan, notes=run_notes(run, baseline)))
 
 
 def _known_noise_scale(value: bool | float | None) -> float | None:
