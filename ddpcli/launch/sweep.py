@@ -177,7 +177,7 @@ def _run_from_record(record: RunRecord) -> ResolvedRun:
 
 def _validated(adapter: TypeAdapter[Any], data: dict[str, Any], where: str) -> Any:
     """`data` (run.json's object `where`) as the adapter's type; a wrong field is an error naming it."""
-    try:  # JSON mode: strict types (no "2" for 2) while a dataclass may still be given as an object
+    try:  # JSON mode, strict: no "2" for 2, no 2.5 for an int, no object for a list
         return adapter.validate_json(json.dumps(data, allow_nan=False), strict=True)
     except ValidationError as error:
         first = error.errors()[0]
