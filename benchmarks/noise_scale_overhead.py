@@ -33,11 +33,11 @@ VARIANTS = {"noise_scale = false": False, "noise_scale = true": True}
 
 
 def seconds_per_step(run: ResolvedRun, steps: int, noise_scale: bool, run_dir: Path) -> float:
-    plan = {**run.as_json(), "run_dir": str(run_dir), "noise_scale": noise_scale}
-    args = [arg.format(**plan) for arg in run.args]
+    plan = {**run.plan.as_json(), "run_dir": str(run_dir), "noise_scale": noise_scale}
+    args = [arg.format(**plan) for arg in run.launch.args]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-               str(run.nproc_per_node), "-m", str(run.module), *args, "--steps", str(steps)]  # fmt: skip
-    env = {**os.environ, **run.env, "DDPCLI_RUN_DIR": str(run_dir), "DDPCLI_RUN": json.dumps(plan)}
+               str(run.plan.nproc_per_node), "-m", str(run.launch.module), *args, "--steps", str(steps)]  # fmt: skip
+    env = {**os.environ, **run.launch.env, "DDPCLI_RUN_DIR": str(run_dir), "DDPCLI_RUN": json.dumps(plan)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     subprocess.run(command, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows = read_metrics(run_dir / METRICS_FILE).rows
@@ -64,7 +64,7 @@ def main() -> None:
                 if round_index >= args.warmup:
                     timings[label].seconds.append(seconds)
     results = list(timings.values())
-    print(f"{run.world_size} processes, seconds per optimizer step (median of {args.repetitions}):")
+    print(f"{run.plan.world_size} processes, seconds per optimizer step (median of {args.repetitions}):")
     print(report(results, reference=results[0].label))
     ratio = results[1].median / results[0].median
     print(f"overhead ratio with / without: {ratio:.3f} (target <= 1.03)")

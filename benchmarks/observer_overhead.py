@@ -58,12 +58,12 @@ def torchrun(nproc: int, entry: list[str], run_dir: Path, run: dict[str, object]
 
 def example_job(experiments: Path, steps: int) -> tuple[str, Callable[[bool, Path], float]]:
     run: ResolvedRun = next(run for run in load_plan(experiments).runs if run.name == "4x16")
-    plan = {**run.as_json(), "noise_scale": False}
-    args = [arg.format(**plan, run_dir="") for arg in run.args]
+    plan = {**run.plan.as_json(), "noise_scale": False}
+    args = [arg.format(**plan, run_dir="") for arg in run.launch.args]
 
     def seconds_per_step(observe: bool, run_dir: Path) -> float:
-        entry = [*(OBSERVER if observe else []), "-m", str(run.module), *args, "--steps", str(steps)]
-        torchrun(run.nproc_per_node, entry, run_dir, {**plan, "run_dir": str(run_dir)})
+        entry = [*(OBSERVER if observe else []), "-m", str(run.launch.module), *args, "--steps", str(steps)]
+        torchrun(run.plan.nproc_per_node, entry, run_dir, {**plan, "run_dir": str(run_dir)})
         rows = [parse_row(line) for line in (run_dir / OBSERVED_DIR / rank_file_name(0)).read_bytes().splitlines()]
         logs = [row for row in rows if row is not None and row.get("kind") == "log"]
         return (logs[-1]["time"] - logs[0]["time"]) / (logs[-1]["step"] - logs[0]["step"])

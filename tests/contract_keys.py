@@ -7,6 +7,7 @@ RUN_KEYS = (
     "dropped_samples", "steps_per_epoch", "total_steps", "notes",
     "min_nnodes", "seed", "dataset_size", "epochs", "max_steps", "optimizer", "drop_last",
 )  # fmt: skip
+LAUNCH_KEYS = ("module", "script", "args", "env", "max_restarts", "noise_scale", "observe", "workdir")  # run.json
 RUN_JSON_FIELDS = (
     "schema_version", "run_id", "name", "status", "plan", "launch", "argv", "env_added", "started_at", "ended_at",
     "wall_time_s", "exit_code", "failed_ranks", "hostname", "python", "torch_version", "experiment_file",

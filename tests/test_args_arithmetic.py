@@ -98,9 +98,9 @@ def test_extra_args_append_to_the_inherited_args_and_workdir_run_starts_in_the_r
     (tmp_path / "experiments.toml").write_text(FILE, encoding="utf-8")
     plan = load_plan(tmp_path / "experiments.toml")
     runs = {run.name: run for run in plan.runs}
-    assert runs["1x4"].args[2:] == ["--compile=False", "--max_iters={total_steps - 1}"]
-    assert runs["2x4"].args[2:] == ["--compile=False", "--max_iters={total_steps - 1}", "--tag={world_size}"]
-    assert runs["own"].args == ["--only", "--compile=False", "--max_iters={total_steps - 1}"]
+    assert runs["1x4"].launch.args[2:] == ["--compile=False", "--max_iters={total_steps - 1}"]
+    assert runs["2x4"].launch.args[2:] == ["--compile=False", "--max_iters={total_steps - 1}", "--tag={world_size}"]
+    assert runs["own"].launch.args == ["--only", "--compile=False", "--max_iters={total_steps - 1}"]
     run_dir = tmp_path / "runs" / "2x4" / "ID"
     spec = build_launch(runs["2x4"], run_dir, plan.file, python="/py")
     assert spec.argv[-5:] == [
@@ -109,9 +109,9 @@ def test_extra_args_append_to_the_inherited_args_and_workdir_run_starts_in_the_r
     assert spec.cwd == run_dir and spec.env_added["DDPCLI_EXPERIMENT_DIR"] == str(tmp_path.resolve())
     assert build_launch(runs["1x4"], run_dir, plan.file, python="/py").cwd is None
     # stand_ins: the baseline's warmup is the script's own, so the plan neither labels it 0 nor says "no warmup"
-    assert any(note.startswith("Stand-ins") and "warmup_steps 0" in note for note in runs["2x4"].notes)
-    assert runs["2x4"].warmup_steps == runs["1x4"].warmup_steps == 0  # kept, not rescaled: no flag carries it
-    assert not any("no warmup" in note for note in runs["2x4"].notes)
+    assert any(note.startswith("Stand-ins") and "warmup_steps 0" in note for note in runs["2x4"].plan.notes)
+    assert runs["2x4"].plan.warmup_steps == runs["1x4"].plan.warmup_steps == 0  # kept, not rescaled: no flag carries it
+    assert not any("no warmup" in note for note in runs["2x4"].plan.notes)
 
 
 def test_an_arithmetic_mistake_is_a_plan_error_naming_the_field(tmp_path: Path) -> None:

@@ -121,7 +121,7 @@ def state(**tensors: list[float]) -> dict[str, Any]:
     return {key: torch.tensor(value, dtype=torch.float32) for key, value in tensors.items()}
 
 
-def records(*run_dirs: Path) -> list[cmp.RunRecord]:
+def records(*run_dirs: Path) -> list[cmp.ComparedRun]:
     return [cmp.read_run_record(run_dir) for run_dir in run_dirs]
 
 
@@ -479,7 +479,7 @@ def test_runs_from_different_experiment_files_are_noted(tmp_path: Path) -> None:
 def test_status_reasons(tmp_path: Path) -> None:
     def reason(status: str, **extra: Any) -> str | None:
         run_dir = make_run(tmp_path / status / str(len(extra)), "x", status=status, extra=extra)
-        return cmp.status_reason(cmp.read_run_record(run_dir))
+        return cmp.status_reason(cmp.read_run_record(run_dir).record)
 
     assert reason("completed") is None
     assert reason("failed") == "rank 1 exited with code 1: RuntimeError: boom"

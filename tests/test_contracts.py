@@ -17,9 +17,12 @@ import pytest
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
+from ddpcli.experiment.planning import load_plan
+from ddpcli.launch.argv import build_launch
+from ddpcli.launch.sweep import start_record
 from ddpcli.rundir.record import RUN_FIELDS, Observed
 from tests.conftest import REPO
-from tests.contract_keys import COMPARE_KEYS, FINDING_CODES, OBSERVED_KEYS, RUN_JSON_FIELDS, RUN_KEYS
+from tests.contract_keys import COMPARE_KEYS, FINDING_CODES, LAUNCH_KEYS, OBSERVED_KEYS, RUN_JSON_FIELDS, RUN_KEYS
 from tests.test_comparison import make_run
 
 CONTRACTS = (REPO / "docs" / "contracts.md").read_text(encoding="utf-8")
@@ -58,6 +61,16 @@ def test_run_json_fields_are_the_contract_and_documented() -> None:
     assert RUN_FIELDS == RUN_JSON_FIELDS
     documented = set(backticked(section("- `run.json`")))
     assert [field for field in RUN_JSON_FIELDS if field not in documented] == []
+
+
+def test_run_json_plan_and_launch_are_the_contract_and_documented(tmp_path: Path) -> None:
+    """run.json's `plan` is the RUN object and `launch` how to start the run, as `ddpcli launch` writes them."""
+    plan = load_plan(REPO / "experiments.toml")
+    record = start_record(plan, build_launch(plan.baseline, tmp_path / "run", plan.file), None)
+    assert (tuple(record.plan), tuple(record.launch)) == (RUN_KEYS, LAUNCH_KEYS)
+    text = section("- `run.json`")
+    start = text.index("`launch` (")
+    assert tuple(backticked(text[start : text.index("workdir`", start) + len("workdir`")])[1:]) == LAUNCH_KEYS
 
 
 def test_observed_keys_are_the_contract_and_documented() -> None:

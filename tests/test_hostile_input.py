@@ -174,8 +174,8 @@ def assert_arithmetic(run: dict[str, Any]) -> None:
 def assert_launchable(path: Path, runs_dir: Path) -> None:
     """What plan accepted can be started: argv and env that execve takes, records that are strict JSON."""
     plan = load_plan(path)
-    runs = [run for run in plan.runs if not run.is_multi_node]  # multi-node ones need a rendezvous (tested below)
-    if any(not (run.module or run.script) for run in runs):
+    runs = [run for run in plan.runs if not run.plan.is_multi_node]  # multi-node ones need a rendezvous (tested below)
+    if any(not (run.launch.module or run.launch.script) for run in runs):
         with pytest.raises(UserError, match="needs `module` or `script` to launch"):  # plan needs neither
             prepare(plan, runs, SweepOptions(runs_dir=runs_dir))
         return

@@ -65,20 +65,20 @@ def runs_by_name(plan: Plan) -> dict[str, tuple[int, int, int, int, float]]:
     """name -> (world size, per-device batch, accumulation, global batch, lr)."""
     return {
         run.name: (run.world_size, run.per_device_batch_size, run.grad_accum_steps, run.global_batch_size, run.lr)
-        for run in plan.runs
+        for run in (each.plan for each in plan.runs)
     }
 
 
 def test_argparse_with_dashes_wires_every_flag_with_the_defaults(tmp_path: Path) -> None:
     plan = init_script(tmp_path, "argparse_dashes.py")
-    assert plan.baseline.args == [
+    assert plan.baseline.launch.args == [
         "--batch-size", "{per_device_batch_size}", "--grad-accum-steps", "{grad_accum_steps}", "--lr", "{lr}",
         "--warmup-steps", "{warmup_steps}", "--max-steps", "{total_steps}", "--seed", "{seed}",
         "--output-dir", "{run_dir}",
     ]  # fmt: skip
-    assert plan.baseline.script == str(tmp_path / "argparse_dashes.py")
-    assert (plan.baseline.warmup_steps, plan.baseline.total_steps, plan.baseline.seed) == (10, 200, 7)
-    assert plan.baseline.optimizer == "adamw"  # from --optimizer's default: lr scales by sqrt
+    assert plan.baseline.launch.script == str(tmp_path / "argparse_dashes.py")
+    assert (plan.baseline.plan.warmup_steps, plan.baseline.plan.total_steps, plan.baseline.plan.seed) == (10, 200, 7)
+    assert plan.baseline.plan.optimizer == "adamw"  # from --optimizer's default: lr scales by sqrt
     assert runs_by_name(plan) == {
         "1x32": (1, 32, 1, 32, 0.1),
         "2x32": (2, 32, 1, 64, pytest.approx(0.1 * 2**0.5)),
@@ -96,7 +96,7 @@ def test_argparse_with_dashes_wires_every_flag_with_the_defaults(tmp_path: Path)
 
 def test_argparse_with_underscores_and_an_alias_trains_by_epochs(tmp_path: Path) -> None:
     plan = init_script(tmp_path, "argparse_underscores.py", "--nproc-per-node", "2")
-    assert plan.baseline.args == [
+    assert plan.baseline.launch.args == [
         "--bs", "{per_device_batch_size}", "--gradient_accumulation_steps", "{grad_accum_steps}",
         "--learning_rate", "{lr}", "--num_samples", "{dataset_size}", "--num_epochs", "{epochs}",
     ]  # fmt: skip
@@ -106,12 +106,12 @@ def test_argparse_with_underscores_and_an_alias_trains_by_epochs(tmp_path: Path)
         "2x24-acc2": (2, 24, 2, 96, pytest.approx(6e-4)),
         "2x24": (2, 24, 1, 48, 3e-4),
     }
-    assert (plan.baseline.epochs, plan.baseline.dataset_size, plan.baseline.total_steps) == (2, 960, 40)
+    assert (plan.baseline.plan.epochs, plan.baseline.plan.dataset_size, plan.baseline.plan.total_steps) == (2, 960, 40)
 
 
 def test_click_script_defaults_are_read_although_click_hides_them(tmp_path: Path) -> None:
     plan = init_script(tmp_path, "click_train.py", "--nproc-per-node", "4")
-    assert plan.baseline.args == [
+    assert plan.baseline.launch.args == [
         "--per-device-batch-size", "{per_device_batch_size}", "--lr", "{lr}", "--steps", "{total_steps}",
         "--seed", "{seed}",
     ]  # fmt: skip
@@ -120,32 +120,33 @@ def test_click_script_defaults_are_read_although_click_hides_them(tmp_path: Path
         "4x16": (4, 16, 1, 64, 0.04),
         "4x4": (4, 4, 1, 16, 0.01),
     }
-    assert (plan.baseline.total_steps, plan.baseline.seed) == (50, 3)
+    assert (plan.baseline.plan.total_steps, plan.baseline.plan.seed) == (50, 3)
 
 
 def test_typer_script_and_the_users_batch_and_lr_win_over_its_defaults(tmp_path: Path) -> None:
     plan = init_script(
         tmp_path, "typer_train.py", "--per-device-batch-size", "12", "--lr", "0.5", "--nproc-per-node", "3"
     )
-    assert plan.baseline.args == [
+    assert plan.baseline.launch.args == [
         "--batch-size", "{per_device_batch_size}", "--learning-rate", "{lr}", "--warmup", "{warmup_steps}",
         "--iterations", "{total_steps}",
     ]  # fmt: skip
     assert runs_by_name(plan) == {"1x12": (1, 12, 1, 12, 0.5), "3x12": (3, 12, 1, 36, 1.5), "3x4": (3, 4, 1, 12, 0.5)}
-    assert (plan.baseline.warmup_steps, plan.baseline.total_steps) == (100, 1000)
+    assert (plan.baseline.plan.warmup_steps, plan.baseline.plan.total_steps) == (100, 1000)
 
 
 def test_hf_argument_parser_with_training_arguments(tmp_path: Path) -> None:
     started = time.monotonic()
     plan = init_script(tmp_path, "hf_train.py", "--nproc-per-node", "2,4")
     elapsed = time.monotonic() - started
-    assert plan.baseline.args == [
+    assert plan.baseline.launch.args == [
         "--per_device_train_batch_size", "{per_device_batch_size}",
         "--gradient_accumulation_steps", "{grad_accum_steps}", "--learning_rate", "{lr}",
         "--warmup_steps", "{warmup_steps}", "--seed", "{seed}", "--output_dir", "{run_dir}",
     ]  # fmt: skip
-    assert (plan.baseline.per_device_batch_size, plan.baseline.lr, plan.baseline.seed) == (8, 5e-05, 42)
-    assert plan.baseline.optimizer == "adamw" and plan.baseline.total_steps is None  # max_steps -1: not a count
+    baseline = plan.baseline.plan
+    assert (baseline.per_device_batch_size, baseline.lr, baseline.seed) == (8, 5e-05, 42)
+    assert baseline.optimizer == "adamw" and baseline.total_steps is None  # max_steps -1: not a count
     assert [run.name for run in plan.runs] == ["1x8", "2x8", "2x4", "4x8", "4x2"]
     assert elapsed < 15, f"transformers' --help took {elapsed:.1f} s"  # about 2.5 s on the 2-core dev machine
     commands = dry_run(tmp_path / "experiments.toml")
@@ -160,8 +161,8 @@ def test_a_module_runs_with_python_m_from_the_output_files_folder(tmp_path: Path
     code, _, err = init("-m", "mypkg.train", "-o", tmp_path / "experiments.toml", "--nproc-per-node", "2")
     assert code == 0, err
     plan = load_plan(tmp_path / "experiments.toml")
-    assert (plan.baseline.module, plan.baseline.script) == ("mypkg.train", None)
-    assert plan.baseline.args[:4] == [
+    assert (plan.baseline.launch.module, plan.baseline.launch.script) == ("mypkg.train", None)
+    assert plan.baseline.launch.args[:4] == [
         "--batch-size",
         "{per_device_batch_size}",
         "--grad-accum-steps",
@@ -179,11 +180,12 @@ def test_no_recognisable_flag_still_plans_and_warns(tmp_path: Path) -> None:
     text = (tmp_path / "experiments.toml").read_text(encoding="utf-8")
     assert "#   - no batch flag found" in text  # the same lines head the file
     plan = load_plan(tmp_path / "experiments.toml")
-    assert plan.baseline.args == []  # --global-batch-size is not a per-device batch
+    assert plan.baseline.launch.args == []  # --global-batch-size is not a per-device batch
     assert [run.name for run in plan.runs] == ["1x32", "2x32", "4x32"]
     # 32 and 0.001 are nobody's numbers: the file marks them stand-ins and plan says so on every run
     assert plan.baseline.stand_ins == ("per_device_batch_size", "lr")
-    assert all(any(note.startswith("Stand-ins, yours to check or fill in") for note in run.notes) for run in plan.runs)
+    assert all(any(note.startswith("Stand-ins, yours to check or fill in") for note in run.plan.notes)
+               for run in plan.runs)  # fmt: skip
     assert dry_run(tmp_path / "experiments.toml")["4x32"][-1].endswith("no_flags.py")
 
 
@@ -193,7 +195,7 @@ def test_a_script_without_argument_parsing_is_not_run(tmp_path: Path) -> None:
     assert code == 0
     assert "so it was not run with --help" in err
     assert not (tmp_path / "trained.marker").exists()
-    assert load_plan(tmp_path / "experiments.toml").baseline.args == []
+    assert load_plan(tmp_path / "experiments.toml").baseline.launch.args == []
 
 
 def test_existing_file_is_kept_unless_force(tmp_path: Path) -> None:
@@ -204,7 +206,7 @@ def test_existing_file_is_kept_unless_force(tmp_path: Path) -> None:
     assert output.read_text(encoding="utf-8") == "mine"
     code, _, err = init(SCRIPTS / "click_train.py", "-o", output, "--force")
     assert code == 0, err
-    assert load_plan(output).baseline.args[0] == "--per-device-batch-size"
+    assert load_plan(output).baseline.launch.args[0] == "--per-device-batch-size"
 
 
 def test_print_writes_to_stdout_and_no_file(tmp_path: Path) -> None:
@@ -214,7 +216,7 @@ def test_print_writes_to_stdout_and_no_file(tmp_path: Path) -> None:
     assert code == 0, err
     assert output.read_text(encoding="utf-8") == "mine"
     plan = resolve_plan(parse_experiment_text(out, output), output)
-    assert plan.baseline.script == str(SCRIPTS / "click_train.py")  # outside the file's folder: absolute
+    assert plan.baseline.launch.script == str(SCRIPTS / "click_train.py")  # outside the file's folder: absolute
 
 
 def test_example_is_the_bundled_file_and_plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -376,7 +378,7 @@ def test_init_then_launch_a_plain_ddp_script(tmp_path: Path) -> None:
     saw the plan followed (no plan_mismatch) and compare says so."""
 
     plan = init_script(tmp_path, "ddp_plain.py", "--nproc-per-node", "2")
-    assert plan.baseline.args == [
+    assert plan.baseline.launch.args == [
         "--batch-size", "{per_device_batch_size}", "--lr", "{lr}", "--steps", "{total_steps}", "--seed", "{seed}"
     ]  # fmt: skip
     planned = {run.name: run for run in plan.runs}
@@ -391,15 +393,15 @@ def test_init_then_launch_a_plain_ddp_script(tmp_path: Path) -> None:
         assert [finding["code"] for finding in record["findings"] if finding["code"] not in SLOWNESS_CODES] == []
         observed = record["observed"]
         assert (observed["world_size"], observed["per_device_batch_size"], observed["global_batch_size"]) == (
-            run.world_size, run.per_device_batch_size, run.global_batch_size
+            run.plan.world_size, run.plan.per_device_batch_size, run.plan.global_batch_size
         )  # fmt: skip
-        assert (observed["optimizer_steps"], observed["lr_peak"]) == (run.total_steps, run.lr)
-        assert sorted(item["rank"] for item in received) == list(range(run.world_size))
+        assert (observed["optimizer_steps"], observed["lr_peak"]) == (run.plan.total_steps, run.plan.lr)
+        assert sorted(item["rank"] for item in received) == list(range(run.plan.world_size))
         for item in received:
             assert (item["world_size"], item["per_device_batch_size"], item["lr"], item["steps"]) == (
-                run.world_size, run.per_device_batch_size, run.lr, run.total_steps
+                run.plan.world_size, run.plan.per_device_batch_size, run.plan.lr, run.plan.total_steps
             )  # fmt: skip
-    assert (planned["2x4"].per_device_batch_size, planned["2x4"].global_batch_size) == (4, 8)
+    assert (planned["2x4"].plan.per_device_batch_size, planned["2x4"].plan.global_batch_size) == (4, 8)
     compared = runner.invoke(app, ["compare", str(tmp_path / "runs"), "--json"])
     assert compared.exit_code == 0, compared.stderr
     rows = {row["name"]: row for row in json.loads(compared.stdout)}
@@ -418,22 +420,23 @@ def test_init_then_launch_a_hugging_face_trainer_script(tmp_path: Path) -> None:
     code, _, err = init(tmp_path / "hf_train.py", "-o", tmp_path / "experiments.toml", "--nproc-per-node", "2")
     assert code == 0, err
     plan = load_plan(tmp_path / "experiments.toml")
-    assert plan.baseline.args[:4] == ["--batch-size", "{per_device_batch_size}", "--grad-accum", "{grad_accum_steps}"]
+    args = plan.baseline.launch.args
+    assert args[:4] == ["--batch-size", "{per_device_batch_size}", "--grad-accum", "{grad_accum_steps}"]
     planned = {run.name: run for run in plan.runs}
     for name, (_, record) in launch_and_read(tmp_path, "1x8", "2x4").items():
         run, observed = planned[name], record["observed"]
         found = [finding["code"] for finding in record["findings"] if finding["code"] not in SLOWNESS_CODES]
         assert found == [], record["findings"]  # why-slow findings (a tiny model's all-reduce) are not mistakes
         assert (observed["world_size"], observed["per_device_batch_size"], observed["grad_accum_steps"]) == (
-            run.world_size, run.per_device_batch_size, run.grad_accum_steps
+            run.plan.world_size, run.plan.per_device_batch_size, run.plan.grad_accum_steps
         )  # fmt: skip
-        assert (observed["global_batch_size"], observed["optimizer_steps"]) == (8, run.total_steps)
-        assert observed["lr_peak"] == pytest.approx(run.lr)
+        assert (observed["global_batch_size"], observed["optimizer_steps"]) == (8, run.plan.total_steps)
+        assert observed["lr_peak"] == pytest.approx(run.plan.lr)
     compared = runner.invoke(app, ["compare", str(tmp_path / "runs"), "--json"])
     assert compared.exit_code == 0, compared.stderr
     rows = {row["name"]: row for row in json.loads(compared.stdout)}
     assert {name: row["plan_followed"] for name, row in rows.items()} == {"1x8": True, "2x4": True}
-    assert rows["2x4"]["samples_seen"] == rows["1x8"]["samples_seen"] == 8 * planned["1x8"].total_steps
+    assert rows["2x4"]["samples_seen"] == rows["1x8"]["samples_seen"] == 8 * planned["1x8"].plan.total_steps
 
 
 def test_flags_named_in_the_description_are_not_options() -> None:

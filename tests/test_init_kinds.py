@@ -78,7 +78,7 @@ def test_a_hand_parsing_script_is_never_run(tmp_path: Path) -> None:
     plan, text, err = copy_and_init(tmp_path, "hand_parsed.py")
     assert not (tmp_path / "checkpoint.pt").exists()
     assert "reads sys.argv itself" in err and "not run with --help" in err
-    assert plan.baseline.args == [] and "usage:" not in text
+    assert plan.baseline.launch.args == [] and "usage:" not in text
 
 
 def test_configurator_globals_are_wired_without_running_the_script(tmp_path: Path) -> None:
@@ -87,15 +87,15 @@ def test_configurator_globals_are_wired_without_running_the_script(tmp_path: Pat
     (tmp_path / "tiny.py").write_text("batch_size = 2\nlearning_rate = 1e-3\nmin_lr = 1e-4\n", encoding="utf-8")
     plan, text, _ = copy_and_init(tmp_path, "nanogpt", "--", "../tiny.py", "--max_iters=3", "--dtype=float32")
     assert not (tmp_path / "nanogpt" / "out").exists()
-    assert plan.baseline.args == [
+    assert plan.baseline.launch.args == [
         "../tiny.py", "--dtype=float32",
         "--batch_size={per_device_batch_size}", "--gradient_accumulation_steps={grad_accum_steps * world_size}",
         "--learning_rate={lr}", "--min_lr={lr / 10:.3e}", "--warmup_iters={warmup_steps}",
         "--max_iters={total_steps - 1}", "--out_dir={run_dir}", "--device=cpu", "--backend=gloo", "--compile=False",
     ]  # fmt: skip
     baseline = plan.baseline
-    assert (baseline.per_device_batch_size, baseline.grad_accum_steps, baseline.lr) == (2, 4, 1e-3)
-    assert (baseline.total_steps, baseline.warmup_steps, baseline.optimizer) == (4, 2, "adamw")
+    assert (baseline.plan.per_device_batch_size, baseline.plan.grad_accum_steps, baseline.plan.lr) == (2, 4, 1e-3)
+    assert (baseline.plan.total_steps, baseline.plan.warmup_steps, baseline.plan.optimizer) == (4, 2, "adamw")
     assert "--max_iters as given after -- to ddpcli init + 1" in text
     command = script_args(dry_run(tmp_path / "experiments.toml")["2x2-acc2"], "train.py")
     assert command[2:8] == [
@@ -111,11 +111,11 @@ def test_required_positionals_are_refused_then_taken_after_the_double_dash(tmp_p
     assert "requires total_epochs (positional), save_every (positional): give fixed values after --" in err
     assert "-- TOTAL_EPOCHS SAVE_EVERY`" in err
     plan, text, _ = copy_and_init(tmp_path, "positionals.py", "--", "2", "1")
-    assert plan.baseline.args == ["2", "1", "--batch_size", "{per_device_batch_size}"]
-    assert all(run.workdir == "run" for run in plan.runs)  # snapshot.pt: each run its own working directory
+    assert plan.baseline.launch.args == ["2", "1", "--batch_size", "{per_device_batch_size}"]
+    assert all(run.launch.workdir == "run" for run in plan.runs)  # snapshot.pt: each run its own working directory
     # lr 1e-3 is hard-coded in the SGD call: a labelled stand-in, never scaled, never passed
-    assert (plan.baseline.lr, plan.baseline.stand_ins, plan.baseline.optimizer) == (1e-3, ("lr",), "sgd")
-    assert {run.lr for run in plan.runs} == {1e-3} and "hard-coded: SGD(lr=0.001)" in text
+    assert (plan.baseline.plan.lr, plan.baseline.stand_ins, plan.baseline.plan.optimizer) == (1e-3, ("lr",), "sgd")
+    assert {run.plan.lr for run in plan.runs} == {1e-3} and "hard-coded: SGD(lr=0.001)" in text
 
 
 def test_a_required_option_is_named_and_a_wired_value_after_the_dash_is_the_baselines(tmp_path: Path) -> None:
@@ -128,17 +128,17 @@ def test_a_required_option_is_named_and_a_wired_value_after_the_dash_is_the_base
     plan, _, _ = copy_and_init(
         tmp_path, "hf_no_trainer.py", "--", "--model_name_or_path", "tiny", "--max_train_steps", "10"
     )
-    assert plan.baseline.args[:2] == ["--model_name_or_path", "tiny"]
-    assert "--max_train_steps" in plan.baseline.args and "10" not in plan.baseline.args
-    assert (plan.baseline.total_steps, plan.baseline.optimizer, plan.baseline.env) == (
+    assert plan.baseline.launch.args[:2] == ["--model_name_or_path", "tiny"]
+    assert "--max_train_steps" in plan.baseline.launch.args and "10" not in plan.baseline.launch.args
+    assert (plan.baseline.plan.total_steps, plan.baseline.plan.optimizer, plan.baseline.launch.env) == (
         10, "adamw", {"ACCELERATE_USE_CPU": "1"}
     )  # fmt: skip
-    assert plan.experiments[0].scaling == "sqrt"  # AdamW read from the source: not a silent sgd
+    assert plan.experiments[0].plan.scaling == "sqrt"  # AdamW read from the source: not a silent sgd
 
 
 def test_lightning_devices_nodes_strategy_and_accelerator_are_wired(tmp_path: Path) -> None:
     plan, _, _ = copy_and_init(tmp_path, "lightning_devices.py", "--help-timeout", LIGHTNING_HELP_S)
-    args = plan.baseline.args
+    args = plan.baseline.launch.args
     pairs = dict(zip(args[::2], args[1::2], strict=True))
     assert pairs == {
         "--batch_size": "{per_device_batch_size}", "--accumulate_grad_batches": "{grad_accum_steps}",
@@ -155,27 +155,27 @@ def test_lightning_cli_flags_are_dotted_and_fit_comes_first(tmp_path: Path) -> N
     plan, _, _ = copy_and_init(
         tmp_path, "lightning_cli.py", "--help-timeout", LIGHTNING_HELP_S, "--", "--trainer.max_steps=3"
     )
-    assert plan.baseline.args == [
+    assert plan.baseline.launch.args == [
         "fit", "--data.batch_size", "{per_device_batch_size}", "--trainer.accumulate_grad_batches",
         "{grad_accum_steps}", "--model.learning_rate", "{lr}", "--trainer.max_steps", "{total_steps}",
         "--seed_everything", "{seed}", "--trainer.devices", "{nproc_per_node}", "--trainer.num_nodes", "{nnodes}",
         "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu", "--trainer.default_root_dir", "{run_dir}",
     ]  # fmt: skip
-    baseline = plan.baseline
+    baseline = plan.baseline.plan
     assert (baseline.per_device_batch_size, baseline.lr, baseline.seed, baseline.total_steps) == (8, 0.002, 1234, 3)
     assert baseline.optimizer == "adam"  # configure_optimizers builds torch.optim.Adam
 
 
 def test_accelerate_cpu_switch_and_hard_coded_values_are_stand_ins(tmp_path: Path) -> None:
     plan, text, _ = copy_and_init(tmp_path, "accelerate_cpu.py")
-    assert plan.baseline.args == ["--gradient_accumulation_steps", "{grad_accum_steps}", "--cpu"]
+    assert plan.baseline.launch.args == ["--gradient_accumulation_steps", "{grad_accum_steps}", "--cpu"]
     baseline, wider = plan.baseline, plan.experiments[0]
     assert baseline.stand_ins == ("per_device_batch_size", "lr", "warmup_steps")
-    assert (baseline.per_device_batch_size, baseline.lr, baseline.warmup_steps) == (16, 2e-3, 2)
+    assert (baseline.plan.per_device_batch_size, baseline.plan.lr, baseline.plan.warmup_steps) == (16, 2e-3, 2)
     # the script keeps its lr and warmup whatever the world size: so does the plan, and says whose they are
-    assert (wider.lr, wider.warmup_steps, wider.scaling) == (2e-3, 2, "none")
-    assert any(note.startswith("Stand-ins, yours to check or fill in") for note in wider.notes)
-    assert not any("no warmup" in note for note in wider.notes)
+    assert (wider.plan.lr, wider.plan.warmup_steps, wider.plan.scaling) == (2e-3, 2, "none")
+    assert any(note.startswith("Stand-ins, yours to check or fill in") for note in wider.plan.notes)
+    assert not any("no warmup" in note for note in wider.plan.notes)
     assert "get_linear_schedule_with_warmup(num_warmup_steps=2)" in text
 
 
@@ -183,10 +183,10 @@ def test_timm_style_lr_rule_device_and_warmup_epochs(tmp_path: Path) -> None:
     """--lr is None by design: the baseline's lr is what timm's own rule gives its global batch, --lr is wired
     (which turns timm's rule off) and the file says so; --lr-base is not wired (it would scale twice)."""
     plan, text, _ = copy_and_init(tmp_path, "timm_style.py")
-    pairs = dict(zip(plan.baseline.args[::2], plan.baseline.args[1::2], strict=True))
+    pairs = dict(zip(plan.baseline.launch.args[::2], plan.baseline.launch.args[1::2], strict=True))
     assert pairs["--lr"] == "{lr}" and pairs["--device"] == "cpu" and "--lr-base" not in pairs
-    assert plan.baseline.lr == pytest.approx(0.1 * 16 / 256)
-    assert {run.name: run.lr for run in plan.experiments} == {"2x16": pytest.approx(0.0125), "2x8": 0.00625}
+    assert plan.baseline.plan.lr == pytest.approx(0.1 * 16 / 256)
+    assert {run.name: run.plan.lr for run in plan.experiments} == {"2x16": pytest.approx(0.0125), "2x8": 0.00625}
     assert "This file passes --lr {lr}, which turns timm's rule off" in text
     assert "--warmup-epochs 5" in text and plan.baseline.stand_ins == ("warmup_steps",)
 
@@ -215,7 +215,7 @@ def test_the_optimizer_comes_from_the_source_never_a_silent_sgd(
     output = tmp_path / "experiments.toml"
     code, _, err = init(tmp_path / "train.py", "-o", output, "--nproc-per-node", "2")
     assert code == 0, err
-    assert load_plan(output).baseline.optimizer == optimizer
+    assert load_plan(output).baseline.plan.optimizer == optimizer
     assert ('optimizer = "other" keeps the lr' in err) == warned
 
 
@@ -237,11 +237,11 @@ def assert_followed(plan: Plan, runs: dict[str, tuple[Path, dict]]) -> None:
         mistakes = [finding for finding in record["findings"] if finding["code"] not in SLOWNESS_CODES]
         assert mistakes == [], (name, record["findings"])  # why-slow findings are no mistake of the script
         assert (observed["world_size"], observed["per_device_batch_size"], observed["global_batch_size"]) == (
-            run.world_size, run.per_device_batch_size, run.global_batch_size
+            run.plan.world_size, run.plan.per_device_batch_size, run.plan.global_batch_size
         )  # fmt: skip
-        assert observed["lr_peak"] == pytest.approx(run.lr)
-        if run.total_steps is not None:
-            assert observed["optimizer_steps"] == run.total_steps
+        assert observed["lr_peak"] == pytest.approx(run.plan.lr)
+        if run.plan.total_steps is not None:
+            assert observed["optimizer_steps"] == run.plan.total_steps
 
 
 @pytest.mark.e2e
@@ -309,8 +309,9 @@ def test_click_required_argument_and_option_are_named_then_kept(tmp_path: Path) 
     code, _, err = init(tmp_path / "train.py", "-o", tmp_path / "e.toml", "--", "data", "--model", "m", "--lr=0.2")
     assert code == 0, err
     plan = load_plan(tmp_path / "e.toml")
-    assert plan.baseline.args == ["data", "--model", "m", "--batch-size", "{per_device_batch_size}", "--lr", "{lr}"]
-    assert plan.baseline.lr == 0.2  # given after --: the baseline's value, not a fixed argument
+    args = plan.baseline.launch.args
+    assert args == ["data", "--model", "m", "--batch-size", "{per_device_batch_size}", "--lr", "{lr}"]
+    assert plan.baseline.plan.lr == 0.2  # given after --: the baseline's value, not a fixed argument
 
 
 def test_a_module_takes_fixed_arguments_after_the_double_dash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -321,7 +322,7 @@ def test_a_module_takes_fixed_arguments_after_the_double_dash(tmp_path: Path, mo
     monkeypatch.chdir(tmp_path)
     code, _, err = init("-m", "pkg.train", "-o", tmp_path / "e.toml", "--", "2", "1")
     assert code == 0, err
-    assert load_plan(tmp_path / "e.toml").baseline.args[:2] == ["2", "1"]
+    assert load_plan(tmp_path / "e.toml").baseline.launch.args[:2] == ["2", "1"]
 
 
 def test_jsonargparse_help_text_defaults_are_read() -> None:

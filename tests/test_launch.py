@@ -55,7 +55,7 @@ def test_build_launch_exact_argv_and_env(tmp_path: Path) -> None:
     assert spec.env_added["DDPCLI_EXPERIMENT_DIR"] == str(tmp_path.resolve()) and spec.cwd is None
     assert spec.env_added["DDPCLI_RUN_DIR"] == str(run_dir)
     resolved = json.loads(spec.env_added["DDPCLI_RUN"])
-    assert resolved == {**run.as_json(), "run_dir": str(run_dir), "noise_scale": False}
+    assert resolved == {**run.plan.as_json(), "run_dir": str(run_dir), "noise_scale": False}
 
 
 @pytest.mark.parametrize(("line", "entry"), [
@@ -215,6 +215,21 @@ def recorded_run(tmp_path: Path, **changes: object) -> tuple[Path, dict]:
     return run_dir, record
 
 
+def test_resume_rebuilds_the_run_from_the_records_plan_and_launch(tmp_path: Path) -> None:
+    """run.json's `plan` and `launch` are the run's two parts as they were: resuming gives back the same run (the
+    plan's numbers, how to start it, its timeout), whatever else the objects hold (a key of `launch` never
+    overrides the plan)."""
+    from ddpcli.launch.sweep import resume_from
+
+    planned = load_plan(write_toml(tmp_path, FILE.replace('name = "1x16"', 'name = "1x16"\ntimeout_s = 7.5'))).baseline
+    run_dir, record = recorded_run(tmp_path, status="failed", timeout_s=7.5)
+    assert record["plan"] == planned.plan.as_json() and record["launch"] == planned.launch.as_json()
+    record["launch"] = {**record["launch"], "name": "other", "lr": 9.0}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    spec, _ = resume_from(run_dir)
+    assert (spec.run.plan, spec.run.launch, spec.run.timeout_s) == (planned.plan, planned.launch, 7.5)
+
+
 def test_resume_record_arithmetic_over_two_resumes(tmp_path: Path) -> None:
     """wall_time_s and restarts are totals over every launch, however many resumes."""
     from ddpcli.launch.supervisor import Outcome
@@ -251,7 +266,8 @@ def test_resume_of_a_copied_run_directory_runs_in_the_copy(tmp_path: Path) -> No
     ({"plan": {"nnodes": "2"}}, "plan.nnodes"),
     ({"resumes": "x"}, "resumes"),
     ({"argv": "touch X"}, "argv"),
-    ({"launch": {"module": 3}}, "module"),
+    ({"launch": {"module": 3}}, "launch.module"),
+    ({"launch": {"args": ["--x", 1]}}, "launch.args"),
     ({"run_id": None}, "run_id"),
 ])  # fmt: skip
 def test_resume_refuses_a_record_of_the_wrong_shape(tmp_path: Path, changes: dict, field: str) -> None:

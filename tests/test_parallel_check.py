@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from ddpcli.rundir.observations import RankObservation
@@ -90,3 +92,31 @@ def test_ranks_on_other_nodes_are_taken_at_torchs_word() -> None:
     assert check_data_parallel({0: rank(0, [1.0]), 1: rank(1, [1.0])}, 4).size == 4
     assert check_data_parallel({2: rank(2, [1.0])}, 2).size == 2
     assert check_data_parallel({0: rank(0, [1.0], group=False)}, 1).size == 1
+
+
+def test_a_runs_check_is_made_once_for_its_summary_metrics_and_findings(tmp_path: Path, monkeypatch: Any) -> None:
+    """finish.observe judges data parallelism once and hands the result to the merge, rank 0's metrics and the
+    findings: two ranks that drifted apart are one verdict everywhere (size 1, only rank 0's samples, an error)."""
+    from ddpcli.rundir import findings, finish, merge, parallel
+    from ddpcli.rundir.record import RunRecord
+    from tests.test_observation import end, run_rows, steps, write_rank
+
+    for number in (0, 1):
+        digest = {"kind": "params", "at": "end", "sums": [1], "samples": [1.0 + number], "numel": 100}
+        write_rank(tmp_path, number, [{"kind": "start", "rank": number}, *steps(4, per_device=8), run_rows(2),
+                                      digest, {**end(), "process_group": True}])  # fmt: skip
+    checks: list[int] = []
+
+    def counted(ranks: dict[int, Any], world_size: int | None) -> Any:
+        checks.append(len(ranks))
+        return check_data_parallel(ranks, world_size)
+
+    for module in (parallel, merge, findings):
+        monkeypatch.setattr(module, "check_data_parallel", counted)
+    record = finish.observe(RunRecord(run_id="r", name="n", status="completed"), tmp_path)
+    assert checks == [2]
+    assert record.observed is not None and record.observed.data_parallel_size == 1
+    assert record.observed.samples_seen == 32  # rank 0's 4 steps of 8: rank 1 trained a model of its own
+    assert [finding.code for finding in record.findings if finding.severity == "error"] == ["ranks_not_synchronized"]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["samples"] for row in rows] == [8, 16, 24, 32]

@@ -33,21 +33,22 @@ def test_seed_case_linear_keeps_per_device_batch() -> None:
         SEED, {"name": "4x16", "nproc_per_node": 4}, {"name": "4x4", "nproc_per_node": 4, "global_batch_size": 16}
     )
     four_by_16, four_by_4 = plan.experiments
-    assert (four_by_16.world_size, four_by_16.per_device_batch_size, four_by_16.global_batch_size) == (4, 16, 64)
-    assert four_by_16.batch_scale == 4.0
-    assert four_by_16.scaling == "linear"
-    assert four_by_16.lr == pytest.approx(0.2)
-    assert four_by_16.warmup_steps == 25
-    assert (four_by_4.per_device_batch_size, four_by_4.global_batch_size, four_by_4.lr) == (4, 16, 0.05)
-    assert four_by_4.warmup_steps == 100
+    sixteen = four_by_16.plan
+    assert (sixteen.world_size, sixteen.per_device_batch_size, sixteen.global_batch_size) == (4, 16, 64)
+    assert four_by_16.plan.batch_scale == 4.0
+    assert four_by_16.plan.scaling == "linear"
+    assert four_by_16.plan.lr == pytest.approx(0.2)
+    assert four_by_16.plan.warmup_steps == 25
+    assert (four_by_4.plan.per_device_batch_size, four_by_4.plan.global_batch_size, four_by_4.plan.lr) == (4, 16, 0.05)
+    assert four_by_4.plan.warmup_steps == 100
 
 
 def test_seed_case_sqrt_for_adam() -> None:
     plan = plan_of(SEED, {"name": "4x16", "nproc_per_node": 4}, defaults={"optimizer": "adam"})
-    assert plan.experiments[0].scaling == "sqrt"
-    assert plan.experiments[0].lr == pytest.approx(0.1)
+    assert plan.experiments[0].plan.scaling == "sqrt"
+    assert plan.experiments[0].plan.lr == pytest.approx(0.1)
     # Malladi et al.: 1 - beta2 scales WITH the batch ratio (x4 here): 0.999 -> 1 - 0.004.
-    assert any("beta2 0.999 becomes 0.996." in note for note in plan.experiments[0].notes)
+    assert any("beta2 0.999 becomes 0.996." in note for note in plan.experiments[0].plan.notes)
 
 
 @pytest.mark.parametrize(
@@ -55,7 +56,7 @@ def test_seed_case_sqrt_for_adam() -> None:
 )
 def test_auto_scaling_follows_optimizer(optimizer: str, rule: str, lr: float) -> None:
     plan = plan_of(SEED, {"name": "4x16", "nproc_per_node": 4, "optimizer": optimizer})
-    assert (plan.experiments[0].scaling, plan.experiments[0].lr) == (rule, pytest.approx(lr))
+    assert (plan.experiments[0].plan.scaling, plan.experiments[0].plan.lr) == (rule, pytest.approx(lr))
 
 
 def test_explicit_lr_and_scaling_override() -> None:
@@ -66,9 +67,9 @@ def test_explicit_lr_and_scaling_override() -> None:
         {"name": "c", "nproc_per_node": 4, "scaling": "sqrt", "warmup_steps": 7},
     )
     a, b, c = plan.experiments
-    assert (a.scaling, a.lr) == ("explicit", 0.3)
-    assert (b.scaling, b.lr) == ("none", 0.05)
-    assert (c.scaling, c.lr, c.warmup_steps) == ("sqrt", pytest.approx(0.1), 7)
+    assert (a.plan.scaling, a.plan.lr) == ("explicit", 0.3)
+    assert (b.plan.scaling, b.plan.lr) == ("none", 0.05)
+    assert (c.plan.scaling, c.plan.lr, c.plan.warmup_steps) == ("sqrt", pytest.approx(0.1), 7)
 
 
 def test_gradient_accumulation_derivations() -> None:
@@ -79,23 +80,24 @@ def test_gradient_accumulation_derivations() -> None:
         {"name": "keeps-per-device", "nproc_per_node": 2, "grad_accum_steps": 3},
     )
     first, second, third = plan.experiments
-    assert (first.per_device_batch_size, first.grad_accum_steps, first.global_batch_size) == (8, 4, 64)
-    assert (second.per_device_batch_size, second.grad_accum_steps) == (8, 4)
-    assert (third.per_device_batch_size, third.grad_accum_steps, third.global_batch_size) == (16, 3, 96)
-    assert third.batch_scale == 6.0 and third.lr == pytest.approx(0.3)
+    assert (first.plan.per_device_batch_size, first.plan.grad_accum_steps, first.plan.global_batch_size) == (8, 4, 64)
+    assert (second.plan.per_device_batch_size, second.plan.grad_accum_steps) == (8, 4)
+    assert (third.plan.per_device_batch_size, third.plan.grad_accum_steps, third.plan.global_batch_size) == (16, 3, 96)
+    assert third.plan.batch_scale == 6.0 and third.plan.lr == pytest.approx(0.3)
 
 
 def test_two_nodes() -> None:
     plan = plan_of(SEED, {"name": "2n", "nnodes": 2, "nproc_per_node": 8})
     run = plan.experiments[0]
-    assert (run.nnodes, run.nproc_per_node, run.world_size, run.global_batch_size) == (2, 8, 16, 256)
-    assert run.lr == pytest.approx(0.8)
-    assert "2 nodes x 8" in run.notes[0]
+    nodes = run.plan
+    assert (nodes.nnodes, nodes.nproc_per_node, nodes.world_size, nodes.global_batch_size) == (2, 8, 16, 256)
+    assert run.plan.lr == pytest.approx(0.8)
+    assert "2 nodes x 8" in run.plan.notes[0]
 
 
 def test_elastic_nodes_plan_for_the_maximum() -> None:
     run = plan_of(SEED, {"name": "elastic", "nnodes": "1:3", "nproc_per_node": 2}).experiments[0]
-    assert (run.min_nnodes, run.nnodes, run.world_size) == (1, 3, 6)
+    assert (run.plan.min_nnodes, run.plan.nnodes, run.plan.world_size) == (1, 3, 6)
 
 
 def test_padding_and_steps_per_epoch() -> None:
@@ -103,11 +105,12 @@ def test_padding_and_steps_per_epoch() -> None:
         {**SEED, "warmup_steps": 0}, {"name": "3x16", "nproc_per_node": 3}, defaults={"dataset_size": 1000, "epochs": 2}
     )
     base, three = plan.baseline, plan.experiments[0]
-    assert (base.samples_per_rank, base.padded_samples, base.steps_per_epoch, base.total_steps) == (1000, 0, 63, 126)
+    one = base.plan
+    assert (one.samples_per_rank, one.padded_samples, one.steps_per_epoch, one.total_steps) == (1000, 0, 63, 126)
     # ceil(1000 / 3) = 334 per rank, 334 * 3 - 1000 = 2 repeated; ceil(334 / 16) = 21 steps.
-    assert (three.samples_per_rank, three.padded_samples, three.dropped_samples) == (334, 2, 0)
-    assert (three.steps_per_epoch, three.total_steps) == (21, 42)
-    assert any("pads 2 repeated samples" in note for note in three.notes)
+    assert (three.plan.samples_per_rank, three.plan.padded_samples, three.plan.dropped_samples) == (334, 2, 0)
+    assert (three.plan.steps_per_epoch, three.plan.total_steps) == (21, 42)
+    assert any("pads 2 repeated samples" in note for note in three.plan.notes)
 
 
 def test_drop_last_floors_everything() -> None:
@@ -118,21 +121,23 @@ def test_drop_last_floors_everything() -> None:
     )
     run = plan.experiments[0]
     # floor(1000 / 3) = 333 per rank, 1 dropped; floor(floor(333 / 16) / 2) = floor(20 / 2) = 10 steps.
-    assert (run.samples_per_rank, run.padded_samples, run.dropped_samples, run.steps_per_epoch) == (333, 0, 1, 10)
+    dropping = run.plan
+    assert (dropping.samples_per_rank, dropping.padded_samples, dropping.dropped_samples, dropping.steps_per_epoch) == (
+        333, 0, 1, 10)  # fmt: skip
 
 
 def test_accumulation_rounds_partial_steps_up_without_drop_last() -> None:
     run = plan_of(
         SEED, {"name": "a", "nproc_per_node": 3, "grad_accum_steps": 2}, defaults={"dataset_size": 1000, "epochs": 1}
     ).experiments[0]
-    assert run.steps_per_epoch == 11  # ceil(ceil(334 / 16) / 2) = ceil(21 / 2)
+    assert run.plan.steps_per_epoch == 11  # ceil(ceil(334 / 16) / 2) = ceil(21 / 2)
 
 
 def test_max_steps_overrides_epochs_arithmetic() -> None:
     run = plan_of(
         SEED, {"name": "a", "nproc_per_node": 2, "max_steps": 7}, defaults={"dataset_size": 100, "epochs": 1}
     ).experiments[0]
-    assert (run.steps_per_epoch, run.total_steps, run.epochs) == (4, 7, None)
+    assert (run.plan.steps_per_epoch, run.plan.total_steps, run.plan.epochs) == (4, 7, None)
 
 
 def test_defaults_batch_fields_reach_experiments_as_a_group() -> None:
@@ -142,17 +147,18 @@ def test_defaults_batch_fields_reach_experiments_as_a_group() -> None:
         {"name": "own", "nproc_per_node": 2, "global_batch_size": 8},
         defaults={"per_device_batch_size": 8},
     )
-    assert plan.baseline.per_device_batch_size == 8
-    assert plan.experiments[0].global_batch_size == 16
-    assert plan.experiments[1].per_device_batch_size == 4  # its own global batch: defaults' per-device not mixed in
+    assert plan.baseline.plan.per_device_batch_size == 8
+    assert plan.experiments[0].plan.global_batch_size == 16
+    # its own global batch: defaults' per-device not mixed in
+    assert plan.experiments[1].plan.per_device_batch_size == 4
 
 
 def test_experiments_do_not_inherit_baseline_lr_or_batch() -> None:
     plan = plan_of({**SEED, "grad_accum_steps": 2}, {"name": "4x", "nproc_per_node": 4})
-    assert plan.baseline.global_batch_size == 32
+    assert plan.baseline.plan.global_batch_size == 32
     run = plan.experiments[0]
-    assert (run.per_device_batch_size, run.grad_accum_steps, run.global_batch_size) == (16, 1, 64)
-    assert run.lr == pytest.approx(0.1)  # scale 2, not the baseline's lr unchanged
+    assert (run.plan.per_device_batch_size, run.plan.grad_accum_steps, run.plan.global_batch_size) == (16, 1, 64)
+    assert run.plan.lr == pytest.approx(0.1)  # scale 2, not the baseline's lr unchanged
 
 
 def test_env_tables_merge_and_script_is_relative_to_file() -> None:
@@ -161,9 +167,9 @@ def test_env_tables_merge_and_script_is_relative_to_file() -> None:
         {"name": "e", "env": {"C": "3"}, "script": "train.py"},
         defaults={"env": {"A": "1", "B": "1"}},
     )
-    assert plan.baseline.env == {"A": "1", "B": "2"}
-    assert plan.experiments[0].env == {"A": "1", "B": "2", "C": "3"}
-    assert plan.experiments[0].script == "/tmp/exp/train.py"
+    assert plan.baseline.launch.env == {"A": "1", "B": "2"}
+    assert plan.experiments[0].launch.env == {"A": "1", "B": "2", "C": "3"}
+    assert plan.experiments[0].launch.script == "/tmp/exp/train.py"
     assert plan.runs_dir == Path("/tmp/exp/runs")
 
 
@@ -242,35 +248,36 @@ def test_invariants(
         baseline_starved = dataset_size < 16  # the baseline takes 16 per step on one process
         assert baseline_starved or dataset_size // world < per_device * accum
         return
-    assert run.per_device_batch_size == per_device
-    assert run.global_batch_size == run.per_device_batch_size * run.grad_accum_steps * run.world_size
-    assert run.batch_scale == pytest.approx(run.global_batch_size / 16)
-    assert run.lr == pytest.approx(0.05 * run.batch_scale)
-    covered = run.samples_per_rank * world
+    assert run.plan.per_device_batch_size == per_device
+    numbers = run.plan
+    assert numbers.global_batch_size == numbers.per_device_batch_size * numbers.grad_accum_steps * numbers.world_size
+    assert run.plan.batch_scale == pytest.approx(run.plan.global_batch_size / 16)
+    assert run.plan.lr == pytest.approx(0.05 * run.plan.batch_scale)
+    covered = run.plan.samples_per_rank * world
     if drop_last:
-        assert run.padded_samples == 0 and covered + run.dropped_samples == dataset_size
-        assert run.dropped_samples < world
+        assert run.plan.padded_samples == 0 and covered + run.plan.dropped_samples == dataset_size
+        assert run.plan.dropped_samples < world
     else:
-        assert run.dropped_samples == 0 and covered - run.padded_samples == dataset_size
-        assert (run.padded_samples + dataset_size) % world == 0 and run.padded_samples < world
-    micro_batches_per_step = run.steps_per_epoch * run.grad_accum_steps
+        assert run.plan.dropped_samples == 0 and covered - run.plan.padded_samples == dataset_size
+        assert (run.plan.padded_samples + dataset_size) % world == 0 and run.plan.padded_samples < world
+    micro_batches_per_step = run.plan.steps_per_epoch * run.plan.grad_accum_steps
     # Every sample a rank holds falls into some step (ceil) or the steps never overrun the data (floor).
     if drop_last:
-        assert micro_batches_per_step * per_device <= run.samples_per_rank
+        assert micro_batches_per_step * per_device <= run.plan.samples_per_rank
     else:
-        assert (micro_batches_per_step - run.grad_accum_steps) * per_device < run.samples_per_rank
-    assert run.warmup_steps == math.ceil(100 / run.batch_scale)
+        assert (micro_batches_per_step - run.plan.grad_accum_steps) * per_device < run.plan.samples_per_rank
+    assert run.plan.warmup_steps == math.ceil(100 / run.plan.batch_scale)
 
 
 def test_warmup_rounding_is_exact_integer_arithmetic() -> None:
     """21 warmup steps x 5 samples = 105 samples; at batch 7 that is ceil(105 / 7) = 15 steps, not 16."""
     run = plan_of({"name": "b", "per_device_batch_size": 5, "lr": 0.1, "warmup_steps": 21},
                   {"name": "e", "per_device_batch_size": 7}).experiments[0]  # fmt: skip
-    assert run.warmup_steps == 15
-    assert any("keeps the baseline's 105 warmup samples" in note for note in run.notes)
+    assert run.plan.warmup_steps == 15
+    assert any("keeps the baseline's 105 warmup samples" in note for note in run.plan.notes)
 
 
 def test_a_numeric_noise_scale_is_for_plan_only() -> None:
     plan = plan_of(SEED, {"name": "m", "noise_scale": True}, defaults={"noise_scale": 48.0})
-    assert (plan.baseline.noise_scale, plan.baseline.known_noise_scale) == (False, 48.0)
-    assert plan.experiments[0].noise_scale is True
+    assert (plan.baseline.launch.noise_scale, plan.baseline.known_noise_scale) == (False, 48.0)
+    assert plan.experiments[0].launch.noise_scale is True

@@ -15,7 +15,8 @@ from ddpcli.rundir.record import Observed, RunRecord
 
 
 def spec(name: str, total_steps: int) -> SimpleNamespace:
-    return SimpleNamespace(run=SimpleNamespace(name=name, total_steps=total_steps), run_dir=Path(f"runs/{name}/id"))
+    run = SimpleNamespace(name=name, plan=SimpleNamespace(total_steps=total_steps))
+    return SimpleNamespace(run=run, run_dir=Path(f"runs/{name}/id"))
 
 
 @pytest.mark.parametrize(("planned", "ran", "status"), [(64, 32, "completed"), (60, 61, "completed"), (8, 3, "failed")])

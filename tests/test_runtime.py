@@ -84,14 +84,14 @@ class Finished:
 
 def launch(run: ResolvedRun, run_dir: Path, extra_args: tuple[str, ...] = ()) -> Finished:
     """Start `run` as ddpcli launch would (torchrun for W > 1, plain python for one process) and read its outputs."""
-    plan_json = {**run.as_json(), "run_dir": str(run_dir), "noise_scale": False}
-    args = [arg.format(**plan_json) for arg in run.args]
-    if run.world_size > 1:
-        starter = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(run.nproc_per_node)]
+    plan_json = {**run.plan.as_json(), "run_dir": str(run_dir), "noise_scale": False}
+    args = [arg.format(**plan_json) for arg in run.launch.args]
+    if run.plan.world_size > 1:
+        starter = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(run.plan.nproc_per_node)]
     else:
         starter = []
-    command = [sys.executable, *starter, "-m", str(run.module), *args, *extra_args]
-    env = {**_clean_env(), **run.env, "DDPCLI_RUN_DIR": str(run_dir), "DDPCLI_RUN": json.dumps(plan_json)}
+    command = [sys.executable, *starter, "-m", str(run.launch.module), *args, *extra_args]
+    env = {**_clean_env(), **run.launch.env, "DDPCLI_RUN_DIR": str(run_dir), "DDPCLI_RUN": json.dumps(plan_json)}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
     merge_observations(run_dir)  # what ddpcli launch does once torchrun has ended: metrics.jsonl from every rank
@@ -141,7 +141,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
 def test_metrics_and_params_of_a_four_process_run(runs: Runs) -> None:
     finished = runs.get("4x16")
     rows, run = finished.rows, finished.run
-    assert run.world_size == 4 and run.global_batch_size == 64 and run.lr == pytest.approx(0.2)
+    assert run.plan.world_size == 4 and run.plan.global_batch_size == 64 and run.plan.lr == pytest.approx(0.2)
     assert [row["step"] for row in rows] == list(range(1, 17))
     assert [row["samples"] for row in rows] == [64 * step for step in range(1, 17)]
     times = [row["time"] for row in rows]
@@ -159,7 +159,7 @@ def test_metrics_and_params_of_a_four_process_run(runs: Runs) -> None:
 @pytest.mark.parametrize(("ddp", "one_device"), [("4x16", "1x64"), ("4x4", "1x16"), ("2x4x2", "1x16")])
 def test_data_parallel_ends_where_one_device_with_the_global_batch_ends(runs: Runs, ddp: str, one_device: str) -> None:
     left, right = runs.get(ddp), runs.get(one_device)
-    assert left.run.global_batch_size == right.run.global_batch_size
+    assert left.run.plan.global_batch_size == right.run.plan.global_batch_size
     assert max_abs_diff(left.params, right.params) <= EQUAL
     assert [row["loss"] for row in left.rows] == pytest.approx([row["loss"] for row in right.rows], rel=1e-4)
     assert max_abs_diff(left.params, runs.get("4x16" if ddp != "4x16" else "4x4").params) > 1e-2  # not vacuous

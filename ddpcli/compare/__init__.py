@@ -5,7 +5,8 @@ and renders what they return. Parameter files are the one thing that needs torch
 `ddpcli.rundir.params`, imported only when two parameter files really have to be compared.
 
 Modules, in the order they build on each other:
-- runs: RunRecord (run.json), finding run directories, the newest run of each name, why a run did not complete.
+- runs: ComparedRun (a run.json record and its directory), finding run directories, the newest run of each name,
+  why a run did not complete.
 - baseline: choosing the run the others are measured against.
 - curve: a loss curve read lazily or from parsed rows; loss at a sample count, evenly spaced points.
 - metrics: MetricsSummary of a metrics.jsonl (the fast reader and its careful fallback), RunSummary.
@@ -34,13 +35,13 @@ from ddpcli.compare.equivalence import DEFAULT_ATOL, DIVERGED, EQUIVALENT, Param
 from ddpcli.compare.metrics import PLOT_POINTS, SPARK_POINTS, MetricsSummary, load_run, summarize_metrics
 from ddpcli.compare.notes import divergence_causes
 from ddpcli.compare.row import ROW_KEYS, SPARK_WIDTH, ComparisonRow, sparkline
-from ddpcli.compare.runs import RunRecord, collect_runs, read_run_record, status_reason
+from ddpcli.compare.runs import ComparedRun, collect_runs, read_run_record, status_reason
 from ddpcli.compare.table import Comparison, compare_runs, scaling_efficiency, speedup
 
 # What the CLI, the tests and the benchmarks use; anything else is imported from its module.
 __all__ = [
     "DEFAULT_ATOL", "DIVERGED", "EQUIVALENT", "PLOT_POINTS", "ROW_KEYS", "SPARK_POINTS", "SPARK_WIDTH",
-    "Comparison", "ComparisonRow", "MetricsSummary", "ParamDiff", "RunRecord",
+    "ComparedRun", "Comparison", "ComparisonRow", "MetricsSummary", "ParamDiff",
     "choose_baseline", "collect_runs", "compare_runs", "divergence_causes", "find_partner", "load_run",
     "read_run_record", "scaling_efficiency", "sparkline", "speedup", "status_reason", "summarize_metrics", "verdict",
 ]  # fmt: skip

@@ -8,13 +8,13 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from ddpcli.compare.runs import RunRecord, newest, size_key
+from ddpcli.compare.runs import ComparedRun, newest, size_key
 from ddpcli.errors import ConfigError, OptionError
 
 BaselineCache = dict[str, str | None]  # experiment file and sha256 -> its [baseline].name (None: unreadable)
 
 
-def choose_baseline(records: Sequence[RunRecord], requested: str | None = None) -> tuple[RunRecord, str]:
+def choose_baseline(records: Sequence[ComparedRun], requested: str | None = None) -> tuple[ComparedRun, str]:
     """The run the others are measured against, and how it was chosen (said in the table's caption).
 
     Order: `--baseline NAME`; the baseline of the experiment file the runs came from (as recorded in run.json:
@@ -43,8 +43,9 @@ def choose_baseline(records: Sequence[RunRecord], requested: str | None = None) 
     return min(records, key=lambda record: size_key(record, unknown=math.inf)), "smallest world size"
 
 
-def _declared_baseline(record: RunRecord, cache: BaselineCache) -> tuple[str | None, str]:
+def _declared_baseline(run: ComparedRun, cache: BaselineCache) -> tuple[str | None, str]:
     """The baseline name this run's experiment file declares, or this run's own name if its plan is the baseline."""
+    record = run.record
     if record.experiment_file:
         key = f"{record.experiment_file}\0{record.experiment_file_sha256}"
         if key not in cache:

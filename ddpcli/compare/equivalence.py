@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddpcli.compare.metrics import RunSummary
-from ddpcli.compare.runs import RunRecord
+from ddpcli.compare.runs import ComparedRun
 from ddpcli.rundir.layout import PARAMS_FILE
 from ddpcli.rundir.param_diff import ParamDiff, ParamDiffFn
 
@@ -64,17 +64,18 @@ def _same_steps(run: RunSummary, other: RunSummary) -> bool:
     return True
 
 
-def _partner_preference(run: RunRecord, other: RunSummary) -> tuple[Any, ...]:
+def _partner_preference(run: ComparedRun, other: RunSummary) -> tuple[Any, ...]:
+    mine, theirs = run.record, other.record.record
     return (
         other.record.params_path.is_file(),
         other.record.status == "completed",
-        other.record.plan.get("seed") == run.plan.get("seed"),
-        other.record.experiment_file == run.experiment_file,
+        theirs.plan.get("seed") == mine.plan.get("seed"),
+        theirs.experiment_file == mine.experiment_file,
         other.record.run_id,
     )
 
 
-def compare_params(run: RunRecord, partner: RunRecord, diff_fn: ParamDiffFn | None = None) -> ParamDiff:
+def compare_params(run: ComparedRun, partner: ComparedRun, diff_fn: ParamDiffFn | None = None) -> ParamDiff:
     """Compare final parameters with `diff_fn` (ddpcli.rundir.params.param_diff) when both files exist; without a
     reader the parameters are not compared, and the diff says so rather than inventing a number."""
     for record in (run, partner):

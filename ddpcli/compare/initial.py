@@ -7,10 +7,13 @@ mean the runs never trained the same model, whatever else they share: nothing la
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddpcli.rundir.record import RunRecord
 
 
-def initial_params_cause(run: Any, partner: Any) -> str | None:
+def initial_params_cause(run: RunRecord, partner: RunRecord) -> str | None:
     mine = run.observed.initial_params_fingerprint if run.observed is not None else None
     theirs = partner.observed.initial_params_fingerprint if partner.observed is not None else None
     if not mine or not theirs or mine == theirs:

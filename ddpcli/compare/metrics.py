@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpcli.compare.curve import Curve, LazyCurve, NeedsFullParse, ParsedCurve, Row, loss_at, resample, rows_at
-from ddpcli.compare.runs import RunRecord, read_run_record
+from ddpcli.compare.runs import ComparedRun, read_run_record
 from ddpcli.jsonvalues import finite_or_none, loads_json, whole_or_none
 from ddpcli.rundir.metrics import noise_scale_reading, read_metrics, unreadable
 
@@ -60,7 +60,7 @@ class MetricsSummary:
 class RunSummary:
     """One run: its record and its metrics."""
 
-    record: RunRecord
+    record: ComparedRun
     metrics: MetricsSummary
     noise_scale: float | None = None  # the last logged gradient noise scale (B_simple), when it was measured
 
@@ -70,19 +70,19 @@ def load_run(run_dir: Path, target_samples: float | None = None, *, plot_points:
     return summarize_run(read_run_record(run_dir), target_samples, plot_points=plot_points)
 
 
-def summarize_run(record: RunRecord, target_samples: float | None = None, *, plot_points: int = 0) -> RunSummary:
+def summarize_run(run: ComparedRun, target_samples: float | None = None, *, plot_points: int = 0) -> RunSummary:
     """A run's metrics, read carefully (every line) when run.json records restarts: the curve starts over."""
     metrics = summarize_metrics(
-        record.metrics_path,
+        run.metrics_path,
         target_samples,
         plot_points=plot_points,
-        full_parse=record.restarts > 0,
-        global_batch_size=record.global_batch_size,
+        full_parse=run.record.restarts > 0,
+        global_batch_size=run.global_batch_size,
     )
-    noise_scale, problem = noise_scale_reading(record.run_dir)
+    noise_scale, problem = noise_scale_reading(run.run_dir)
     if problem:
         metrics = replace(metrics, skipped=[*metrics.skipped, problem])
-    return RunSummary(record, metrics, noise_scale)
+    return RunSummary(run, metrics, noise_scale)
 
 
 def summarize_metrics(

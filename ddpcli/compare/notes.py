@@ -10,7 +10,7 @@ from ddpcli.compare.initial import initial_params_cause
 from ddpcli.compare.prediction import prediction_notes
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.run_checks import separate_models_note
-from ddpcli.compare.runs import NO_FILE, RunRecord, status_reason
+from ddpcli.compare.runs import NO_FILE, ComparedRun, status_reason
 from ddpcli.compare.script_notes import beta2_note
 from ddpcli.experiment.outlook import far_above_critical
 from ddpcli.rundir.findings import explaining
@@ -35,9 +35,10 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
     """What a reader of the table needs explained: failures, divergences and why, unchecked runs, mixed files."""
     notes: list[str] = []
     for row in rows:
-        reason = status_reason(row.run.record)
+        run = row.run.record
+        reason = status_reason(run.record)
         if reason:
-            what = STATUS_WORDS.get(row.run.record.status, f"is {row.run.record.status}")
+            what = STATUS_WORDS.get(run.status, f"is {run.status}")
             notes.append(f"{row.label} {what}: {reason}.")
     for row in rows:
         notes += _finding_notes(row)
@@ -47,7 +48,7 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
         notes += separate_models_note(row.label, row.run.record)
     for row in rows:
         notes += _noise_scale_notes(row)
-    notes += [note for row in rows if (note := beta2_note(row.label, row.run.record))]
+    notes += [note for row in rows if (note := beta2_note(row.label, row.run.record.record))]
     notes += prediction_notes(rows)
     notes += _file_notes([row.run.record for row in rows])
     return notes
@@ -142,7 +143,7 @@ def _structural(mismatch: str) -> str:
     )
 
 
-def _unexplained(run: RunRecord, partner: RunRecord) -> str:
+def _unexplained(run: ComparedRun, partner: ComparedRun) -> str:
     """The usual suspects, when run.json records no difference between the two runs."""
     suspects = [
         "a sum-reduced loss (DDP averages gradients, so each process must use the mean over its own batch)",
@@ -150,7 +151,8 @@ def _unexplained(run: RunRecord, partner: RunRecord) -> str:
         "step, with the same seed)",
         "dropout or augmentation drawing different random numbers on each rank",
     ]
-    no_batchnorm = run.observed is not None and run.observed.batchnorm_layers == 0  # seen: the model has none
+    observed = run.record.observed
+    no_batchnorm = observed is not None and observed.batchnorm_layers == 0  # seen: the model has none
     if run.per_device_batch_size != partner.per_device_batch_size and not no_batchnorm:
         suspects.append(
             f"BatchNorm layers normalising over {run.per_device_batch_size} samples per device instead of "
@@ -159,31 +161,32 @@ def _unexplained(run: RunRecord, partner: RunRecord) -> str:
     return f"Nothing in the run records explains it; likely causes: {'; '.join(suspects)}"
 
 
-def divergence_causes(run: RunRecord, partner: RunRecord, found: Sequence[Finding] = ()) -> list[str]:
+def divergence_causes(run: ComparedRun, partner: ComparedRun, found: Sequence[Finding] = ()) -> list[str]:
     """Differences recorded in run.json (and `found` by compare between the two) that break equivalence, each in
     words with its numbers."""
-    initial = initial_params_cause(run, partner)  # before any other: nothing later makes such runs end alike
+    # before any other cause: nothing later makes such runs end alike
+    initial = initial_params_cause(run.record, partner.record)
     causes = [initial] if initial else []
     causes += [
         f"{record.name}: {finding.message} ({finding.code})"
-        for record, findings in ((run, [*run.findings, *found]), (partner, partner.findings))
+        for record, findings in ((run, [*run.record.findings, *found]), (partner, partner.record.findings))
         for finding in explaining(findings)
     ]
     bn = _batchnorm_cause(run, partner)
-    if bn and not any(finding.code == "batchnorm_not_synchronized" for finding in run.findings):
+    if bn and not any(finding.code == "batchnorm_not_synchronized" for finding in run.record.findings):
         causes.append(bn)
     for key, what in PLAN_CAUSES:
-        mine, theirs = run.plan.get(key), partner.plan.get(key)
+        mine, theirs = run.record.plan.get(key), partner.record.plan.get(key)
         if mine is not None and theirs is not None and mine != theirs:
             causes.append(f"The runs differ in {what}: {mine} vs {theirs}")
     sampler = _sampler_cause(run, partner)
     return [*causes, sampler] if sampler else causes
 
 
-def _sampler_cause(run: RunRecord, partner: RunRecord) -> str | None:
+def _sampler_cause(run: ComparedRun, partner: ComparedRun) -> str | None:
     """Observed samplers of different kinds draw different batches at each step, so the runs cannot end alike."""
-    mine = run.observed.sampler if run.observed is not None else None
-    theirs = partner.observed.sampler if partner.observed is not None else None
+    mine = run.record.observed.sampler if run.record.observed is not None else None
+    theirs = partner.record.observed.sampler if partner.record.observed is not None else None
     if not mine or not theirs or mine == theirs or {mine, theirs} <= SHARDING_ALIKE:
         return None
     return (
@@ -193,7 +196,7 @@ def _sampler_cause(run: RunRecord, partner: RunRecord) -> str | None:
     )
 
 
-def _batchnorm_cause(run: RunRecord, partner: RunRecord) -> str | None:
+def _batchnorm_cause(run: ComparedRun, partner: ComparedRun) -> str | None:
     """BatchNorm normalises over what one forward pass sees: per device, or all devices with SyncBatchNorm."""
     per_device = run.per_device_batch_size
     if per_device is None or partner.per_device_batch_size is None or not run.world_size:
@@ -212,14 +215,15 @@ def _batchnorm_cause(run: RunRecord, partner: RunRecord) -> str | None:
     )
 
 
-def _file_notes(records: Sequence[RunRecord]) -> list[str]:
+def _file_notes(records: Sequence[ComparedRun]) -> list[str]:
     """Runs from several experiment files (or one file edited in between) were planned under different rules."""
     names: dict[str, set[str]] = {}
     hashes: dict[str, set[str]] = {}
-    for record in records:
-        path = record.experiment_file or NO_FILE
-        names.setdefault(path, set()).add(record.name)
-        hashes.setdefault(path, set()).update([record.experiment_file_sha256] if record.experiment_file_sha256 else [])
+    for run in records:
+        path = run.record.experiment_file or NO_FILE
+        names.setdefault(path, set()).add(run.name)
+        sha256 = run.record.experiment_file_sha256
+        hashes.setdefault(path, set()).update([sha256] if sha256 else [])
     notes = []
     if len(names) > 1:
         groups = "; ".join(f"{path}: {', '.join(sorted(names[path]))}" for path in sorted(names))

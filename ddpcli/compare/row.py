@@ -51,7 +51,7 @@ class ComparisonRow:
     @property
     def findings(self) -> list[Finding]:
         """run.json's findings, then what compare found against the baseline or the equivalence partner."""
-        return [*self.run.record.findings, *self.compare_findings]
+        return [*self.run.record.record.findings, *self.compare_findings]
 
     @property
     def marked(self) -> bool:
@@ -66,7 +66,7 @@ class ComparisonRow:
     @property
     def prediction(self) -> PredictionScore | None:
         """The baseline's prediction for this run (run.json `prediction`) against its measured samples/s."""
-        return score(self.run.record, self.samples_per_s)
+        return score(self.run.record.record, self.samples_per_s)
 
     @property
     def sparkline(self) -> str:
@@ -76,30 +76,30 @@ class ComparisonRow:
         """The row of --json and --csv: ROW_KEYS, null where a value does not apply, is unknown or is not finite (a
         NaN loss: strict JSON has no NaN). --json adds JSON_KEYS: what the observer saw and found (the CSV, flat,
         leaves them out)."""
-        record = self.run.record
+        run, observed = self.run.record, self.run.record.record.observed
         row = {key: _strict(value) for key, value in self._values().items()}
-        row["values_from"] = "observed" if record.observed_from_run else "plan"
-        row["plan_followed"] = not record.plan_mismatches if record.observed_from_run else None
-        row["observed"] = record.observed.model_dump(mode="json") if record.observed is not None else None
+        row["values_from"] = "observed" if run.observed_from_run else "plan"
+        row["plan_followed"] = not run.plan_mismatches if run.observed_from_run else None
+        row["observed"] = observed.model_dump(mode="json") if observed is not None else None
         row["findings"] = [finding.model_dump(mode="json", exclude_none=True) for finding in self.findings]
         return row
 
     def _values(self) -> dict[str, Any]:
-        record, metrics = self.run.record, self.run.metrics
+        run, metrics = self.run.record, self.run.metrics
         return {
-            "name": record.name,
-            "status": record.status,
-            "run_dir": str(record.run_dir.resolve()),
-            "world_size": record.world_size,
-            "per_device_batch_size": record.per_device_batch_size,
-            "grad_accum_steps": record.grad_accum_steps,
-            "global_batch_size": record.global_batch_size,
-            "lr": record.lr,
+            "name": run.name,
+            "status": run.status,
+            "run_dir": str(run.run_dir.resolve()),
+            "world_size": run.world_size,
+            "per_device_batch_size": run.per_device_batch_size,
+            "grad_accum_steps": run.grad_accum_steps,
+            "global_batch_size": run.global_batch_size,
+            "lr": run.lr,
             "steps": metrics.steps,
             "samples_seen": metrics.samples_seen,
             "final_loss": metrics.final_loss,
             "loss_at_baseline_samples": self.loss_at_baseline_samples,
-            "wall_time_s": record.wall_time_s,
+            "wall_time_s": run.record.wall_time_s,
             "samples_per_s": self.samples_per_s,
             "speedup": self.speedup,
             "scaling_efficiency": self.scaling_efficiency,

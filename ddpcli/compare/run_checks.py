@@ -5,7 +5,7 @@ whose processes each trained a model of their own (`observed.data_parallel_size`
 from __future__ import annotations
 
 from ddpcli.compare.metrics import RunSummary
-from ddpcli.compare.runs import RunRecord
+from ddpcli.compare.runs import ComparedRun
 from ddpcli.compare.schedule import ScheduleMismatch, compare_schedules, points
 from ddpcli.jsonvalues import finite_or_none, whole_or_none
 from ddpcli.rundir.record import Finding
@@ -15,31 +15,31 @@ LR_SCHEDULE_MISMATCH = "lr_schedule_mismatch"
 MARKED_CODES = frozenset({"plan_mismatch", LR_SCHEDULE_MISMATCH, "uneven_accumulation", "samples_below_plan"})
 
 
-def separate_models(record: RunRecord) -> int:
+def separate_models(run: ComparedRun) -> int:
     """How many models the run's processes trained: world size / data_parallel_size (1 when unknown)."""
-    observed = record.observed
-    world = record.world_size
+    observed = run.record.observed
+    world = run.world_size
     data_parallel = observed.data_parallel_size if observed is not None else None
     if not world or not data_parallel or data_parallel >= world or world % data_parallel:
         return 1
     return world // data_parallel
 
 
-def per_model(samples_per_s: float | None, record: RunRecord) -> float | None:
+def per_model(samples_per_s: float | None, run: ComparedRun) -> float | None:
     """Samples per second that trained one model."""
-    models = separate_models(record)
+    models = separate_models(run)
     return samples_per_s / models if samples_per_s is not None and models > 1 else samples_per_s
 
 
-def separate_models_note(label: str, record: RunRecord) -> list[str]:
+def separate_models_note(label: str, run: ComparedRun) -> list[str]:
     """The note under the table for a run whose processes trained separate models."""
-    models = separate_models(record)
+    models = separate_models(run)
     if models <= 1:
         return []
-    observed = record.observed
+    observed = run.record.observed
     size = observed.data_parallel_size if observed is not None else None
     return [
-        f"{label}: its {record.world_size} processes trained {models} separate models (data_parallel_size {size}): "
+        f"{label}: its {run.world_size} processes trained {models} separate models (data_parallel_size {size}): "
         "samples/s is one model's, and no speedup is shown."
     ]
 
@@ -56,10 +56,10 @@ def schedule_findings(run: RunSummary, references: list[tuple[RunSummary, str]])
     return []
 
 
-def same_program(first: RunRecord, second: RunRecord) -> bool:
+def same_program(first: ComparedRun, second: ComparedRun) -> bool:
     """Both ran one script or module (schedules of different programs may differ on purpose)."""
-    mine = (first.launch.get("script"), first.launch.get("module"))
-    theirs = (second.launch.get("script"), second.launch.get("module"))
+    mine = (first.record.launch.get("script"), first.record.launch.get("module"))
+    theirs = (second.record.launch.get("script"), second.record.launch.get("module"))
     return any(mine) and mine == theirs
 
 
@@ -83,24 +83,25 @@ def schedule_finding(run: RunSummary, reference: RunSummary, label: str) -> Find
     )  # fmt: skip
 
 
-def _likely_factors(run: RunRecord, reference: RunRecord) -> list[float]:
+def _likely_factors(run: ComparedRun, reference: ComparedRun) -> list[float]:
     """Speeds a schedule usually runs at by mistake: once per process, once per micro-batch (or the reference
     did), once per epoch where the reference steps per step."""
     ratios = [
         _ratio(run.world_size, reference.world_size),
         _ratio(run.grad_accum_steps, reference.grad_accum_steps),
         _ratio(reference.grad_accum_steps, run.grad_accum_steps),
-        whole_or_none(run.plan.get("steps_per_epoch")),
+        whole_or_none(run.record.plan.get("steps_per_epoch")),
     ]
     factors = [float(ratio) for ratio in ratios[:2] if ratio and ratio > 1]
     return factors + [1 / ratio for ratio in ratios[2:] if ratio and ratio > 1]
 
 
-def _lr_ratio(run: RunRecord, reference: RunRecord) -> float | None:
+def _lr_ratio(run: ComparedRun, reference: ComparedRun) -> float | None:
     """The planned lr ratio; the observed base lrs' where a plan has no lr."""
+    ours, its = run.record, reference.record
     for mine, theirs in (
-        (run.plan.get("lr"), reference.plan.get("lr")),
-        (run.observed and run.observed.lr_base, reference.observed and reference.observed.lr_base),
+        (ours.plan.get("lr"), its.plan.get("lr")),
+        (ours.observed and ours.observed.lr_base, its.observed and its.observed.lr_base),
     ):
         mine, theirs = finite_or_none(mine), finite_or_none(theirs)
         if mine and theirs and mine > 0 and theirs > 0:
@@ -108,7 +109,7 @@ def _lr_ratio(run: RunRecord, reference: RunRecord) -> float | None:
     return None
 
 
-def _samples_scale(run: RunRecord, reference: RunRecord) -> float | None:
+def _samples_scale(run: ComparedRun, reference: ComparedRun) -> float | None:
     """What the run's samples are divided by to line up with the reference's: the ratio of the samples their
     plans hold (equal for runs planned from one baseline), else of their separate models."""
     mine, theirs = _planned_samples(run), _planned_samples(reference)
@@ -117,12 +118,13 @@ def _samples_scale(run: RunRecord, reference: RunRecord) -> float | None:
     return separate_models(run) / separate_models(reference)
 
 
-def _same_planned_warmup(run: RunRecord, reference: RunRecord) -> bool:
+def _same_planned_warmup(run: ComparedRun, reference: ComparedRun) -> bool:
     """The plans' warmups cover the same share of their runs, give or take a step (ddpcli rounds warmup steps up):
     a warmup planned differently is a schedule that differs on purpose."""
     shares = []
-    for record in (run, reference):
-        warmup, steps = whole_or_none(record.plan.get("warmup_steps")), whole_or_none(record.plan.get("total_steps"))
+    for each in (run, reference):
+        plan = each.record.plan
+        warmup, steps = whole_or_none(plan.get("warmup_steps")), whole_or_none(plan.get("total_steps"))
         if warmup is None or not steps:
             return True  # nothing planned to tell
         shares.append((warmup / steps, 1 / steps))
@@ -130,12 +132,13 @@ def _same_planned_warmup(run: RunRecord, reference: RunRecord) -> bool:
     return abs(mine - theirs) <= max(my_step, their_step) + 1e-12
 
 
-def _planned_samples(record: RunRecord) -> int | None:
-    steps, batch = whole_or_none(record.plan.get("total_steps")), whole_or_none(record.plan.get("global_batch_size"))
+def _planned_samples(run: ComparedRun) -> int | None:
+    plan = run.record.plan
+    steps, batch = whole_or_none(plan.get("total_steps")), whole_or_none(plan.get("global_batch_size"))
     return steps * batch if steps and batch else None
 
 
-def _message(mismatch: ScheduleMismatch, run: RunRecord, reference: RunRecord, label: str, ratio: float) -> str:
+def _message(mismatch: ScheduleMismatch, run: ComparedRun, reference: ComparedRun, label: str, ratio: float) -> str:
     k = mismatch.factor
     if k is None:
         head = f"the lr schedule is not {label}'s"
@@ -156,7 +159,7 @@ def _message(mismatch: ScheduleMismatch, run: RunRecord, reference: RunRecord, l
     return f"{head}: {body}; {_cause(k, run, reference, label)}"
 
 
-def _cause(k: float | None, run: RunRecord, reference: RunRecord, label: str) -> str:
+def _cause(k: float | None, run: ComparedRun, reference: ComparedRun, label: str) -> str:
     """The usual cause of a schedule running at that speed, from what differs between the two runs."""
     if k is None:
         return "it is no faster or slower copy of it: compare how the two build and step their schedulers"
@@ -175,7 +178,7 @@ def _cause(k: float | None, run: RunRecord, reference: RunRecord, label: str) ->
             "optimizer steps"
         )
     slower = round(1 / k) if k < 1 and abs(1 / k - round(1 / k)) < 1e-6 else None
-    if slower is not None and slower == whole_or_none(run.plan.get("steps_per_epoch")):
+    if slower is not None and slower == whole_or_none(run.record.plan.get("steps_per_epoch")):
         causes.append(
             f"a scheduler stepped once per epoch ({slower} steps) where {label}'s steps once per optimizer step: "
             "step both the same way"

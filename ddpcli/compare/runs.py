@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from pydantic import Field
 
 from ddpcli.errors import UserError
 from ddpcli.jsonvalues import finite_or_none, text_or_none
@@ -22,22 +21,38 @@ SYNC_BN_FLAGS = frozenset({"--sync-bn", "--sync-batchnorm", "--syncbn", "--sync-
 LOST = "lost"
 
 
-class RunRecord(run_record.RunRecord):
-    """run.json (the one model, ddpcli.rundir.record) plus where it was read, and the numbers compare shows.
+@dataclass(frozen=True)
+class ComparedRun:
+    """A run as compare shows it: its record (run.json, the one model of ddpcli.rundir.record), the directory it
+    was read from, and the numbers compare shows.
 
-    Batch numbers, lr and steps are what the run did (`observed`) where the observer saw it, else the plan's:
-    `planned(key)` gives the plan's value, `observed_from_run` says which it is.
+    `name`, `status` and `run_id` are the record's as compare reads it (a name from the path where the record has
+    none, `lost` for a run whose launcher is gone). Batch numbers, lr and steps are what the run did (`observed`)
+    where the observer saw it, else the plan's; `observed_from_run` says which it is.
     """
 
-    run_dir: Path = Field(exclude=True)
+    record: run_record.RunRecord
+    run_dir: Path
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
 
     @property
     def observed_from_run(self) -> bool:
-        return self.observed is not None and self.observed.optimizer_steps not in (None, 0)
+        return self.record.observed is not None and self.record.observed.optimizer_steps not in (None, 0)
 
     def _batch(self, key: str) -> int | None:
-        seen = getattr(self.observed, key) if self.observed_from_run else None
-        return seen if seen is not None else _int_or_none(self.plan.get(key))
+        seen = getattr(self.record.observed, key) if self.observed_from_run else None
+        return seen if seen is not None else _int_or_none(self.record.plan.get(key))
 
     @property
     def world_size(self) -> int | None:
@@ -57,22 +72,23 @@ class RunRecord(run_record.RunRecord):
 
     @property
     def total_steps(self) -> int | None:
-        if self.observed_from_run and self.status == "completed" and self.observed is not None:
-            return self.observed.optimizer_steps
-        return _int_or_none(self.plan.get("total_steps"))
+        if self.observed_from_run and self.status == "completed" and self.record.observed is not None:
+            return self.record.observed.optimizer_steps
+        return _int_or_none(self.record.plan.get("total_steps"))
 
     @property
     def lr(self) -> float | None:
         """The base lr the run was given (a scheduler's initial_lr), else its peak (older records), else the plan's."""
-        if self.observed_from_run and self.observed is not None:
-            seen = self.observed.lr_base if self.observed.lr_base is not None else self.observed.lr_peak
+        observed = self.record.observed
+        if self.observed_from_run and observed is not None:
+            seen = observed.lr_base if observed.lr_base is not None else observed.lr_peak
             if seen is not None:
                 return finite_or_none(seen)
-        return finite_or_none(self.plan.get("lr"))
+        return finite_or_none(self.record.plan.get("lr"))
 
     @property
     def plan_mismatches(self) -> list[run_record.Finding]:
-        return [finding for finding in self.findings if finding.code == "plan_mismatch"]
+        return [finding for finding in self.record.findings if finding.code == "plan_mismatch"]
 
     @property
     def metrics_path(self) -> Path:
@@ -85,19 +101,22 @@ class RunRecord(run_record.RunRecord):
     @property
     def flags(self) -> frozenset[str]:
         """The command line's options, spelled with dashes (`--sync_bn` and `--sync-bn` are the same flag)."""
-        return frozenset(arg.split("=", 1)[0].replace("_", "-").lower() for arg in self.argv if arg.startswith("--"))
+        options = (arg for arg in self.record.argv if arg.startswith("--"))
+        return frozenset(option.split("=", 1)[0].replace("_", "-").lower() for option in options)
 
     @property
     def uses_batchnorm(self) -> bool:
         """The model has BatchNorm layers (observed), else the command line asks for them (`--batchnorm`)."""
-        if self.observed is not None and self.observed.batchnorm_layers is not None:
-            return self.observed.batchnorm_layers > 0
+        observed = self.record.observed
+        if observed is not None and observed.batchnorm_layers is not None:
+            return observed.batchnorm_layers > 0
         return bool(self.flags & BATCHNORM_FLAGS)
 
     @property
     def uses_sync_bn(self) -> bool:
-        if self.observed is not None and self.observed.batchnorm_synchronized is not None:
-            return self.observed.batchnorm_synchronized
+        observed = self.record.observed
+        if observed is not None and observed.batchnorm_synchronized is not None:
+            return observed.batchnorm_synchronized
         return bool(self.flags & SYNC_BN_FLAGS)
 
 
@@ -105,7 +124,7 @@ class RunRecord(run_record.RunRecord):
 FinishLost = Callable[[run_record.RunRecord, Path], run_record.RunRecord]
 
 
-def read_run_record(run_dir: Path, finish_lost: FinishLost | None = None) -> RunRecord:
+def read_run_record(run_dir: Path, finish_lost: FinishLost | None = None) -> ComparedRun:
     """Read run.json; a missing or malformed field is tolerated (shown as unknown), an unreadable file is not.
 
     A run whose record still says `running` while the ddpcli process that watched it is gone (on this host) is
@@ -118,12 +137,12 @@ def read_run_record(run_dir: Path, finish_lost: FinishLost | None = None) -> Run
     lost = record.status == "running" and _supervisor_gone(record)
     if lost and finish_lost is not None:
         record = finish_lost(record, run_dir)
-    data = record.model_dump()
-    data["name"] = record.name or text_or_none(record.plan.get("name")) or run_dir.parent.name
-    data["started_at"] = record.started_at or ""
-    if lost:
-        data["status"] = LOST
-    return RunRecord(**data, run_dir=run_dir)
+    shown = {
+        "name": record.name or text_or_none(record.plan.get("name")) or run_dir.parent.name,
+        "started_at": record.started_at or "",
+        **({"status": LOST} if lost else {}),
+    }
+    return ComparedRun(record.model_copy(update=shown), run_dir)
 
 
 def _supervisor_gone(record: run_record.RunRecord) -> bool:
@@ -148,12 +167,12 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def size_key(record: RunRecord, unknown: float = 0) -> tuple[Any, ...]:
+def size_key(record: ComparedRun, unknown: float = 0) -> tuple[Any, ...]:
     """Sort key: world size, then global batch (`unknown` stands in for a missing one), then name and run_id."""
     return (record.world_size or unknown, record.global_batch_size or unknown, record.name, record.run_id)
 
 
-def status_reason(record: RunRecord) -> str | None:
+def status_reason(record: run_record.RunRecord) -> str | None:
     """Why a run did not complete, in one line, from what the launcher recorded (failed ranks, exit code)."""
     if record.status == "completed":
         return None
@@ -190,14 +209,14 @@ def _nonblank_line(value: Any, index: int, limit: int = 200) -> str | None:
 
 def collect_runs(
     paths: Sequence[Path], include_all: bool = False, finish_lost: FinishLost | None = None
-) -> tuple[list[RunRecord], list[str]]:
+) -> tuple[list[ComparedRun], list[str]]:
     """The runs to compare, and warnings about run directories that could not be read.
 
     A run directory given directly is always compared. Under each runs root (or name directory) only the newest
     run of each name is taken, preferring a completed one (`include_all`: every run); two roots holding the same
     names (the same experiments, run two ways) both show theirs.
     """
-    chosen: list[RunRecord] = []
+    chosen: list[ComparedRun] = []
     warnings: list[str] = []
     for path in paths:
         if is_run_dir(path):
@@ -232,19 +251,19 @@ def _run_dirs_under(path: Path) -> list[Path]:
     return run_dirs
 
 
-def select_newest(records: Iterable[RunRecord]) -> list[RunRecord]:
+def select_newest(records: Iterable[ComparedRun]) -> list[ComparedRun]:
     """One run per name: the newest completed one, else (a name that never completed) the newest of any status.
 
     run_id starts with a UTC timestamp, so it sorts by start time.
     """
-    by_name: dict[str, list[RunRecord]] = {}
+    by_name: dict[str, list[ComparedRun]] = {}
     for record in records:
         by_name.setdefault(record.name, []).append(record)
     return [newest(group) for group in by_name.values()]
 
 
-def newest(records: Sequence[RunRecord]) -> RunRecord:
+def newest(records: Sequence[ComparedRun]) -> ComparedRun:
     """The newest completed run among these, else the newest of any status."""
     completed = [record for record in records if record.status == "completed"]
     # started_at (ISO 8601 UTC) orders runs whatever names their directories: a timestamp id or a job id.
-    return max(completed or records, key=lambda record: (record.started_at, record.run_id))
+    return max(completed or records, key=lambda run: (run.record.started_at, run.run_id))

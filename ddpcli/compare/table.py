@@ -14,7 +14,7 @@ from ddpcli.compare.metrics import MetricsSummary, RunSummary, summarize_run
 from ddpcli.compare.notes import comparison_notes
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.run_checks import per_model, schedule_findings, separate_models
-from ddpcli.compare.runs import NO_FILE, RunRecord, size_key
+from ddpcli.compare.runs import NO_FILE, ComparedRun, size_key
 from ddpcli.experiment.outlook import BatchOutlook
 from ddpcli.jsonvalues import finite_or_none
 
@@ -31,7 +31,7 @@ class Comparison:
 
 
 def compare_runs(
-    records: Sequence[RunRecord],
+    records: Sequence[ComparedRun],
     *,
     baseline: str | None = None,
     atol: float = DEFAULT_ATOL,
@@ -55,7 +55,7 @@ def compare_runs(
         _row(run, base, singles.get(run.record.global_batch_size, []), labels, atol, param_diff) for run in summaries
     ]
     warnings = [warning for run in summaries for warning in run.metrics.skipped]
-    files = sorted({record.experiment_file or NO_FILE for record in records})
+    files = sorted({run.record.experiment_file or NO_FILE for run in records})
     return Comparison(
         rows=rows,
         baseline=rows[0],

@@ -7,19 +7,20 @@ square-root rule.
 
 from __future__ import annotations
 
-from ddpcli.experiment.resolved import ResolvedRun, samples_kept_warmup
+from ddpcli.experiment.resolved import ResolvedRun, RunPlan, samples_kept_warmup
 
 LINEAR_RULE_LIMIT = 32  # Goyal et al. 2017 saw linear scaling hold to 8k from 256 (x32) and fail beyond.
 
 
 def run_notes(run: ResolvedRun, baseline: ResolvedRun | None) -> list[str]:
-    notes = [_epoch_shorter_than_a_step(run) or _what_a_step_is(run), *_node_notes(run), *_stand_in_notes(run)]
+    plan = run.plan
+    notes = [_epoch_shorter_than_a_step(plan) or _what_a_step_is(plan), *_node_notes(plan), *_stand_in_notes(run)]
     if baseline is None:
-        return notes + _data_notes(run)
-    notes += _scaling_notes(run, baseline)
-    notes += _batchnorm_notes(run, baseline)
-    notes += _data_notes(run)
-    notes += _schedule_notes(run, baseline)
+        return notes + _data_notes(plan)
+    notes += _scaling_notes(plan, baseline.plan, run.stand_ins)
+    notes += _batchnorm_notes(plan, baseline.plan)
+    notes += _data_notes(plan)
+    notes += _schedule_notes(plan, baseline.plan)
     return notes
 
 
@@ -27,14 +28,14 @@ def _stand_in_notes(run: ResolvedRun) -> list[str]:
     """Values the file holds only for the arithmetic: the script decides them itself, so say whose they are."""
     if not run.stand_ins:
         return []
-    values = ", ".join(f"{key} {getattr(run, key)}" for key in run.stand_ins if getattr(run, key, None) is not None)
+    values = ", ".join(f"{key} {getattr(run.plan, key)}" for key in run.stand_ins if getattr(run.plan, key) is not None)
     return [
         f"Stand-ins, yours to check or fill in: {values or ', '.join(run.stand_ins)} only stand in for what the "
         "script decides itself (it has no flag for them, so no run receives them)."
     ]
 
 
-def _what_a_step_is(run: ResolvedRun) -> str:
+def _what_a_step_is(run: RunPlan) -> str:
     micro = run.per_device_batch_size
     accum = f" x {run.grad_accum_steps} accumulated micro-batches" if run.grad_accum_steps > 1 else ""
     if run.world_size == 1:
@@ -51,7 +52,7 @@ def _what_a_step_is(run: ResolvedRun) -> str:
     )
 
 
-def _epoch_shorter_than_a_step(run: ResolvedRun) -> str | None:
+def _epoch_shorter_than_a_step(run: RunPlan) -> str | None:
     """When a process's share of the epoch is less than one step's worth, a step is not the batch planned: it
     is whatever the sampler gave each process (the DataLoader yields a short last batch, the sampler pads)."""
     step_samples = run.per_device_batch_size * run.grad_accum_steps
@@ -75,7 +76,7 @@ def _epoch_shorter_than_a_step(run: ResolvedRun) -> str | None:
     )
 
 
-def _node_notes(run: ResolvedRun) -> list[str]:
+def _node_notes(run: RunPlan) -> list[str]:
     if not run.is_multi_node:
         return []
     notes = [
@@ -90,7 +91,7 @@ def _node_notes(run: ResolvedRun) -> list[str]:
     return notes
 
 
-def _scaling_notes(run: ResolvedRun, baseline: ResolvedRun) -> list[str]:
+def _scaling_notes(run: RunPlan, baseline: RunPlan, stand_ins: tuple[str, ...]) -> list[str]:
     notes: list[str] = []
     scale = run.batch_scale
     if run.scaling in {"linear", "sqrt"} and scale != 1:
@@ -109,7 +110,7 @@ def _scaling_notes(run: ResolvedRun, baseline: ResolvedRun) -> list[str]:
             f"Global batch x{scale:g} but the lr is kept at {run.lr:g}: with a mean-reduced loss each "
             "step moves as far as before on a less noisy gradient, so training needs more samples."
         )
-    if run.scaling == "linear" and scale > 1 and run.warmup_steps == 0 and "warmup_steps" not in run.stand_ins:
+    if run.scaling == "linear" and scale > 1 and run.warmup_steps == 0 and "warmup_steps" not in stand_ins:
         notes.append(
             "The lr is scaled up with no warmup: Goyal et al. 2017 needed a gradual warmup for "
             "large-batch linear scaling (24.84% vs 23.74% top-1 error at 8k without/with it)."
@@ -122,7 +123,7 @@ def _scaling_notes(run: ResolvedRun, baseline: ResolvedRun) -> list[str]:
     return notes
 
 
-def _batchnorm_notes(run: ResolvedRun, baseline: ResolvedRun) -> list[str]:
+def _batchnorm_notes(run: RunPlan, baseline: RunPlan) -> list[str]:
     if run.per_device_batch_size == baseline.per_device_batch_size:
         return []
     if run.world_size == 1 and run.grad_accum_steps == 1:
@@ -142,7 +143,7 @@ def _batchnorm_notes(run: ResolvedRun, baseline: ResolvedRun) -> list[str]:
     ]
 
 
-def _data_notes(run: ResolvedRun) -> list[str]:
+def _data_notes(run: RunPlan) -> list[str]:
     notes: list[str] = []
     if run.padded_samples:
         notes.append(
@@ -155,7 +156,7 @@ def _data_notes(run: ResolvedRun) -> list[str]:
     return notes
 
 
-def _schedule_notes(run: ResolvedRun, baseline: ResolvedRun) -> list[str]:
+def _schedule_notes(run: RunPlan, baseline: RunPlan) -> list[str]:
     notes: list[str] = []
     if run.steps_per_epoch is not None and baseline.steps_per_epoch not in {None, run.steps_per_epoch}:
         notes.append(

@@ -45,9 +45,10 @@ def batch_outlook(run: ResolvedRun, baseline: ResolvedRun, critical_batch: float
     b_crit = critical_batch if critical_batch is not None else run.known_noise_scale
     if b_crit is None:
         return None
-    if not math.isfinite(run.global_batch_size / b_crit):
-        raise UserError(f"noise scale {b_crit:g} is too small to compare with global batch {run.global_batch_size}")
-    return BatchOutlook.of(run.global_batch_size, baseline.global_batch_size, b_crit)
+    global_batch = run.plan.global_batch_size
+    if not math.isfinite(global_batch / b_crit):
+        raise UserError(f"noise scale {b_crit:g} is too small to compare with global batch {global_batch}")
+    return BatchOutlook.of(global_batch, baseline.plan.global_batch_size, b_crit)
 
 
 def far_above_critical(batch: float, critical_batch: float) -> str | None:
@@ -59,11 +60,11 @@ def far_above_critical(batch: float, critical_batch: float) -> str | None:
 
 
 def outlook_note(run: ResolvedRun, outlook: BatchOutlook) -> str | None:
-    warning = far_above_critical(run.global_batch_size, outlook.critical_batch_size)
+    warning = far_above_critical(run.plan.global_batch_size, outlook.critical_batch_size)
     if warning is None:
         return None
     return (
-        f"Global batch {run.global_batch_size} (noise scale {outlook.critical_batch_size:.3g}) should need only "
+        f"Global batch {run.plan.global_batch_size} (noise scale {outlook.critical_batch_size:.3g}) should need only "
         f"{outlook.predicted_step_speedup:.2f}x fewer steps than the baseline and uses {outlook.data_efficiency:.0%} "
         f"of its samples efficiently: {warning}."
     )

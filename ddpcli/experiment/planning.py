@@ -15,7 +15,7 @@ from typing import Any
 from ddpcli.errors import ConfigError, OptionError
 from ddpcli.experiment.loading import load_experiment_file, validate_experiment_data
 from ddpcli.experiment.notes import run_notes
-from ddpcli.experiment.resolved import Plan, ResolvedRun, samples_kept_warmup
+from ddpcli.experiment.resolved import LaunchSettings, Plan, ResolvedRun, RunPlan, samples_kept_warmup
 from ddpcli.experiment.schema import (
     BATCH_FIELDS,
     DERIVED_FIELDS,
@@ -115,7 +115,7 @@ def _resolve_run(
     nnodes, min_nnodes = _nnodes(fields.get("nnodes", 1))
     nproc_per_node = fields.get("nproc_per_node", 1)
     world_size = nnodes * nproc_per_node
-    per_device, accum, global_batch = _resolve_batch(fields, world_size, baseline, fail)
+    per_device, accum, global_batch = _resolve_batch(fields, world_size, baseline.plan if baseline else None, fail)
 
     if baseline is None:
         if "lr" not in fields:
@@ -123,58 +123,53 @@ def _resolve_run(
         batch_scale, scaling, lr = 1.0, "baseline", fields["lr"]
         warmup_steps = fields.get("warmup_steps", 0)
     else:
-        batch_scale = global_batch / baseline.global_batch_size
+        base = baseline.plan
+        batch_scale = global_batch / base.global_batch_size
         optimizer = fields.get("optimizer", "sgd")
-        scaling, lr = _scaled_lr(fields, baseline.lr, batch_scale, optimizer)
+        scaling, lr = _scaled_lr(fields, base.lr, batch_scale, optimizer)
         if not math.isfinite(lr) or lr <= 0:
             raise fail(
                 "lr",
-                f"{scaling} scaling gives lr {baseline.lr:g} x {lr_factor(scaling, batch_scale):g} = {lr:g}, not a "
+                f"{scaling} scaling gives lr {base.lr:g} x {lr_factor(scaling, batch_scale):g} = {lr:g}, not a "
                 "usable learning rate; set lr on this run",
             )
         # a warmup the script decides itself (a stand-in) is what every run gets: no flag can rescale it
-        kept = baseline.warmup_steps if "warmup_steps" in (fields.get("stand_ins") or ()) else None
-        warmup_steps = fields.get(
-            "warmup_steps", kept if kept is not None else samples_kept_warmup(baseline, global_batch)
-        )
+        kept = base.warmup_steps if "warmup_steps" in (fields.get("stand_ins") or ()) else None
+        warmup_steps = fields.get("warmup_steps", kept if kept is not None else samples_kept_warmup(base, global_batch))
 
     epoch = _epoch_arithmetic(fields, world_size, per_device, accum, fail)
-    run = ResolvedRun(
-        name=fields["name"],
-        nnodes=nnodes,
-        min_nnodes=min_nnodes,
-        nproc_per_node=nproc_per_node,
-        world_size=world_size,
-        per_device_batch_size=per_device,
-        grad_accum_steps=accum,
-        global_batch_size=global_batch,
-        batch_scale=batch_scale,
-        scaling=scaling,
-        lr=lr,
-        warmup_steps=warmup_steps,
-        **epoch,
-        seed=fields.get("seed", 0),
-        dataset_size=fields.get("dataset_size"),
-        epochs=fields.get("epochs"),
-        max_steps=fields.get("max_steps"),
-        optimizer=fields.get("optimizer", "sgd"),
+    plan = RunPlan(
+        name=fields["name"], nnodes=nnodes, min_nnodes=min_nnodes, nproc_per_node=nproc_per_node,
+        world_size=world_size, per_device_batch_size=per_device, grad_accum_steps=accum,
+        global_batch_size=global_batch, batch_scale=batch_scale, scaling=scaling, lr=lr, warmup_steps=warmup_steps,
+        **epoch, seed=fields.get("seed", 0), dataset_size=fields.get("dataset_size"), epochs=fields.get("epochs"),
+        max_steps=fields.get("max_steps"), optimizer=fields.get("optimizer", "sgd"),
         drop_last=fields.get("drop_last", False),
-        module=fields.get("module"),
-        script=str((base_dir / fields["script"]).resolve()) if fields.get("script") else None,
-        args=list(fields.get("args") or []),
-        env=dict(fields.get("env") or {}),
-        workdir=fields.get("workdir", "launch"),
-        stand_ins=tuple(fields.get("stand_ins") or ()),
+    )  # fmt: skip
+    run = ResolvedRun(
+        plan,
+        _launch_settings(fields, base_dir),
         timeout_s=fields.get("timeout_s"),
-        max_restarts=fields.get("max_restarts", 0),
-        noise_scale=fields.get("noise_scale") is True,  # a number is a known B_simple for plan, not a request
         known_noise_scale=_known_noise_scale(fields.get("noise_scale")),
-        observe=fields.get("observe") is not False,
+        stand_ins=tuple(fields.get("stand_ins") or ()),
     )
     if run.known_noise_scale is not None and not math.isfinite(global_batch / run.known_noise_scale):
         raise fail("noise_scale", f"{run.known_noise_scale:g} is too small to compare with global batch {global_batch}")
     check_placeholders(run, path, where)  # so that `plan` finds what `launch` would refuse
-    return replace(run, notes=run_notes(run, baseline))
+    return replace(run, plan=replace(plan, notes=run_notes(run, baseline)))
+
+
+def _launch_settings(fields: dict[str, Any], base_dir: Path) -> LaunchSettings:
+    return LaunchSettings(
+        module=fields.get("module"),
+        script=str((base_dir / fields["script"]).resolve()) if fields.get("script") else None,
+        args=list(fields.get("args") or []),
+        env=dict(fields.get("env") or {}),
+        max_restarts=fields.get("max_restarts", 0),
+        noise_scale=fields.get("noise_scale") is True,  # a number is a known B_simple for plan, not a request
+        observe=fields.get("observe") is not False,
+        workdir=fields.get("workdir", "launch"),
+    )
 
 
 def _known_noise_scale(value: bool | float | None) -> float | None:
@@ -191,7 +186,7 @@ def _nnodes(value: int | str) -> tuple[int, int]:
 
 
 def _resolve_batch(
-    fields: dict[str, Any], world_size: int, baseline: ResolvedRun | None, fail: Any
+    fields: dict[str, Any], world_size: int, baseline: RunPlan | None, fail: Any
 ) -> tuple[int, int, int]:
     """Any two of (per_device, accumulation, global) decide the third; accumulation defaults to 1."""
     per_device = fields.get("per_device_batch_size")

@@ -33,7 +33,7 @@ class PlanReport:
         known and, with --predict-from, the predicted_* keys and the model term by term."""
 
         def run_json(run: ResolvedRun) -> dict[str, Any]:
-            data = run.as_json()
+            data = run.plan.as_json()
             if run.name in self.predictions:
                 data |= self.predictions[run.name].as_json()
             outlook = self.outlooks.get(run.name)
@@ -62,11 +62,11 @@ def plan_report(
     def noted(run: ResolvedRun) -> ResolvedRun:
         outlook, prediction = outlooks.get(run.name), predictions.get(run.name)
         extra = [
-            *([NO_ENDPOINT_NOTE] if run.is_multi_node and not endpoint else []),
+            *([NO_ENDPOINT_NOTE] if run.plan.is_multi_node and not endpoint else []),
             *([prediction.note()] if prediction is not None else []),
             *([note] if outlook is not None and (note := outlook_note(run, outlook)) else []),
         ]
-        return replace(run, notes=[*run.notes, *extra]) if extra else run
+        return replace(run, plan=replace(run.plan, notes=[*run.plan.notes, *extra])) if extra else run
 
     plan = replace(plan, baseline=noted(plan.baseline), experiments=[noted(run) for run in plan.experiments])
     return PlanReport(plan=plan, runs=plan.select(only), outlooks=outlooks, predictions=predictions)

@@ -16,27 +16,16 @@ from ddpcli.errors import ConfigError
 if TYPE_CHECKING:  # only an annotation: importing the run types must not load pydantic (see tests/test_layers.py)
     from ddpcli.experiment.schema import Cluster
 
-# The keys of one run in `ddpcli plan --json`, in order. Other commands and people's scripts read these names.
-PLAN_KEYS = (
-    "name", "nnodes", "nproc_per_node", "world_size", "per_device_batch_size", "grad_accum_steps",
-    "global_batch_size", "batch_scale", "scaling", "lr", "warmup_steps", "samples_per_rank", "padded_samples",
-    "dropped_samples", "steps_per_epoch", "total_steps", "notes",
-)  # fmt: skip
-# Also in each run's JSON: what the training script needs to reproduce the plan (data, order, stopping).
-EXTRA_KEYS = ("min_nnodes", "seed", "dataset_size", "epochs", "max_steps", "optimizer", "drop_last")
 
-# Also in run.json (`launch`), not in the plan's JSON: how to start the run.
-# (timeout_s is run.json's own top-level field.)
-LAUNCH_KEYS = ("module", "script", "args", "env", "max_restarts", "noise_scale", "observe", "workdir")
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """The plan's numbers of one run: `as_json()` is the RUN object of `ddpcli plan --json` and run.json's `plan`.
 
-
-@dataclass(frozen=True)
-class ResolvedRun:
-    """One run with every number decided; `as_json()` is the RUN object of `ddpcli plan --json`."""
+    The fields are the JSON's keys in its order (a contract, docs/contracts.md): the plan's numbers, then what the
+    training script needs to reproduce them (data, order, stopping)."""
 
     name: str
     nnodes: int
-    min_nnodes: int
     nproc_per_node: int
     world_size: int
     per_device_batch_size: int
@@ -51,29 +40,14 @@ class ResolvedRun:
     dropped_samples: int | None
     steps_per_epoch: int | None
     total_steps: int | None
+    notes: list[str] = field(default_factory=list)
+    min_nnodes: int
     seed: int
     dataset_size: int | None
     epochs: int | None
     max_steps: int | None
     optimizer: str
     drop_last: bool
-    notes: list[str] = field(default_factory=list)
-    # How to start it; not part of the plan's JSON.
-    module: str | None = None
-    script: str | None = None
-    args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    timeout_s: float | None = None
-    max_restarts: int = 0
-    noise_scale: bool = False
-    known_noise_scale: float | None = None
-    observe: bool = True
-    workdir: str = "launch"  # "launch": where ddpcli launch runs; "run": the run directory
-    stand_ins: tuple[str, ...] = ()  # fields whose values only stand in for the script's own (plan labels them)
-
-    def launch_fields(self) -> dict[str, Any]:
-        """How to start this run, beyond its plan: what a resume rebuilds the command from (run.json `launch`)."""
-        return {key: getattr(self, key) for key in LAUNCH_KEYS}
 
     @property
     def is_elastic(self) -> bool:
@@ -84,8 +58,42 @@ class ResolvedRun:
         return self.nnodes > 1 or self.is_elastic
 
     def as_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        return {key: data[key] for key in (*PLAN_KEYS, *EXTRA_KEYS)}
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """How to start one run, beyond its plan: `as_json()` is run.json's `launch`, what `--resume` rebuilds the
+    command from."""
+
+    module: str | None = None
+    script: str | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    max_restarts: int = 0
+    noise_scale: bool = False
+    observe: bool = True
+    workdir: str = "launch"  # "launch": where ddpcli launch runs; "run": the run directory
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """One run with every number decided: its plan and how to start it, as run.json records them (`plan`,
+    `launch`, `timeout_s`), plus what only `ddpcli plan` reads from the file and nothing records."""
+
+    plan: RunPlan
+    launch: LaunchSettings
+    timeout_s: float | None = None  # run.json's own top-level field
+    known_noise_scale: float | None = None  # the file's `noise_scale` as a number: a known B_simple for the outlook
+    stand_ins: tuple[str, ...] = ()  # plan fields whose values only stand in for the script's own (plan labels them)
+
+    @property
+    def name(self) -> str:
+        """The run's name (its plan's): what directories, records and messages call it by."""
+        return self.plan.name
 
 
 @dataclass(frozen=True)
@@ -116,7 +124,7 @@ class Plan:
         return [run for run in self.runs if run.name in names]
 
 
-def samples_kept_warmup(baseline: ResolvedRun, global_batch: int) -> int:
+def samples_kept_warmup(baseline: RunPlan, global_batch: int) -> int:
     """ceil(baseline warmup x baseline global batch / global batch), in integers: the warmup steps that keep
     the baseline's number of warmup samples (float division can round 15 up to 16)."""
     return -(-baseline.warmup_steps * baseline.global_batch_size // global_batch)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpcli.errors import ConfigError, UserError
-from ddpcli.experiment.resolved import ResolvedRun
+from ddpcli.experiment.resolved import LaunchSettings, ResolvedRun, RunPlan
 from ddpcli.launch.arithmetic import ExpressionError, evaluate, is_expression
 from ddpcli.rundir.layout import LOGS_DIR
 
@@ -53,12 +53,12 @@ class LaunchSpec:
 def placeholder_values(run: ResolvedRun, run_dir: Path) -> dict[str, object]:
     """Every scalar key of the plan's RUN object, plus run_dir: what `{placeholders}` in `args` may name. `notes`
     is prose for people, not a value for a command line."""
-    return {**{key: value for key, value in run.as_json().items() if key != "notes"}, "run_dir": str(run_dir)}
+    return {**{key: value for key, value in run.plan.as_json().items() if key != "notes"}, "run_dir": str(run_dir)}
 
 
 def check_placeholders(run: ResolvedRun, path: Path | str, where: str) -> None:
     """Fill the run's args with a stand-in run directory, so that `plan` finds what `launch` would refuse."""
-    fill_placeholders(run.args, placeholder_values(run, Path("RUN_DIR")), str(path), f"{where}.")
+    fill_placeholders(run.launch.args, placeholder_values(run, Path("RUN_DIR")), str(path), f"{where}.")
 
 
 def fill_placeholders(args: list[str], values: dict[str, object], where: str, field_prefix: str = "") -> list[str]:
@@ -139,52 +139,52 @@ def build_launch(
     """
     where = f"{experiment_file}: {run.name}"
     log_dir = run_dir / LOGS_DIR
-    if run.is_multi_node:
+    if run.plan.is_multi_node:
         node_key = node_key or f"{socket.gethostname()}-{os.getpid()}"
         log_dir = log_dir / node_key
     values = placeholder_values(run, run_dir)
-    argv = [python, "-m", "torch.distributed.run", *_topology_args(run, rendezvous)]
-    if run.max_restarts:
-        argv += ["--max-restarts", str(run.max_restarts)]
+    argv = [python, "-m", "torch.distributed.run", *_topology_args(run.plan, rendezvous)]
+    if run.launch.max_restarts:
+        argv += ["--max-restarts", str(run.launch.max_restarts)]
     argv += ["--log-dir", str(log_dir), "--tee", "3"]
     argv += _entry_point(run, experiment_file)
-    argv += fill_placeholders(run.args, values, where)
+    argv += fill_placeholders(run.launch.args, values, where)
     experiment_dir = Path(experiment_file).resolve().parent
     env = {
-        **run.env,
-        **_workdir_env(run, experiment_dir),
+        **run.launch.env,
+        **_workdir_env(run.launch, experiment_dir),
         "DDPCLI_EXPERIMENT_DIR": str(experiment_dir),
         "DDPCLI_RUN_DIR": str(run_dir),
         **({"DDPCLI_NODE_KEY": node_key} if node_key else {}),
         "DDPCLI_RUN": json.dumps(
-            {**run.as_json(), "run_dir": str(run_dir), "noise_scale": run.noise_scale},
+            {**run.plan.as_json(), "run_dir": str(run_dir), "noise_scale": run.launch.noise_scale},
             separators=(",", ":"),
             allow_nan=False,
         ),
     }
-    if run.max_restarts:
+    if run.launch.max_restarts:
         env = {**RESTART_ENV, **env}
-    cwd = run_dir if run.workdir == "run" else None
+    cwd = run_dir if run.launch.workdir == "run" else None
     return LaunchSpec(run=run, run_dir=run_dir, argv=argv, env_added=env, log_dir=log_dir, node_key=node_key, cwd=cwd)
 
 
-def _workdir_env(run: ResolvedRun, experiment_dir: Path) -> dict[str, str]:
+def _workdir_env(launch: LaunchSettings, experiment_dir: Path) -> dict[str, str]:
     """A module run from the run directory is still found where it was: the experiment file's folder leads
     PYTHONPATH (python -m looks in the working directory first, which is then the run directory)."""
-    if run.workdir != "run" or run.module is None:
+    if launch.workdir != "run" or launch.module is None:
         return {}
-    inherited = run.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    inherited = launch.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
     return {"PYTHONPATH": os.pathsep.join(part for part in (str(experiment_dir), inherited) if part)}
 
 
-def _topology_args(run: ResolvedRun, rendezvous: Rendezvous | None) -> list[str]:
-    nnodes = f"{run.min_nnodes}:{run.nnodes}" if run.is_elastic else str(run.nnodes)
-    args = ["--nnodes", nnodes, "--nproc-per-node", str(run.nproc_per_node)]
-    if not run.is_multi_node:
+def _topology_args(plan: RunPlan, rendezvous: Rendezvous | None) -> list[str]:
+    nnodes = f"{plan.min_nnodes}:{plan.nnodes}" if plan.is_elastic else str(plan.nnodes)
+    args = ["--nnodes", nnodes, "--nproc-per-node", str(plan.nproc_per_node)]
+    if not plan.is_multi_node:
         return [*args, "--standalone"]  # c10d on localhost with a free port: two launches never collide
     if rendezvous is None or not rendezvous.endpoint or not rendezvous.run_id:
         raise UserError(
-            f"run {run.name!r} spans {nnodes} nodes but no rendezvous is known: set rdzv_endpoint and rdzv_id "
+            f"run {plan.name!r} spans {nnodes} nodes but no rendezvous is known: set rdzv_endpoint and rdzv_id "
             "in [cluster], or pass --rdzv-endpoint HOST:PORT --rdzv-id ID (the same on every node)"
         )
     return [*args, "--rdzv-backend", rendezvous.backend, "--rdzv-endpoint", rendezvous.endpoint,
@@ -193,10 +193,10 @@ def _topology_args(run: ResolvedRun, rendezvous: Rendezvous | None) -> list[str]
 
 def _entry_point(run: ResolvedRun, experiment_file: str) -> list[str]:
     """`-m MODULE` or `SCRIPT`, behind the observer (which then runs it as python would) unless observe = false."""
-    if run.module:
-        target = ["-m", run.module]
-    elif run.script:
-        target = [run.script]
+    if run.launch.module:
+        target = ["-m", run.launch.module]
+    elif run.launch.script:
+        target = [run.launch.script]
     else:
         raise ConfigError(experiment_file, run.name, "needs `module` or `script` to launch")
-    return [*OBSERVER_ENTRY, *target] if run.observe else target
+    return [*OBSERVER_ENTRY, *target] if run.launch.observe else target

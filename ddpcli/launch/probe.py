@@ -108,12 +108,12 @@ def read_baseline(run_dir: Path) -> Baseline:
 
 
 def target_of(run: ResolvedRun) -> Target:
-    threads = run.env.get("OMP_NUM_THREADS", "")
+    threads = run.launch.env.get("OMP_NUM_THREADS", "")
     return Target(
-        world_size=run.world_size,
-        nproc_per_node=run.nproc_per_node,
-        per_device_batch_size=run.per_device_batch_size,
-        grad_accum_steps=run.grad_accum_steps,
+        world_size=run.plan.world_size,
+        nproc_per_node=run.plan.nproc_per_node,
+        per_device_batch_size=run.plan.per_device_batch_size,
+        grad_accum_steps=run.plan.grad_accum_steps,
         threads=int(threads) if threads.isdigit() and int(threads) > 0 else None,
     )
 
@@ -130,8 +130,8 @@ def predict_runs(
         if link_gbps is not None:
             seconds = ring_allreduce_s(baseline.gradient_bytes, target.world_size, link_gbps)
             source = f"ring formula at {link_gbps:g} Gb/s"
-        elif run.nnodes > 1:
-            raise UserError(f"{run.name}: {run.nnodes} nodes cannot be probed from here; give --link-gbps")
+        elif run.plan.nnodes > 1:
+            raise UserError(f"{run.name}: {run.plan.nnodes} nodes cannot be probed from here; give --link-gbps")
         else:
             seconds = measured_allreduce_s(backend, target.world_size, baseline.gradient_bytes)
             size = f"{baseline.gradient_bytes / 2**20:.3g} MiB"

@@ -92,7 +92,7 @@ def run_to_end(
             start_new_session=True, preexec_fn=die_with_parent(),
         )  # fmt: skip
         progress = spec.run_dir / OBSERVED_DIR / rank_file_name(0)
-        watch = Watch(process, progress, on_rows, find_group_rank=spec.run.is_multi_node)
+        watch = Watch(process, progress, on_rows, find_group_rank=spec.run.plan.is_multi_node)
         try:
             status = watch.until_done(started, timeout_s, stop)
         finally:  # whatever goes wrong here, torchrun (in a session of its own) must not outlive us

@@ -14,14 +14,14 @@ import os
 import platform
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 
 from ddpcli.errors import UserError
-from ddpcli.experiment.resolved import EXTRA_KEYS, PLAN_KEYS, Plan, ResolvedRun
+from ddpcli.experiment.resolved import LaunchSettings, Plan, ResolvedRun, RunPlan
 from ddpcli.launch.argv import LaunchSpec, Rendezvous, build_launch
 from ddpcli.launch.forecast import Forecast
 from ddpcli.launch.supervisor import Outcome, StopRequest, run_dir_marker, run_to_end, worker_pids
@@ -69,7 +69,7 @@ def prepare(plan: Plan, runs: Sequence[ResolvedRun], options: SweepOptions) -> l
 
 def _check_free(run: ResolvedRun, run_dir: Path) -> None:
     # Nodes of a multi-node run share the directory (another node may have made it): only a finished run clashes.
-    taken = [run_dir] if not run.is_multi_node else [run_dir / RUN_FILE, run_dir / PARAMS_FILE]
+    taken = [run_dir] if not run.plan.is_multi_node else [run_dir / RUN_FILE, run_dir / PARAMS_FILE]
     if any(path.exists() for path in taken):
         raise UserError(f"run directory {run_dir} already exists; ddpcli never overwrites a run")
 
@@ -77,7 +77,7 @@ def _check_free(run: ResolvedRun, run_dir: Path) -> None:
 def _run_id(run: ResolvedRun, options: SweepOptions) -> str:
     # Nodes of one multi-node run must agree on the directory without talking: the rendezvous id names it.
     rendezvous = options.rendezvous
-    if rendezvous is not None and rendezvous.run_id and (run.is_multi_node or options.name_by_rdzv_id):
+    if rendezvous is not None and rendezvous.run_id and (run.plan.is_multi_node or options.name_by_rdzv_id):
         return rendezvous.run_id
     return new_run_id()
 
@@ -143,7 +143,7 @@ def resume_from(run_dir: Path) -> tuple[LaunchSpec, RunRecord]:
         raise UserError(f"{run_dir}: the run already completed; nothing to resume")
     if worker_pids(run_dir_marker(run_dir)):
         raise UserError(f"{run_dir}: processes of this run are still running; stop them first")
-    if run.is_multi_node:
+    if run.plan.is_multi_node:
         raise UserError(f"{run_dir}: --resume handles single-node runs; rerun the multi-node command instead")
     spec = build_launch(run, run_dir, record.experiment_file or str(run_dir / RUN_FILE))
     spec = replace(spec, env_added={**spec.env_added, "DDPCLI_RESUME": "1"})
@@ -160,25 +160,29 @@ def resume_from(run_dir: Path) -> tuple[LaunchSpec, RunRecord]:
     return spec, resumed
 
 
-_RUN_ADAPTER: TypeAdapter[ResolvedRun] = TypeAdapter(ResolvedRun)
+_PLAN_ADAPTER: TypeAdapter[RunPlan] = TypeAdapter(RunPlan)
+_LAUNCH_ADAPTER: TypeAdapter[LaunchSettings] = TypeAdapter(LaunchSettings)
 
 
 def _run_from_record(record: RunRecord) -> ResolvedRun:
-    """The ResolvedRun a record was launched from: its plan and its launch settings, each field type-checked."""
-    missing = [key for key in (*PLAN_KEYS, *EXTRA_KEYS) if key not in record.plan]
+    """The ResolvedRun a record was launched from: its plan, its launch settings and its timeout, each field
+    type-checked."""
+    missing = [each.name for each in fields(RunPlan) if each.name not in record.plan]
     if missing or not record.launch:
         what = f"plan.{missing[0]}" if missing else "launch"
         raise ValueError(f"{what} is missing (a record of an older ddpcli, or not written by ddpcli launch)")
-    fields = {key: record.plan[key] for key in (*PLAN_KEYS, *EXTRA_KEYS)}
-    try:  # JSON mode: strict types (no "2" for 2) while a dataclass may still be given as an object
-        return _RUN_ADAPTER.validate_json(
-            json.dumps({**fields, **record.launch, "timeout_s": record.timeout_s}, allow_nan=False), strict=True
-        )
+    plan = _validated(_PLAN_ADAPTER, record.plan, "plan")
+    return ResolvedRun(plan, _validated(_LAUNCH_ADAPTER, record.launch, "launch"), timeout_s=record.timeout_s)
+
+
+def _validated(adapter: TypeAdapter[Any], data: dict[str, Any], where: str) -> Any:
+    """`data` (run.json's object `where`) as the adapter's type; a wrong field is an error naming it."""
+    try:  # JSON mode, strict: no "2" for 2, no 2.5 for an int, no object for a list
+        return adapter.validate_json(json.dumps(data, allow_nan=False), strict=True)
     except ValidationError as error:
         first = error.errors()[0]
         key = str(first["loc"][0]) if first["loc"] else ""
-        where = "plan" if key in fields else "launch" if key in record.launch else ""
-        raise ValueError(f"{where + '.' if where else ''}{key}: {first['msg']}") from None
+        raise ValueError(f"{where}.{key}: {first['msg']}" if key else f"{where}: {first['msg']}") from None
 
 
 class RecordWriter:
@@ -188,7 +192,7 @@ class RecordWriter:
 
     def __init__(self, spec: LaunchSpec) -> None:
         self.run_dir = spec.run_dir
-        self.multi_node = spec.run.is_multi_node
+        self.multi_node = spec.run.plan.is_multi_node
         self.pending = self.run_dir / f"node-{spec.node_key}.json"
         self.log_dir = spec.log_dir
 
@@ -252,8 +256,8 @@ def start_record(plan: Plan, spec: LaunchSpec, file_sha256: str | None) -> RunRe
     return RunRecord(
         run_id=spec.run_dir.name,
         name=run.name,
-        plan=run.as_json(),
-        launch=run.launch_fields(),
+        plan=run.plan.as_json(),
+        launch=run.launch.as_json(),
         argv=spec.argv,
         env_added=spec.env_added,
         started_at=utc_now().isoformat(),
@@ -264,7 +268,7 @@ def start_record(plan: Plan, spec: LaunchSpec, file_sha256: str | None) -> RunRe
         experiment_file_sha256=file_sha256,
         timeout_s=run.timeout_s,
         supervisor_pid=os.getpid(),
-        observe=run.observe,
+        observe=run.launch.observe,
     )
 
 

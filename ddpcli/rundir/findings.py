@@ -14,7 +14,7 @@ from ddpcli.rundir.advice import batchnorm_fix
 from ddpcli.rundir.causes import loss_scale_findings, script_findings, with_causes
 from ddpcli.rundir.merge import training_loader
 from ddpcli.rundir.observations import RankObservation, main_rank
-from ddpcli.rundir.parallel import check_data_parallel, parallel_findings
+from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, parallel_findings
 from ddpcli.rundir.record import Finding, Observed
 from ddpcli.rundir.slowness import slowness_findings
 from ddpcli.rundir.steps import step_findings
@@ -31,14 +31,18 @@ COMPARED = (
 
 
 def run_findings(
-    plan: dict[str, Any], observed: Observed, ranks: dict[int, RankObservation], completed: bool
+    plan: dict[str, Any],
+    observed: Observed,
+    ranks: dict[int, RankObservation],
+    completed: bool,
+    parallel_check: ParallelCheck | None = None,  # the run's (ddpcli.rundir.finish makes it once)
 ) -> list[Finding]:
     main = main_rank(ranks) or RankObservation(0)
     findings = with_causes(plan_mismatches(plan, observed, completed), plan, observed, main.end)
     findings += step_findings(plan, observed, ranks, completed)
-    parallel = parallel_findings(
-        check_data_parallel(ranks, observed.world_size), _one_process_batch(observed), main.run
-    )
+    if parallel_check is None:
+        parallel_check = check_data_parallel(ranks, observed.world_size)
+    parallel = parallel_findings(parallel_check, _one_process_batch(observed), main.run)
     findings += parallel + script_findings(main.end, observed.optimizer_steps)
     findings += loss_scale_findings(main.steps, observed.world_size)
     world = observed.world_size or len(ranks)

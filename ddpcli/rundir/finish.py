@@ -12,7 +12,7 @@ from ddpcli.rundir.merge import summarize
 from ddpcli.rundir.merged_rows import iter_merged_metrics
 from ddpcli.rundir.metrics import write_metrics
 from ddpcli.rundir.observations import main_rank, read_observations
-from ddpcli.rundir.parallel import check_data_parallel, trained_together
+from ddpcli.rundir.parallel import check_run, trained_together
 from ddpcli.rundir.record import Finding, RunRecord
 
 
@@ -31,7 +31,8 @@ def observe(record: RunRecord, run_dir: Path, write: bool = True) -> RunRecord:
     (streamed from the rank files to the file: memory does not grow with the steps). `write=False`: the record
     only (its workers may still be writing)."""
     ranks = read_observations(run_dir)
-    observed = summarize(ranks)
+    parallel = check_run(ranks)  # once: the merge, rank 0's metrics and the findings all need it
+    observed = summarize(ranks, parallel)
     if observed is None:
         return record
     main = main_rank(ranks)
@@ -39,9 +40,8 @@ def observe(record: RunRecord, run_dir: Path, write: bool = True) -> RunRecord:
     ours = record.metrics_from_observations or not metrics.exists()  # a script that writes its own keeps it
     written = write and ours and main is not None and bool(main.logs or main.steps)
     if written:
-        together = trained_together(ranks, check_data_parallel(ranks, observed.world_size))  # rank 0's model's
-        write_metrics(metrics, iter_merged_metrics(together))
-    findings = run_findings(record.plan, observed, ranks, completed=record.status == "completed")
+        write_metrics(metrics, iter_merged_metrics(trained_together(ranks, parallel)))  # rank 0's model's
+    findings = run_findings(record.plan, observed, ranks, record.status == "completed", parallel)
     return record.model_copy(update={"observed": observed, "findings": findings, "metrics_from_observations": written})
 
 

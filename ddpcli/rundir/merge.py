@@ -126,7 +126,7 @@ def _samples_seen(totals: StepTotals, ranks: dict[int, RankObservation], paralle
     return None if totals.samples_unknown else totals.samples_seen
 
 
-def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
+def summarize(ranks: dict[int, RankObservation], parallel: ParallelCheck | None = None) -> Observed | None:
     """The run's `observed` record; None when no rank wrote anything (run with observe = false, or no worker ran)."""
     if not ranks:
         return None
@@ -138,7 +138,7 @@ def summarize(ranks: dict[int, RankObservation]) -> Observed | None:
     norms = whole_or_none(main.run.get("batchnorm_layers"))
     synchronised = whole_or_none(main.run.get("batchnorm_synchronized"))
     world = whole_or_none(main.run.get("world_size"))
-    parallel = check_data_parallel(ranks, world)
+    parallel = check_data_parallel(ranks, world) if parallel is None else parallel  # the run's (rundir.finish)
     ranges = {
         name: [counted.low, counted.high]
         for name, counted in (("per_device_batch_size", per_device), ("grad_accum_steps", accumulation),

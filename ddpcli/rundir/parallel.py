@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpcli.jsonvalues import finite_or_none, text_or_none, whole_or_none
+from ddpcli.rundir.observations import main_rank
 from ddpcli.rundir.record import Finding
 
 # Ranks that average gradients hold bit-identical parameters; this leaves room for a float64 sum taken on
@@ -36,6 +37,13 @@ class ParallelCheck:
     at: str | None = None  # which digest was compared
     sharded: str | None = None  # what shards the parameters (the check does not apply)
     group_ranks: tuple[int, ...] | None = None  # the ranks that trained rank 0's model (None: all of them)
+
+
+def check_run(ranks: dict[int, Any]) -> ParallelCheck:
+    """The run's check, made once (ddpcli.rundir.finish) for the merge, rank 0's metrics and the findings: the ranks
+    against the world size torch gave rank 0, as its observer recorded it."""
+    main = main_rank(ranks)
+    return check_data_parallel(ranks, whole_or_none(main.run.get("world_size")) if main is not None else None)
 
 
 def check_data_parallel(ranks: dict[int, Any], world_size: int | None) -> ParallelCheck:

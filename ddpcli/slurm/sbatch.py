@@ -74,16 +74,18 @@ def sbatch_script(run: ResolvedRun, options: SlurmOptions) -> str:
 
 def node_counts(run: ResolvedRun) -> tuple[str, str]:
     """(sbatch `--nodes`, launch `--nnodes`): `2` and `2`, or `1-4` and `1:4` for an elastic run."""
-    if run.is_elastic:
-        return f"{run.min_nnodes}-{run.nnodes}", f"{run.min_nnodes}:{run.nnodes}"
-    return str(run.nnodes), str(run.nnodes)
+    plan = run.plan
+    if plan.is_elastic:
+        return f"{plan.min_nnodes}-{plan.nnodes}", f"{plan.min_nnodes}:{plan.nnodes}"
+    return str(plan.nnodes), str(plan.nnodes)
 
 
 def _directives(run: ResolvedRun, options: SlurmOptions) -> list[str]:
-    gpus = run.nproc_per_node if options.gpus_per_node is None else options.gpus_per_node
-    if 0 < gpus < run.nproc_per_node:
+    per_node = run.plan.nproc_per_node
+    gpus = per_node if options.gpus_per_node is None else options.gpus_per_node
+    if 0 < gpus < per_node:
         raise UserError(
-            f"--gpus-per-node {gpus} is fewer than the run's {run.nproc_per_node} processes per node, and each "
+            f"--gpus-per-node {gpus} is fewer than the run's {per_node} processes per node, and each "
             "process needs a GPU of its own; use 0 for a CPU-only cluster"
         )
     values: list[tuple[str, object | None]] = [
@@ -120,10 +122,10 @@ def _check_writable(flag: str, text: str) -> None:
 
 
 def _explanation(run: ResolvedRun, options: SlurmOptions) -> list[str]:
-    nodes = node_counts(run)[1]
+    nodes, per_node = node_counts(run)[1], run.plan.nproc_per_node
     lines = [
         f"# Written by `ddpcli slurm`: run {run.name} of {options.experiment_file}",
-        f"# (nnodes {nodes}, nproc_per_node {run.nproc_per_node}). srun starts one `ddpcli launch`, hence one torchrun",
+        f"# (nnodes {nodes}, nproc_per_node {per_node}). srun starts one `ddpcli launch`, hence one torchrun",
         "# agent, per node; the agents meet at a c10d rendezvous on the first node, keyed by the job id, which",
         f"# also names the run directory: <runs_dir>/{run.name}/<job id>/.",
     ]

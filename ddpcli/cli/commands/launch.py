@@ -101,7 +101,9 @@ def launch_command(
         rendezvous=_rendezvous(plan, rdzv_endpoint, rdzv_id),
         name_by_rdzv_id=rdzv_id is not None,
     )
-    runs = plan.select(only) if observe else [replace(run, observe=False) for run in plan.select(only)]
+    runs = plan.select(only)
+    if not observe:
+        runs = [replace(run, launch=replace(run.launch, observe=False)) for run in runs]
     specs = prepare(plan, runs, options)
     if dry_run:
         _print_dry_run(specs)

@@ -52,27 +52,27 @@ def comparison_tables(comparison: Comparison, width: int) -> list[RenderableType
 
 
 def _cells(row: ComparisonRow) -> list[Text]:
-    record, metrics = row.run.record, row.run.metrics
-    batch = fmt_number(record.per_device_batch_size)
-    if record.grad_accum_steps and record.grad_accum_steps > 1:
-        batch += f"x{record.grad_accum_steps}acc"
+    run, metrics = row.run.record, row.run.metrics
+    batch = fmt_number(run.per_device_batch_size)
+    if run.grad_accum_steps and run.grad_accum_steps > 1:
+        batch += f"x{run.grad_accum_steps}acc"
     cells = [
-        fmt_number(record.world_size),
+        fmt_number(run.world_size),
         batch,
-        fmt_number(record.global_batch_size),
-        fmt_number(record.lr),
+        fmt_number(run.global_batch_size),
+        fmt_number(run.lr),
         fmt_number(metrics.steps),
         fmt_number(metrics.samples_seen),
         fmt_number(metrics.final_loss),
         fmt_number(row.loss_at_baseline_samples),
-        fixed(record.wall_time_s, 1),
+        fixed(run.record.wall_time_s, 1),
         fixed(row.samples_per_s, 0),
     ]
     speed = [MISSING if row.speedup is None else f"{row.speedup:.2f}x", percent(row.scaling_efficiency)]
-    breakdown = record.observed.time_breakdown if record.observed is not None else None
+    breakdown = run.record.observed.time_breakdown if run.record.observed is not None else None
     return [
         Text(row.label + _marks(row), style="bold" if row.is_baseline else ""),
-        Text(record.status, style=status_style(record.status)),
+        Text(run.status, style=status_style(run.status)),
         *map(Text, cells),
         prediction_cell(row.prediction),
         *map(Text, speed),

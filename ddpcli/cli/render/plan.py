@@ -11,7 +11,7 @@ from rich.markup import escape
 from ddpcli.cli.render.format import MISSING, fmt_number
 from ddpcli.cli.render.layout import Column, fitted_tables, print_bullets
 from ddpcli.experiment.outlook import BatchOutlook
-from ddpcli.experiment.resolved import Plan, ResolvedRun
+from ddpcli.experiment.resolved import Plan, ResolvedRun, RunPlan
 
 COLUMNS = (
     Column("run", "left"),
@@ -37,7 +37,7 @@ def plan_tables(
 
     Columns where every run has `-` (the outlook without a noise scale) are left out.
     """
-    rows = [_plan_row(run) + _outlook_cells((outlooks or {}).get(run.name)) for run in runs]
+    rows = [_plan_row(run.plan) + _outlook_cells((outlooks or {}).get(run.name)) for run in runs]
     shown = [0, *(index for index in range(1, len(COLUMNS)) if any(row[index] != MISSING for row in rows))]
     columns = [COLUMNS[index] for index in shown]
     return fitted_tables(
@@ -72,7 +72,7 @@ def _outlook_cells(outlook: BatchOutlook | None) -> list[str]:
     ]
 
 
-def _plan_row(run: ResolvedRun) -> list[str]:
+def _plan_row(run: RunPlan) -> list[str]:
     nodes = f"{run.min_nnodes}:{run.nnodes}" if run.is_elastic else str(run.nnodes)
     world = f"{run.world_size} ({nodes}x{run.nproc_per_node})" if run.is_multi_node else str(run.world_size)
     batch = str(run.per_device_batch_size)
@@ -93,4 +93,4 @@ def _plan_row(run: ResolvedRun) -> list[str]:
 def print_notes(console: Console, runs: Sequence[ResolvedRun]) -> None:
     """Each run's notes under its name (ddpcli.experiment.report has put every note in them)."""
     for run in runs:
-        print_bullets(console, run.name, run.notes)
+        print_bullets(console, run.name, run.plan.notes)

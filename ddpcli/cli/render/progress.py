@@ -35,7 +35,7 @@ class RichReporter:
 
     def run_started(self, spec: LaunchSpec) -> None:
         self.tasks[spec.run_dir.name] = self.progress.add_task(
-            escape(spec.run.name), total=spec.run.total_steps, info="starting torchrun"
+            escape(spec.run.name), total=spec.run.plan.total_steps, info="starting torchrun"
         )
 
     def metrics(self, spec: LaunchSpec, rows: list[dict[str, Any]]) -> None:
