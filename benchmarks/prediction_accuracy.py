@@ -148,9 +148,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--fit", action="store_true", help="a second 1-process run at half the batch first")
+    parser.add_argument("--keep", type=Path, help="an empty folder to keep the runs in (else a temporary one)")
     args = parser.parse_args()
     scores: list[Scored] = []
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory() as temporary:
+        root = args.keep or Path(temporary)
         os.environ.setdefault("DDPCLI_CACHE_DIR", str(Path(root) / "cache"))
         for repetition in range(args.repetitions):
             for found in one_repetition(Path(root) / str(repetition), args.batch, args.steps, args.fit):

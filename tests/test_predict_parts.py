@@ -92,13 +92,19 @@ def test_the_wait_for_the_slowest_rank_from_the_baseline_steps_or_the_probe() ->
     assert predict(steps, target(world=1, threads=None), 0.0, "t").slowest_rank_wait_s == 0
 
 
-def test_contention_measured_by_the_probe() -> None:
-    """The baseline got half a core; the probe's 2 processes got a quarter each: host work takes twice as long."""
+def test_contention_measured_by_the_probe_and_inferred_from_the_baseline() -> None:
+    """The baseline got half a core of 2: 3 runnable threads of other work, so 2 processes will get 2 / 5 = 0.4 of
+    a core each; the probe's 2 processes got 0.25 each just before. The mean, 0.325, makes host work 0.5 / 0.325
+    times as long as in the baseline."""
     half = replace(baseline(), cpu_share=0.5)
     found = predict(half, target(world=2), 0.0, "t", host=HostNow(shares={(2, 1): 0.25}))
-    assert found.cpu_contention == pytest.approx(2.0)
-    assert found.terms["compute_s"] == pytest.approx(0.08) and found.terms["optimizer_s"] == pytest.approx(0.004)
-    assert any("busy-loop processes" in text for text in found.assumptions)
+    assert found.cpu_contention == pytest.approx(0.5 / 0.325)
+    assert found.terms["compute_s"] == pytest.approx(0.04 * 0.5 / 0.325)
+    assert found.terms["optimizer_s"] == pytest.approx(0.002 * 0.5 / 0.325)
+    assert any("about 0.33 of a core: the mean of 0.25" in text for text in found.assumptions)
+    unknown = replace(baseline(), cpu_share=None)  # no share recorded: the probe's alone, against the fair share
+    alone = predict(unknown, target(world=2), 0.0, "t", host=HostNow(shares={(2, 1): 0.25}))
+    assert alone.cpu_contention == pytest.approx(1.0 / 0.25)
     unmeasured = predict(half, target(world=2), 0.0, "t", host=HostNow(shares={(4, 1): 0.25}))
     assert unmeasured.cpu_contention == pytest.approx(0.5 / 0.4)  # the fair share per thread, as before
 
