@@ -151,11 +151,11 @@ def target_of(run: ResolvedRun) -> Target:
 
 def host_now(baseline: Baseline, targets: Sequence[Target]) -> HostNow:
     """What this host gives each planned CPU configuration now: the busy-loop probe (ddpcli.launch.cpu_probe) for
-    each (processes, threads) planned, its rounds as long as the baseline's CPU work a step (5 to 50 ms); the busy
+    each (processes, threads) planned, its rounds as long as the baseline's CPU work a step (5 to 30 ms); the busy
     cores of /proc/stat when a probe could not run. Nothing on GPUs."""
     if baseline.device != "cpu":
         return HostNow()
-    work = min(max(baseline.step["step_s"] * (baseline.cpu_share or 1.0) / baseline.threads, 0.005), 0.05)
+    work = min(max(baseline.step["step_s"] * (baseline.cpu_share or 1.0) / baseline.threads, 0.005), 0.03)
     shares, waits = {}, {}
     for config in sorted({(target.nproc_per_node, target_threads(baseline, target)) for target in targets}):
         found = cpu_probe.measure(*config, work_s=work, rounds=PROBE_ROUNDS)
