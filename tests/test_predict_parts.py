@@ -69,14 +69,17 @@ def test_steady_durations_leave_out_the_warm_up() -> None:
 
 def test_a_noisy_spell_of_the_baseline_does_not_decide_the_prediction() -> None:
     """9 steps of 50 ms and one of 500 ms: the mean (95 ms) holds the spell, the median (50 ms) does not; the
-    baseline's host terms are scaled by 50 / 95. Under 8 steady steps, no scale."""
-    spelled = replace(baseline(), step_durations=(0.05,) * 9 + (0.5,))
+    baseline's host terms are scaled by 50 / 95. Under 8 steady steps, no scale; nor on CPU with the baseline's
+    share of a core known (the contention term counts its work in CPU seconds, which the spell did not change)."""
+    spelled = replace(baseline(), step_durations=(0.05,) * 9 + (0.5,), cpu_share=None)
     assert spelled.robust_scale == pytest.approx(0.05 / 0.095)
     found = predict(spelled, target(world=1, threads=None), 0.0, "none")
     assert found.terms["compute_s"] == pytest.approx(0.04 * 0.05 / 0.095)
     assert found.baseline_step_scale == pytest.approx(0.05 / 0.095)
     assert any("median step over its mean" in text for text in found.assumptions)
-    assert replace(baseline(), step_durations=(0.05,) * 6 + (0.5,)).robust_scale == 1.0
+    assert replace(spelled, step_durations=(0.05,) * 6 + (0.5,)).robust_scale == 1.0
+    assert replace(spelled, cpu_share=0.7).robust_scale == 1.0
+    assert replace(spelled, device="cuda", cpu_share=0.7).robust_scale == pytest.approx(0.05 / 0.095)
 
 
 def test_the_wait_for_the_slowest_rank_from_the_baseline_steps_or_the_probe() -> None:

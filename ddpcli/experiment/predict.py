@@ -3,7 +3,8 @@
 The cost model, term by term, per optimizer step of a run with world size W, per-device batch B and accumulation A,
 from a baseline that ran W0, B0, A0 (its time breakdown's median rank, ddpcli.rundir.timing), every host term
 first scaled by the baseline's median step / mean step (robust_scale, ddpcli.experiment.predict_baseline: one
-noisy spell of the baseline does not decide the prediction):
+noisy spell of the baseline does not decide the prediction; 1 on a CPU baseline with its share of a core known,
+where the contention term, in CPU seconds, does that):
 
     compute   = (fixed + per_sample x B) x A x contention (ddpcli.experiment.predict_compute: fixed = 0, linear
                 in the batch, unless finished runs of other per-device batches measured the line)

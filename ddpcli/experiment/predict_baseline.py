@@ -1,9 +1,14 @@
 """The finished run a prediction starts from: its time breakdown, its steps' durations, its model's bytes. Pure.
 
-The breakdown (ddpcli.rundir.timing) sums each term over the steps after the first, so a noisy spell on a shared
-host (a few slow steps) moves every term. Rank 0's per-step durations (metrics.jsonl's `time`, step to step) say
-how typical the mean was: the first WARMUP_FRACTION of them are left out too (warm-up), and the prediction scales
-the baseline's host terms by median / mean of the rest (`robust_scale`), when at least MIN_STEPS remain.
+The breakdown (ddpcli.rundir.timing) sums each term over the steps after the first, so a noisy spell (a few slow
+steps) moves every term. Rank 0's per-step durations (metrics.jsonl's `time`, step to step) say how typical the
+mean was: the first WARMUP_FRACTION of them are left out too (warm-up), and the prediction scales the baseline's
+host terms by median / mean of the rest (`robust_scale`), when at least MIN_STEPS remain. Not on a CPU baseline
+whose share of a core is known: there a spell is mostly other jobs taking the cores, and the contention term
+(ddpcli.experiment.predict_contention) already counts the baseline's work in CPU seconds (mean step x mean share),
+which such a spell does not change; scaling to the median step as well would count the spell out twice (measured:
+a baseline that ran half its steps at a full core and half at half a core, median step at the full core, mean
+share 0.70, predicted its 2-process runs 30-80% too fast).
 """
 
 from __future__ import annotations
@@ -62,8 +67,9 @@ class Baseline:
 
     @property
     def robust_scale(self) -> float:
-        """Median / mean of the steady steps' durations (1 with fewer than MIN_STEPS of them)."""
-        if len(self.step_durations) < MIN_STEPS:
+        """Median / mean of the steady steps' durations (1 with fewer than MIN_STEPS of them, and on CPU with its
+        share of a core known: module docstring)."""
+        if len(self.step_durations) < MIN_STEPS or (self.device == "cpu" and self.cpu_share):
             return 1.0
         mean = statistics.fmean(self.step_durations)
         return statistics.median(self.step_durations) / mean if mean > 0 else 1.0

@@ -14,8 +14,9 @@ p = T x min(1, cores / (processes x T + E)) for T threads per process, E the cor
 
 Both are measurements of the same share with errors of their own (the other jobs' load moves from second to
 second), so with both p is their mean; else whichever is known; else E from busy cores in /proc/stat. Recomputed
-over 18 runs of benchmarks/prediction_accuracy.py (6 repetitions, load average 3.4 to 6.1 on 2 cores), the mean
-cut the median error of the predicted samples/s from 16% (the probe alone) to 9%. 1 on GPUs.
+over 27 runs of benchmarks/prediction_accuracy.py (9 repetitions, load average 3.4 to 6.1 on 2 cores), the mean
+brought the predictions within 25% of the measured samples/s from 17 to 21 runs (median error 18% to 11%). 1 on
+GPUs.
 """
 
 from __future__ import annotations
