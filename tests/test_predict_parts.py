@@ -20,6 +20,7 @@ from ddpcli.experiment.predict import HostNow, compute_model, excess_of_max, exp
 from ddpcli.experiment.predict_baseline import steady_durations
 from ddpcli.experiment.predict_compute import least_squares
 from ddpcli.launch import cpu_probe
+from ddpcli.launch.probe import host_now
 from ddpcli.rundir.record import RunRecord
 from tests.conftest import write_toml
 from tests.test_predict import PARAMS, baseline, observed_of, target, timing_row
@@ -213,3 +214,14 @@ per_device_batch_size = 4
     assert two["step_terms_s"]["compute_s"] == pytest.approx((line["fixed_s"] + 4 * line["per_sample_s"]) * contention)
     assert two["baseline_step_scale"] == pytest.approx(1.0)
     assert two["comm_source"] == "gloo probe, 2 processes, 1.13 MiB: 1 ms"
+
+
+def test_host_now_probes_each_planned_cpu_configuration_once() -> None:
+    """Two planned runs of 2 one-thread processes and one of 1 process: two probes, and their shares are what
+    the predictions use; a GPU baseline probes nothing."""
+    quick = replace(baseline(), step={**baseline().step, "step_s": 0.005})  # 5 ms rounds
+    found = host_now(quick, [target(world=2), target(world=2, batch=32), target(world=1, threads=1)])
+    assert sorted(found.shares) == [(1, 1), (2, 1)] and sorted(found.waits) == [(1, 1), (2, 1)]
+    assert all(0 < share <= 1.05 for share in found.shares.values()) and found.waits[(1, 1)] == 0
+    assert found.busy_cores is None  # every configuration was measured: /proc/stat was not needed
+    assert host_now(replace(quick, device="cuda"), [target(world=2)]) == HostNow()
