@@ -15,7 +15,7 @@ each run's measured samples/s between repetitions next to the error. The host's 
 with each run.
 
 Last measured (2 cores shared with other agents' jobs, two sessions of 3 repetitions, ten minutes apart): 8 of 9
-within 25%, median error 10%, at load averages 2.1 to 3.3 (the same run measured 53k to 92k samples/s between
+within 25%, median error 10%, at load averages 2.1 to 3.3 (the same 2 x 1024 run measured 55k to 92k samples/s between
 repetitions: spread 50-62% of the median); then 4 of 9, median 26%, at 2.6 to 4.5 (spread 28-44%). With the
 share of a core each run really got (hindsight): 9 of 9 (median 4%) and 8 of 9 (median 8%): what is left is the
 load moving between the prediction and the run.
