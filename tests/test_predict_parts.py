@@ -137,6 +137,7 @@ def test_the_compute_line_from_two_batches() -> None:
     assert found.terms["compute_s"] == pytest.approx(3 * (0.009 + 4 * 62.5e-6))
     assert found.as_json()["prediction"]["compute_model"]["fixed_s"] == pytest.approx(0.009)
     assert not any(text.startswith("compute linear") for text in found.assumptions)
+    assert found.note().endswith("; compute fitted to per-device batches 16, 64.")
 
 
 def test_the_compute_line_falls_back_to_linear_and_says_why() -> None:
@@ -148,6 +149,7 @@ def test_the_compute_line_falls_back_to_linear_and_says_why() -> None:
     found = predict(run_at(16, 0.010), target(world=1, batch=4, threads=None), 0.0, "t")
     assert any(text.startswith("compute linear in the batch") for text in found.assumptions)
     assert found.terms["compute_s"] == pytest.approx(0.0025)
+    assert found.note().endswith("; compute linear in the batch.")
 
 
 def test_probe_summary_by_hand() -> None:

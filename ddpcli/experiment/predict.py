@@ -106,7 +106,8 @@ class Prediction:
         return (
             f"Predicted: {self.step_time_s * 1000:.3g} ms a step ({parts} ms), {self.samples_per_s:.4g} samples/s, "
             f"{self.speedup:.2f}x the baseline ({self.scaling_efficiency:.0%} efficiency), "
-            f"{self.memory_bytes / 2**20:.1f} MiB per device; comm: {self.comm_source}."
+            f"{self.memory_bytes / 2**20:.1f} MiB per device; comm: {self.comm_source}"
+            + (f"; compute {self.compute.source.split(':')[0]}." if self.compute is not None else ".")
         )
 
 
