@@ -14,9 +14,10 @@ p = T x min(1, cores / (processes x T + E)) for T threads per process, E the cor
 
 Both are measurements of the same share with errors of their own (the other jobs' load moves from second to
 second), so with both p is their mean; else whichever is known; else E from busy cores in /proc/stat. Recomputed
-over 27 runs of benchmarks/prediction_accuracy.py (9 repetitions, load average 3.4 to 6.1 on 2 cores), the mean
-brought the predictions within 25% of the measured samples/s from 17 to 21 runs (median error 18% to 11%). 1 on
-GPUs.
+over 54 runs of benchmarks/prediction_accuracy.py (18 repetitions, load average 2.1 to 6.1 on 2 cores shared with
+other jobs), the mean brought 38 predictions within 25% of the measured samples/s against 34 with the probe alone
+(median error 15% against 17%; on the last 27 runs alone, 17 and 17, median 21% and 15%: a small gain, not a
+settled one). 1 on GPUs.
 """
 
 from __future__ import annotations
