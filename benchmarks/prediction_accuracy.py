@@ -14,11 +14,11 @@ got (its `cpu_share`) instead of the share the probe measured just before it, an
 each run's measured samples/s between repetitions next to the error. The host's 1-minute load average is printed
 with each run.
 
-Last measured (2 cores shared with other agents' jobs, two sessions of 3 repetitions, ten minutes apart): 8 of 9
-within 25%, median error 10%, at load averages 2.1 to 3.3 (the same 2 x 1024 run measured 55k to 92k samples/s between
-repetitions: spread 50-62% of the median); then 4 of 9, median 26%, at 2.6 to 4.5 (spread 28-44%). With the
-share of a core each run really got (hindsight): 9 of 9 (median 4%) and 8 of 9 (median 8%): what is left is the
-load moving between the prediction and the run.
+Last measured (2 cores shared with other agents' jobs, three sessions of 3 repetitions): 8 of 9 within 25%,
+median error 10%, at load averages 2.1 to 3.3 (the same 2 x 1024 run measured 55k to 92k samples/s between
+repetitions); 4 of 9, median 26%, at 2.6 to 4.5; 5 of 9, median 25%, at 4.6 to 5.4. In all 17 of 27, median
+22%, most too fast (mean +24%). With the share of a core each run really got (hindsight): 26 of 27, median 6%
+(mean +5%): what is left is mostly the load moving between the prediction and the run.
 """
 
 from __future__ import annotations
