@@ -35,6 +35,10 @@ env = {{ OMP_NUM_THREADS = "1" }}
 name = "base-1x1024"
 
 [[experiments]]
+name = "1x512"
+per_device_batch_size = 512
+
+[[experiments]]
 name = "2x1024"
 nproc_per_node = 2
 
@@ -71,6 +75,13 @@ def test_launch_records_each_later_runs_prediction(predicted: dict[str, dict[str
         assert memory["params"] == memory["grads"] == memory["optimizer_state"] == 4 * PARAMS  # SGD momentum
         assert memory["ddp_buckets"] == 4 * PARAMS
         assert prediction["baseline_run_dir"] == str(predicted["base-1x1024"]["dir"])
+        # 1x512 ran first: its compute measured a second point of the line, so these were predicted from both
+        assert prediction["other_run_dirs"] == [str(predicted["1x512"]["dir"])]
+        assert "per-device batches 512, 1024" in model["compute_model"]["source"]
+        assert model["cpu_contention"] > 0 and 0 < model["baseline_step_scale"] < 2
+    one = predicted["1x512"]["record"]["prediction"]  # predicted from the baseline alone: linear, and it says so
+    assert "other_run_dirs" not in one and one["prediction"]["compute_model"]["fixed_s"] == 0
+    assert one["prediction"]["comm_source"] == "none" and one["prediction"]["slowest_rank_wait_s"] == 0
     cached = json.loads((predicted["cache"]["dir"] / "allreduce.json").read_text())
     assert [key.split("/")[:3] for key in cached] == [["gloo", "2", str(4 * PARAMS)]]  # probed once, then cached
 
@@ -97,4 +108,4 @@ def test_plan_predicts_from_the_baseline_with_the_cached_probe(predicted: dict[s
     runs = [plan["baseline"], *plan["experiments"]]
     assert all(run["predicted_memory_bytes"] > 3 * 4 * PARAMS for run in runs)
     assert plan["baseline"]["predicted_scaling_efficiency"] == pytest.approx(1.0, rel=0.5)
-    assert plan["experiments"][0]["prediction"]["comm_source"].startswith("gloo probe, 2 processes")
+    assert plan["experiments"][1]["prediction"]["comm_source"].startswith("gloo probe, 2 processes")

@@ -1,25 +1,24 @@
-"""Predict a planned run's step time, throughput and memory per device from one finished run. Pure.
+"""Predict a planned run's step time, throughput and memory per device from finished runs. Pure.
 
 The cost model, term by term, per optimizer step of a run with world size W, per-device batch B and accumulation A,
-from a baseline that ran W0, B0, A0 (its time breakdown's median rank, ddpcli.rundir.timing):
+from a baseline that ran W0, B0, A0 (its time breakdown's median rank, ddpcli.rundir.timing), every host term
+first scaled by the baseline's median step / mean step (robust_scale, ddpcli.experiment.predict_baseline: one
+noisy spell of the baseline does not decide the prediction; 1 on a CPU baseline with its share of a core known,
+where the contention term, in CPU seconds, does that):
 
-    compute   = baseline compute per sample x B x A x contention
+    compute   = (fixed + per_sample x B) x A x contention (ddpcli.experiment.predict_compute: fixed = 0, linear
+                in the batch, unless finished runs of other per-device batches measured the line)
     data      = baseline data wait per sample x B x A x contention
     optimizer = baseline optimizer step x contention (the same parameters at every world size)
     other     = baseline other x contention
     comm      = all-reduces per step x one all-reduce of the gradients at W (measured: ddpcli.launch.probe, or
                 the ring formula 2 (W-1)/W x bytes / link bandwidth), none hidden behind backward, + the wait
-                for the slowest of W ranks: each step's compute varies (the baseline's standard deviation over
-                steps, as a fraction of its mean, cv), and every rank waits for the last, so on average
-                E[max of W] - mean = k(W) x cv x compute (k: the expected maximum of W standard normals,
-                0.56 for 2, 1.03 for 4); 0 at W = 1
-    contention (CPU only) = p0 / p, the cores' worth of CPU one process gets: p0 measured on the baseline (its CPU
-                seconds / wall seconds), p = T x min(1, cores / (processes x T + E)) for T threads per process,
-                where E, the cores' worth of other work, is measured on this host just before (busy cores in
-                /proc/stat while none of ours runs: a one-process baseline on two cores leaves a core to the
-                others and looks alone, two processes do not), else inferred from p0: processes that share
-                cores take turns, ours and everyone else's.
-                1 on GPUs. Linear in samples: a fixed cost per forward (small batches) is scaled too.
+                for the slowest of W ranks (ddpcli.experiment.predict_comm): the expected excess of the maximum
+                of W steps over their mean, from the baseline's own step durations (else its compute's standard
+                deviation), or from the busy-loop probe's rounds at W processes, whichever is larger, as a
+                fraction of data + compute; 0 at W = 1
+    contention (CPU only) = the baseline's share of a core / the planned process's share
+                (ddpcli.experiment.predict_contention: measured by a busy-loop probe when possible). 1 on GPUs.
 
 All-reduces per step: the baseline's per micro-batch (1 per micro-batch without no_sync, 1/A with it) x A when the
 baseline was DDP; else 1 (the script is assumed to use no_sync). samples/s = W x B x A / step; speedup against the
@@ -33,19 +32,25 @@ before its first forward, less the parameters: the Python and torch runtime on C
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # the all-reduce probe (a worker) imports this module: no pydantic at import
-    from ddpcli.rundir.record import Observed
+from ddpcli.experiment.predict_baseline import TERMS, Baseline, NoBaseline, baseline_from
+from ddpcli.experiment.predict_comm import (
+    DDP_FIRST_BUCKET_BYTES,
+    ddp_bucket_sizes,
+    excess_of_max,
+    expected_max,
+    ring_allreduce_s,
+)
+from ddpcli.experiment.predict_compute import ComputeModel, compute_model
+from ddpcli.experiment.predict_contention import HostNow, contention_of, target_threads
 
-DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-TERMS = ("data_s", "compute_s", "comm_s", "optimizer_s", "other_s")
-
-
-class NoBaseline(ValueError):
-    """The run cannot serve as a baseline (not observed, or no step was timed)."""
+__all__ = [  # what predict offers; the parts live in predict_baseline, predict_comm, predict_compute, _contention
+    "DDP_FIRST_BUCKET_BYTES", "TERMS", "Baseline", "ComputeModel", "HostNow", "NoBaseline", "Prediction", "Target",
+    "baseline_from", "compute_model", "ddp_bucket_sizes", "excess_of_max", "expected_max", "predict",
+    "predicted_memory", "ring_allreduce_s", "static_bytes",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,10 @@ class Prediction:
     all_reduces_per_step: float
     comm_source: str
     assumptions: list[str] = field(default_factory=list)
+    compute: ComputeModel | None = None  # the compute line the prediction used
+    baseline_step_scale: float = 1.0  # the baseline's median step / mean step, applied to its host terms
+    slowest_rank_wait_s: float = 0.0  # the part of comm_s that waits for the slowest rank
+    cpu_contention: float = 1.0  # how many times slower host work is than the baseline's (1 on GPUs)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -85,6 +94,10 @@ class Prediction:
                 "all_reduces_per_step": self.all_reduces_per_step,
                 "comm_source": self.comm_source,
                 "assumptions": self.assumptions,
+                "compute_model": self.compute.as_json() if self.compute is not None else None,
+                "baseline_step_scale": self.baseline_step_scale,
+                "slowest_rank_wait_s": self.slowest_rank_wait_s,
+                "cpu_contention": self.cpu_contention,
             },
         }
 
@@ -93,173 +106,32 @@ class Prediction:
         return (
             f"Predicted: {self.step_time_s * 1000:.3g} ms a step ({parts} ms), {self.samples_per_s:.4g} samples/s, "
             f"{self.speedup:.2f}x the baseline ({self.scaling_efficiency:.0%} efficiency), "
-            f"{self.memory_bytes / 2**20:.1f} MiB per device; comm: {self.comm_source}."
+            f"{self.memory_bytes / 2**20:.1f} MiB per device; comm: {self.comm_source}"
+            + (f"; compute {self.compute.source.split(':')[0]}." if self.compute is not None else ".")
         )
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """The numbers of one finished run the model starts from."""
-
-    world_size: int
-    nproc_per_node: int
-    per_device_batch_size: int
-    grad_accum_steps: int
-    device: str
-    threads: int
-    cores: int
-    step: dict[str, float]  # TERMS and step_s, of the median rank
-    all_reduces_per_micro_batch: float | None  # None: not DDP
-    param_bytes: int
-    grad_bytes: int
-    optimizer_state_bytes: int
-    optimizer: str | None
-    buckets_are_views: bool
-    memory_at_first_forward: int | None
-    peak_memory: int | None
-    cpu_share: float | None = None  # the cores' worth the baseline's process got (CPU seconds / wall seconds)
-    compute_cv: float | None = None  # standard deviation / mean over steps of forward + backward
-    load_average: float | None = None  # the host's 1-minute load average when the baseline ended
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.world_size * self.per_device_batch_size * self.grad_accum_steps / self.step["step_s"]
-
-    @property
-    def gradient_bytes(self) -> int:
-        return self.grad_bytes or self.param_bytes
-
-
-def baseline_from(observed: Observed | None, timing_row: dict[str, Any]) -> Baseline:
-    """The baseline from a run's `observed` and its rank 0's last `timing` row (threads, cores, processes)."""
-    if observed is None or observed.time_breakdown is None or observed.model_state is None:
-        raise NoBaseline("it was not observed, or it timed no optimizer step after its first")
-    median, state = observed.time_breakdown.median, observed.model_state
-    if not median.step_s or not observed.per_device_batch_size or state.param_bytes is None:
-        raise NoBaseline("its time breakdown or its batch is unknown")
-    first = observed.time_breakdown.ranks[0]
-    syncs = first.all_reduces_per_step
-    micro = first.micro_batches_per_step or float(observed.grad_accum_steps or 1)
-    return Baseline(
-        world_size=observed.world_size or 1,
-        nproc_per_node=_positive(timing_row.get("local_world_size"), 1),
-        per_device_batch_size=observed.per_device_batch_size,
-        grad_accum_steps=observed.grad_accum_steps or 1,
-        device=observed.device or "cpu",
-        threads=_positive(timing_row.get("threads"), 1),
-        cores=_positive(timing_row.get("cores"), 1),
-        step={"step_s": median.step_s, **{key: getattr(median, key) or 0.0 for key in TERMS}},
-        all_reduces_per_micro_batch=syncs / micro if syncs is not None and micro else None,
-        param_bytes=state.param_bytes,
-        grad_bytes=state.grad_bytes or 0,
-        optimizer_state_bytes=state.optimizer_state_bytes or 0,
-        optimizer=state.optimizer,
-        buckets_are_views=bool(state.gradient_as_bucket_view),
-        memory_at_first_forward=state.memory_at_first_forward_bytes,
-        peak_memory=state.peak_memory_bytes,
-        cpu_share=median.cpu_share,
-        load_average=first.load_average,
-        compute_cv=_cv(median.forward_backward_sd_s, (median.compute_s or 0.0) + (median.comm_s or 0.0)),
-    )
-
-
-def _cv(sd: float | None, mean: float) -> float | None:
-    return sd / mean if sd is not None and mean > 0 else None
-
-
-# E[max of n standard normals] for n = 1..8; beyond, Blom's approximation (within 1% there).
-_EXPECTED_MAX = (0.0, 0.5642, 0.8463, 1.0294, 1.1630, 1.2672, 1.3522, 1.4236)
-
-
-def expected_max(n: int) -> float:
-    """The expected maximum of n independent standard normal variables."""
-    if n <= len(_EXPECTED_MAX):
-        return _EXPECTED_MAX[max(n, 1) - 1]
-    return statistics.NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
-
-
-def _positive(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
-
-
-def parallelism(device: str, threads: int, processes: int, cores: int) -> float:
-    """The cores' worth of work one process gets: min(threads, cores / processes) on CPU; 1 on an accelerator."""
-    return 1.0 if device != "cpu" else min(float(threads), cores / processes)
-
-
-def ring_allreduce_s(size_bytes: int, world: int, link_gbps: float, latency_s: float = 0.0) -> float:
-    """Ring all-reduce (Patarasuk and Yuan 2009): 2 (n-1)/n x S / B + 2 (n-1) alpha."""
-    if world <= 1:
-        return 0.0
-    return 2 * (world - 1) / world * size_bytes / (link_gbps * 1e9 / 8) + 2 * (world - 1) * latency_s
-
-
-def ddp_bucket_sizes(size_bytes: int, cap_bytes: int = 25 * 1024 * 1024) -> list[int]:
-    """The bucket sizes DDP all-reduces gradients of `size_bytes` in: a small first bucket, then up to the cap."""
-    sizes, left = [], size_bytes
-    first = min(left, DDP_FIRST_BUCKET_BYTES)
-    if first:
-        sizes.append(first)
-        left -= first
-    while left > 0:
-        sizes.append(min(left, cap_bytes))
-        left -= sizes[-1]
-    return sizes
-
-
-def cpu_share(threads: int, processes: int, cores: int, others: float) -> float:
-    """The cores' worth one process gets when `processes` processes of `threads` busy threads share `cores` with
-    `others` cores' worth of other work: threads x min(1, cores / (our threads + others))."""
-    return threads * min(1.0, cores / (processes * threads + others))
-
-
-def other_load(baseline: Baseline) -> float:
-    """Runnable threads of other work the baseline shared its cores with, inferred from the share it got (0 when it
-    got what its threads could use: it was limited by its threads, not by the cores)."""
-    alone = cpu_share(baseline.threads, baseline.nproc_per_node, baseline.cores, 0.0)
-    if not baseline.cpu_share or baseline.cpu_share >= 0.9 * alone:
-        return 0.0
-    return max(baseline.threads * baseline.cores / baseline.cpu_share - baseline.nproc_per_node * baseline.threads, 0.0)
-
-
-def other_work(baseline: Baseline, busy_cores: float | None) -> float:
-    """Cores' worth of other work the planned run will share the cores with: what other processes use now (busy
-    cores measured while none of ours runs), else what the baseline met (inferred from its share of a core)."""
-    return busy_cores if busy_cores is not None else other_load(baseline)
-
-
-def contention_of(baseline: Baseline, target: Target, busy: float | None = None) -> tuple[float, list[str]]:
-    """How many times slower the planned run's host work is than the baseline's (module docstring), and why.
-    `busy`: cores' worth of CPU other processes use on this host now, else inferred from the baseline's share."""
-    if baseline.device != "cpu":
-        return 1.0, []
-    threads = target.threads or (1 if target.nproc_per_node > 1 else baseline.threads)
-    others = other_work(baseline, busy)
-    before = cpu_share(baseline.threads, baseline.nproc_per_node, baseline.cores, others)
-    after = cpu_share(threads, target.nproc_per_node, baseline.cores, others)
-    factor = (baseline.cpu_share or before) / after
-    why = []
-    if abs(factor - 1) > 0.01:
-        why.append(
-            f"CPU contention x{factor:.3g}: {target.nproc_per_node} x {threads}-thread processes on "
-            f"{baseline.cores} cores, each about {after:.2f} of a core, next to {others:.2f} cores of other work ("
-            + ("measured now" if busy is not None else "inferred from the baseline's share")
-            + f"; the baseline got {baseline.cpu_share or before:.2f} of a core)"
-        )
-    if target.nproc_per_node * threads > baseline.cores:
-        why.append(
-            "oversubscribed (processes x threads > cores): every step waits for each process to be scheduled, "
-            "which this model leaves out: expect a slower run than predicted"
-        )
-    return factor, why
 
 
 def predict(
-    baseline: Baseline, target: Target, allreduce_s: float, comm_source: str, busy: float | None = None
+    baseline: Baseline,
+    target: Target,
+    allreduce_s: float,
+    comm_source: str,
+    busy: float | None = None,
+    host: HostNow | None = None,
+    compute: ComputeModel | None = None,
 ) -> Prediction:
-    """The planned run's step, term by term, its throughput and its memory per device (module docstring). `busy`:
-    cores' worth of CPU other processes use on this host now (a CPU run here), else the baseline's share tells."""
-    contention, assumptions = contention_of(baseline, target, busy)
+    """The planned run's step, term by term, its throughput and its memory per device (module docstring). `host`:
+    what this host gives a run now (`busy`: just its busy cores); `compute`: the compute line (else linear from
+    the baseline alone)."""
+    host = host or HostNow(busy_cores=busy)
+    contention, assumptions = contention_of(baseline, target, host)
+    compute_line = compute or compute_model(baseline)
+    scale = baseline.robust_scale
+    if abs(scale - 1) > 0.01:
+        assumptions.append(f"the baseline's terms x{scale:.3g}: its median step over its mean, over "
+                           f"{len(baseline.step_durations)} steady steps (warm-up left out)")  # fmt: skip
+    if compute_line.fixed_s == 0:
+        assumptions.append(f"compute {compute_line.source}")
     samples, samples0 = (
         target.per_device_batch_size * target.grad_accum_steps,
         (baseline.per_device_batch_size * baseline.grad_accum_steps),
@@ -270,18 +142,15 @@ def predict(
             assumptions.append("one all-reduce per optimizer step (the baseline had no DDP model to tell)")
     else:
         syncs = max(baseline.all_reduces_per_micro_batch * target.grad_accum_steps, 1.0)
-    compute = baseline.step["compute_s"] / samples0 * samples * contention
-    wait = 0.0
-    if target.world_size > 1 and baseline.compute_cv is not None:
-        wait = expected_max(target.world_size) * baseline.compute_cv * compute
-        assumptions.append(f"waiting for the slowest of {target.world_size} ranks: {wait * 1000:.3g} ms a step "
-                           f"(the baseline's compute varied by {baseline.compute_cv:.0%} between steps)")  # fmt: skip
+    compute_s = compute_line.per_micro_batch(target.per_device_batch_size) * target.grad_accum_steps * contention
+    data = baseline.step["data_s"] * scale / samples0 * samples * contention
+    wait = slowest_rank_wait(baseline, target, host, data, compute_s, assumptions)
     terms = {
-        "data_s": baseline.step["data_s"] / samples0 * samples * contention,
-        "compute_s": compute,
+        "data_s": data,
+        "compute_s": compute_s,
         "comm_s": syncs * allreduce_s + wait if target.world_size > 1 else 0.0,
-        "optimizer_s": baseline.step["optimizer_s"] * contention,
-        "other_s": baseline.step["other_s"] * contention,
+        "optimizer_s": baseline.step["optimizer_s"] * scale * contention,
+        "other_s": baseline.step["other_s"] * scale * contention,
     }
     step = sum(terms.values())
     samples_per_s = target.world_size * samples / step
@@ -298,7 +167,35 @@ def predict(
         all_reduces_per_step=syncs,
         comm_source=comm_source,
         assumptions=assumptions,
+        compute=compute_line,
+        baseline_step_scale=scale,
+        slowest_rank_wait_s=wait,
+        cpu_contention=contention,
     )
+
+
+def slowest_rank_wait(
+    baseline: Baseline, target: Target, host: HostNow, data: float, compute: float, assumptions: list[str]
+) -> float:
+    """Seconds a step waits for the slowest of the target's ranks (module docstring), with the reason appended."""
+    world = target.world_size
+    if world <= 1:
+        return 0.0
+    if baseline.step_durations:
+        fraction = excess_of_max(baseline.step_durations, world)
+        wait, why = fraction * (data + compute), f"the baseline's {len(baseline.step_durations)} steady steps"
+    elif baseline.compute_cv is not None:
+        wait = expected_max(world) * baseline.compute_cv * compute
+        why = f"the baseline's compute varied by {baseline.compute_cv:.0%} between steps"
+    else:
+        wait, why = 0.0, ""
+    probed = host.waits.get((target.nproc_per_node, target_threads(baseline, target)))
+    if probed is not None and probed * (data + compute) > wait:
+        wait = probed * (data + compute)
+        why = f"busy-loop rounds of {target.nproc_per_node} processes on this host just before: {probed:.1%} a round"
+    if wait > 0:
+        assumptions.append(f"waiting for the slowest of {world} ranks: {wait * 1000:.3g} ms a step ({why})")
+    return wait
 
 
 def predicted_memory(baseline: Baseline, target: Target) -> dict[str, int]:

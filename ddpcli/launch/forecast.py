@@ -4,6 +4,11 @@ Once the plan's baseline has completed (in this sweep, or earlier: the newest co
 runs directory), every later run of the sweep gets `prediction` (ddpcli.experiment.predict's keys, the model term by
 term) written before it starts, so `ddpcli compare` can score the prediction against what the run measured. A
 prediction that cannot be made (the baseline was not observed, the probe failed) is left out, with its reason.
+
+A later run of the sweep of the baseline's kind (same device, world size, processes per node and threads) with
+another per-device batch measures a second point of the compute line (ddpcli.experiment.predict_compute): once it
+has completed, the runs that have not started yet are predicted again from both (`other_run_dirs`), so the fixed
+cost per micro-batch comes from a measurement instead of being left out.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ddpcli.errors import UserError
+from ddpcli.experiment.predict import Baseline
+from ddpcli.experiment.predict_compute import same_kind
 from ddpcli.experiment.resolved import Plan, ResolvedRun
 from ddpcli.launch.argv import LaunchSpec
 from ddpcli.launch.probe import predict_runs, read_baseline
@@ -26,26 +33,59 @@ class Forecast:
         self.runs = [run for run in runs if run.name != self.baseline_name]
         self.predictions: dict[str, dict[str, Any]] = {}
         self.reason: str | None = None
+        self.started: set[str] = set()
+        self.baseline: tuple[Path, Baseline] | None = None
+        self.others: list[tuple[Path, Baseline]] = []  # later runs of the baseline's kind, other batches
         earlier = newest_completed(runs_dir / self.baseline_name)
         if earlier is not None and all(run.name != self.baseline_name for run in runs):
-            self._predict(earlier)
+            self._read_baseline(earlier)
 
     def attach(self, record: RunRecord) -> RunRecord:
+        self.started.add(record.name)
         found = self.predictions.get(record.name)
         return record.model_copy(update={"prediction": found}) if found is not None else record
 
     def ran(self, spec: LaunchSpec, record: RunRecord) -> None:
-        if spec.run.name == self.baseline_name and record.status == "completed":
-            self._predict(spec.run_dir)
+        if record.status != "completed":
+            return
+        if spec.run.name == self.baseline_name:
+            self._read_baseline(spec.run_dir)
+        elif self.baseline is not None and self._other_batch(spec.run_dir):
+            self._predict()
 
-    def _predict(self, baseline_dir: Path) -> None:
+    def _read_baseline(self, run_dir: Path) -> None:
         try:
-            predictions = predict_runs(read_baseline(baseline_dir), self.runs)
+            self.baseline = (run_dir, read_baseline(run_dir))
         except (UserError, OSError, ValueError) as error:
             self.reason = str(error)
             return
-        self.predictions = {
-            name: {**prediction.as_json(), "baseline_run_dir": str(baseline_dir)}
+        self._predict()
+
+    def _other_batch(self, run_dir: Path) -> bool:
+        """Whether the completed run adds a point to the baseline's compute line (module docstring)."""
+        assert self.baseline is not None
+        try:
+            found = read_baseline(run_dir)
+        except (UserError, OSError, ValueError):
+            return False
+        known = {self.baseline[1].per_device_batch_size} | {other.per_device_batch_size for _, other in self.others}
+        if not same_kind(found, self.baseline[1]) or found.per_device_batch_size in known:
+            return False
+        self.others.append((run_dir, found))
+        return True
+
+    def _predict(self) -> None:
+        assert self.baseline is not None
+        baseline_dir, baseline = self.baseline
+        waiting = [run for run in self.runs if run.name not in self.started]
+        try:
+            predictions = predict_runs(baseline, waiting, others=[other for _, other in self.others])
+        except (UserError, OSError, ValueError) as error:
+            self.reason = str(error)
+            return
+        extra = {"other_run_dirs": [str(run_dir) for run_dir, _ in self.others]} if self.others else {}
+        self.predictions |= {
+            name: {**prediction.as_json(), "baseline_run_dir": str(baseline_dir), **extra}
             for name, prediction in predictions.items()
         }
 

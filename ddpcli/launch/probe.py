@@ -18,13 +18,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ddpcli.errors import UserError
-from ddpcli.experiment.predict import Baseline, NoBaseline, Prediction, Target, baseline_from, predict, ring_allreduce_s
+from ddpcli.experiment.predict import (
+    Baseline,
+    HostNow,
+    NoBaseline,
+    Prediction,
+    Target,
+    baseline_from,
+    compute_model,
+    predict,
+    ring_allreduce_s,
+)
+from ddpcli.experiment.predict_contention import target_threads
 from ddpcli.experiment.resolved import ResolvedRun
 from ddpcli.jsonvalues import read_json, write_json_atomic
-from ddpcli.rundir.observations import main_rank, read_observations
+from ddpcli.launch import cpu_probe
+from ddpcli.rundir.observations import RankObservation, main_rank, read_observations
 from ddpcli.rundir.record import RunRecord
 
 PROBE_TIMEOUT_S = 120
+PROBE_ROUNDS = 12  # rounds of the busy-loop CPU probe
+MAX_STEP_TIMES = 20_000  # steps of the baseline whose durations are read
 
 
 def cache_file() -> Path:
@@ -95,16 +109,33 @@ def busy_cores(seconds: float = 1.0, stat: Path = Path("/proc/stat")) -> float |
 
 
 def read_baseline(run_dir: Path) -> Baseline:
-    """The baseline of a prediction: a finished, observed run directory."""
+    """The baseline of a prediction: a finished, observed run directory (its rank 0's steps' times too)."""
     try:
         record = RunRecord.load_tolerant(run_dir)
     except (OSError, ValueError) as error:
         raise UserError(f"--predict-from {run_dir}: no readable run.json ({error})") from None
     main = main_rank(read_observations(run_dir))
     try:
-        return baseline_from(record.observed, main.timing if main is not None else {})
+        return baseline_from(record.observed, main.timing if main is not None else {}, step_times(main))
     except NoBaseline as error:
         raise UserError(f"--predict-from {run_dir}: cannot predict from this run: {error}") from None
+
+
+def read_baselines(run_dirs: Sequence[Path]) -> tuple[Baseline, list[Baseline]]:
+    """The first run directory is the baseline; the others add points to its compute line (same kind of run,
+    other per-device batches: ddpcli.experiment.predict_compute)."""
+    return read_baseline(run_dirs[0]), [read_baseline(run_dir) for run_dir in run_dirs[1:]]
+
+
+def step_times(rank: RankObservation | None, limit: int = MAX_STEP_TIMES) -> list[float]:
+    """The times at which the rank's first `limit` steps ended (its observer's clock), in step order."""
+    times: list[float] = []
+    for _, row in zip(range(limit), (rank.steps.values() if rank is not None else ()), strict=False):
+        value = row.get("time")
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return times
+        times.append(float(value))
+    return times
 
 
 def target_of(run: ResolvedRun) -> Target:
@@ -118,12 +149,33 @@ def target_of(run: ResolvedRun) -> Target:
     )
 
 
+def host_now(baseline: Baseline, targets: Sequence[Target]) -> HostNow:
+    """What this host gives each planned CPU configuration now: the busy-loop probe (ddpcli.launch.cpu_probe) for
+    each (processes, threads) planned, its rounds as long as the baseline's CPU work a step (5 to 30 ms); the busy
+    cores of /proc/stat when a probe could not run. Nothing on GPUs."""
+    if baseline.device != "cpu":
+        return HostNow()
+    work = min(max(baseline.step["step_s"] * (baseline.cpu_share or 1.0) / baseline.threads, 0.005), 0.03)
+    shares, waits = {}, {}
+    for config in sorted({(target.nproc_per_node, target_threads(baseline, target)) for target in targets}):
+        found = cpu_probe.measure(*config, work_s=work, rounds=PROBE_ROUNDS)
+        if found is not None:
+            shares[config], waits[config] = found.share, found.wait
+    missing = len(shares) < len({(t.nproc_per_node, target_threads(baseline, t)) for t in targets})
+    return HostNow(busy_cores=busy_cores() if missing else None, shares=shares, waits=waits)
+
+
 def predict_runs(
-    baseline: Baseline, runs: Sequence[ResolvedRun], link_gbps: float | None = None
+    baseline: Baseline,
+    runs: Sequence[ResolvedRun],
+    link_gbps: float | None = None,
+    others: Sequence[Baseline] = (),
 ) -> dict[str, Prediction]:
-    """Each run's prediction; the all-reduce is probed once per world size here, or from --link-gbps."""
+    """Each run's prediction; the all-reduce is probed once per world size here, or from --link-gbps; the CPU this
+    host gives each configuration is probed here too (not for a cluster described by --link-gbps)."""
     backend = "nccl" if baseline.device == "cuda" else "gloo"
-    busy = busy_cores() if link_gbps is None else None  # other work on this host's cores (not a cluster's)
+    host = host_now(baseline, [target_of(run) for run in runs]) if link_gbps is None else HostNow()
+    compute = compute_model(baseline, others)
     predictions = {}
     for run in runs:
         target = target_of(run)
@@ -137,5 +189,5 @@ def predict_runs(
             size = f"{baseline.gradient_bytes / 2**20:.3g} MiB"
             source = f"{backend} probe, {target.world_size} processes, {size}: {seconds * 1000:.3g} ms"
         comm = source if target.world_size > 1 else "none"
-        predictions[run.name] = predict(baseline, target, seconds, comm, busy)
+        predictions[run.name] = predict(baseline, target, seconds, comm, host=host, compute=compute)
     return predictions

@@ -35,11 +35,12 @@ def plan_command(
         ),
     ] = None,
     predict_from: Annotated[
-        Path | None,
+        list[Path] | None,
         typer.Option(
             help="A finished, observed run (usually the one-device baseline): adds each run's predicted step time, "
             "samples/s, speed-up, scaling efficiency and memory per device. The all-reduce term is measured by a "
-            "short torchrun probe at each world size on this machine (cached), unless --link-gbps is given.",
+            "short torchrun probe at each world size on this machine (cached), unless --link-gbps is given. "
+            "Repeat it with runs of the same kind at other per-device batches to fit a fixed cost per micro-batch.",
             show_default=False,
         ),
     ] = None,
@@ -121,10 +122,11 @@ def plan_command(
     else:
         plan = load_plan(file or DEFAULT_EXPERIMENT_FILE)
     predictions = {}
-    if predict_from is not None:
-        from ddpcli.launch.probe import predict_runs, read_baseline
+    if predict_from:
+        from ddpcli.launch.probe import predict_runs, read_baselines
 
-        predictions = predict_runs(read_baseline(predict_from), plan.select(only), link_gbps)
+        baseline, others = read_baselines(predict_from)
+        predictions = predict_runs(baseline, plan.select(only), link_gbps, others)
     elif link_gbps is not None:
         raise UserError("--link-gbps needs --predict-from")
     report = plan_report(
