@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     args = parser.parse_args()
     found = run_workers(args.processes, args.threads, args.work, args.rounds)
-    print(json.dumps({"share": found.share, "wait": found.wait}))
+    print(json.dumps({"share": found.share, "wait": found.wait}, allow_nan=False))
 
 
 if __name__ == "__main__":
