@@ -174,6 +174,29 @@ def test_every_script_field_is_refused_or_arrives_intact(tmp_path: Path, field: 
         assert expected[field] == (str(Path(value)) if field in {"experiment_file", "runs_dir"} else value)
 
 
+def test_a_long_node_list_does_not_kill_the_job_with_sigpipe(tmp_path: Path) -> None:
+    """`scontrol show hostnames | head -n 1` under `set -o pipefail` ends the job with 141 (SIGPIPE) when scontrol
+    is still writing as head exits: a long node list, or a scontrol writing line by line (seen as a flaky test)."""
+    path = tmp_path / "job.sbatch"
+    path.write_text(sbatch_script(_run(nnodes=2), _options()))
+    stubs = ("srun() { printf '%s\\0' \"$@\" >&3; }; scontrol() { for n in $(seq 1 20000); do echo \"n$n\"; done; }; "
+             'source "$1" 3>&1 >/dev/null')  # fmt: skip
+    env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "n[1-20000]"}
+    done = subprocess.run(["bash", "-c", stubs, "bash", str(path)], capture_output=True, env=env, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    argv = done.stdout.decode().split("\0")[:-1]
+    assert argv[argv.index("--rdzv-endpoint") + 1].startswith("n1:")
+
+
+def test_a_failing_scontrol_stops_the_job(tmp_path: Path) -> None:
+    path = tmp_path / "job.sbatch"
+    path.write_text(sbatch_script(_run(nnodes=2), _options()))
+    stubs = "srun() { printf 'ran\\0' >&3; }; scontrol() { echo 'scontrol: error' >&2; return 1; }; source \"$1\" 3>&1"
+    env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "n[1-2]"}
+    done = subprocess.run(["bash", "-c", stubs, "bash", str(path)], capture_output=True, env=env, timeout=10)
+    assert done.returncode == 1 and b"ran" not in done.stdout and b"scontrol: error" in done.stderr
+
+
 def test_fixed_port(tmp_path: Path) -> None:
     argv = _job_argv(sbatch_script(_run(nnodes=2), _options(port=29500)), tmp_path)
     assert argv[argv.index("--rdzv-endpoint") + 1] == "n1:29500"

@@ -63,7 +63,10 @@ def sbatch_script(run: ResolvedRun, options: SlurmOptions) -> str:
         "set -euo pipefail",
         ': "${SLURM_JOB_ID:?submit this script with sbatch}"',
         "",
-        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        # All of scontrol's output, then its first line: `| head -n 1` under pipefail ends the job with SIGPIPE
+        # when scontrol is still writing as head exits (a long node list).
+        'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+        "head_node=${nodes%%$'\\n'*}",
         _port_line(options.port),
         'echo "ddpcli: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, rendezvous at $head_node:$port"',
         "",
