@@ -36,5 +36,5 @@ FINDING_CODES = {
     "ranks_not_synchronized", "no_process_group", "data_parallel_unchecked", "script_spawned_processes",
     "resumed_from_other_run", "loss_scaled_by_world_size", "record_not_written",
     "input_bound", "communication_bound", "straggler_rank", "accumulation_syncs_every_micro_batch",
-    "cpu_oversubscribed", "find_unused_parameters_unneeded",
+    "cpu_oversubscribed", "find_unused_parameters_unneeded", "loss_constant",
 }  # fmt: skip

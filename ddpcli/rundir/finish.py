@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ddpcli.rundir.constant_loss import LossWatch
 from ddpcli.rundir.findings import run_findings
 from ddpcli.rundir.layout import METRICS_FILE
 from ddpcli.rundir.merge import summarize
@@ -39,9 +40,11 @@ def observe(record: RunRecord, run_dir: Path, write: bool = True) -> RunRecord:
     metrics = run_dir / METRICS_FILE
     ours = record.metrics_from_observations or not metrics.exists()  # a script that writes its own keeps it
     written = write and ours and main is not None and bool(main.logs or main.steps)
+    loss = LossWatch()
     if written:
-        write_metrics(metrics, iter_merged_metrics(trained_together(ranks, parallel)))  # rank 0's model's
+        write_metrics(metrics, loss.watch(iter_merged_metrics(trained_together(ranks, parallel))))  # rank 0's model's
     findings = run_findings(record.plan, observed, ranks, record.status == "completed", parallel)
+    findings += [found for found in (loss.finding(),) if found is not None]
     return record.model_copy(update={"observed": observed, "findings": findings, "metrics_from_observations": written})
 
 
