@@ -1,6 +1,7 @@
 """Each difference from the plan comes with the cause that was observed (issue 15, item 3), on habits of published
 scripts (tests/observe_scripts/habits.py): nanoGPT's accumulation divided by the world size, the DDP tutorial's
-snapshot.pt left in the shared working directory by an earlier run, a model initialisation that is not seeded."""
+snapshot.pt left in the shared working directory by an earlier run, a model initialisation that is not seeded, and
+the DDP tutorial's loss that is 0 whatever the model does."""
 
 from __future__ import annotations
 
@@ -55,6 +56,10 @@ args = {ARGS.format(habit="unseeded")}
 name = "scaled"
 nproc_per_node = 2
 args = {ARGS.format(habit="scale-loss")}
+
+[[experiments]]
+name = "flat"
+args = {ARGS.format(habit="one-class-loss")}
 """
 
 
@@ -109,3 +114,13 @@ def test_a_loss_scaled_by_the_world_size_is_named(habits: dict[str, dict[str, An
     finding = next(f for f in record["findings"] if f["code"] == "loss_scaled_by_world_size")
     assert "2 x the loss the model returned" in finding["message"]
     assert "loss_scaled_by_world_size" not in codes(habits["two"]["record"])
+
+
+def test_a_loss_that_never_moves_is_named_and_only_there(habits: dict[str, dict[str, Any]]) -> None:
+    """The DDP tutorial's cross_entropy over a one-unit output: 0 at every step, which looked converged."""
+    flat = habits["flat"]["record"]
+    [finding] = [f for f in flat["findings"] if f["code"] == "loss_constant"]
+    assert finding["message"].startswith("the loss was 0 at every one of the 4 optimizer steps:")
+    assert [row["loss"] for row in habits["flat"]["metrics"].rows] == [0.0] * 4
+    others = [name for name, run in habits.items() if name != "flat" and "loss_constant" in codes(run["record"])]
+    assert others == []

@@ -8,6 +8,8 @@
 --habit unseeded      the model's initialisation is not seeded (the data is)
 --habit scale-loss    transformers' Trainer: the model returns {"loss": ...} and the loss back-propagated is that
                       times the world size (DDP's average then gives the mean over every process's samples)
+--habit one-class-loss  the DDP tutorial's toy: cross_entropy of a one-unit output against float targets, which is
+                      0 whatever the model does
 A DDP-wrapped MLP, a mean-reduced loss, SGD; every rank draws its own seeded samples.
 """
 
@@ -40,7 +42,7 @@ class WithLoss(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    habits = ("none", "divide-accum", "snapshot", "unseeded", "scale-loss")
+    habits = ("none", "divide-accum", "snapshot", "unseeded", "scale-loss", "one-class-loss")
     parser.add_argument("--habit", choices=habits, default="none")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--grad-accum", type=int, default=1)
@@ -73,6 +75,8 @@ def main() -> None:
             with model.no_sync() if world > 1 and not last else contextlib.nullcontext():
                 if args.habit == "scale-loss":
                     loss = model(x)["loss"] * world
+                elif args.habit == "one-class-loss":
+                    loss = F.cross_entropy(model(x), torch.rand(args.batch_size, 1, generator=data))
                 else:
                     loss = F.mse_loss(model(x), x.sum(dim=1, keepdim=True))
                 (loss / accumulation).backward()
