@@ -12,9 +12,12 @@ host's load falls on both: an idle round (barrier, all-reduce) and a busy round 
 until it has used `--work` seconds of CPU, as its compute would, then all-reduces). A round's time is measured from
 the last rank's arrival to each rank's end (time.perf_counter: CLOCK_MONOTONIC, one clock for every process of
 the host), the mean over ranks; the wait for the last rank is not in it (the cost model adds it on its own,
-ddpcli.experiment.predict_comm). A few warm-up pairs, then ROUNDS timed ones; rank 0 writes the median busy
+ddpcli.experiment.predict_comm). A few warm-up pairs, then ROUNDS timed ones; rank 0 writes the mean busy
 round's seconds as `seconds` (the idle one's when `--work` is 0), `idle_seconds`, `busy_seconds`, `work_s` and
-every round to F as JSON. Measured on 2 shared cores (load 3.7): 4.5 ms a busy round of 20 ms against 2.6 ms idle.
+every round to F as JSON. The mean, not the median: a step's mean is what samples/s divides by, and on a shared
+host the busy rounds are two-humped (here at load 4.7, 20 ms of work: half near 2 ms, half 9 to 24 ms; median 7.2,
+mean 8.6, idle 1.5 ms), where the median of 15 jumps between the humps. The previous measurement (load 3.7): a
+median of 4.5 ms a busy round of 20 ms against 2.6 ms idle.
 """
 
 from __future__ import annotations
@@ -84,9 +87,9 @@ def main() -> None:
                 busy.append(pair[1])
     if dist.get_rank() == 0:
         result = {
-            "seconds": statistics.median(busy or idle),
-            "idle_seconds": statistics.median(idle),
-            "busy_seconds": statistics.median(busy) if busy else None,
+            "seconds": statistics.mean(busy or idle),
+            "idle_seconds": statistics.mean(idle),
+            "busy_seconds": statistics.mean(busy) if busy else None,
             "work_s": args.work,
             "timed_from": "last_arrival",
             "idle_rounds": idle,
