@@ -19,6 +19,17 @@ median error 10%, at load averages 2.1 to 3.3 (the same 2 x 1024 run measured 55
 repetitions); 4 of 9, median 26%, at 2.6 to 4.5; 5 of 9, median 25%, at 4.6 to 5.4. In all 17 of 27, median
 22%, most too fast (mean +24%). With the share of a core each run really got (hindsight): 26 of 27, median 6%
 (mean +5%): what is left is mostly the load moving between the prediction and the run.
+
+Then the all-reduce probed as a step meets it (after each rank's CPU work, from the last rank's arrival) and the
+measured comm split over the timed steps' own reducer samples, measured interleaved with the code before (one
+repetition each, alternating, 2 cores shared; load 0.9 to 5.8): before 19 of 30 within 25%, median error 21%, mean
++18%; after 21 of 27, median 15%, mean +9%. At load < 2: before 10 of 18, median 22%, mean +23%; after 16 of 18,
+median 15%, mean +16%. At load 4 to 6: before 9 of 12 (mean +10%), after 5 of 9 (mean -5%). The comm term,
+predicted / measured ms (median): before 2.0 / 4.0, after 3.9 / 4.4 (at load < 2: 3.7 / 3.8; the measured side
+changed too: iteration 1 left out). What is left at low load is compute: 2-process runs computed 1 to 5 ms a step
+more than the baseline's line predicts (about the all-reduce time DDP overlaps with backward, which on 2 cores
+shared by 2 ranks is not hidden: it takes CPU from the backward), and their cpu_share (0.79 to 0.91 against the
+probe's 1.00) counts the time blocked in the all-reduce, so hindsight over-corrects there.
 """
 
 from __future__ import annotations

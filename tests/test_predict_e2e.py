@@ -83,7 +83,12 @@ def test_launch_records_each_later_runs_prediction(predicted: dict[str, dict[str
     assert "other_run_dirs" not in one and one["prediction"]["compute_model"]["fixed_s"] == 0
     assert one["prediction"]["comm_source"] == "none" and one["prediction"]["slowest_rank_wait_s"] == 0
     cached = json.loads((predicted["cache"]["dir"] / "allreduce.json").read_text())
-    assert [key.split("/")[:3] for key in cached] == [["gloo", "2", str(4 * PARAMS)]]  # probed once, then cached
+    # probed once per amount of CPU work before the all-reduce (5 ms steps), then cached; version 2's keys
+    assert {tuple(key.split("/")[:4]) for key in cached} == {("v2", "gloo", "2", str(4 * PARAMS))}
+    assert len(cached) <= 2 and all(value["seconds"] > 0 and value["work_s"] >= 0.005 for value in cached.values())
+    for name in ("2x1024", "2x512x2"):
+        probe = predicted[name]["record"]["prediction"]["prediction"]["comm_probe"]
+        assert probe in cached.values() and probe["timed_from"] == "last_arrival"
 
 
 def test_compare_scores_the_prediction(predicted: dict[str, dict[str, Any]]) -> None:

@@ -190,7 +190,9 @@ def test_plan_predicts_from_two_runs_with_a_fitted_compute_line(
     write_run(tmp_path / "b", 64, 0.020)
     monkeypatch.setenv("DDPCLI_CACHE_DIR", str(tmp_path / "cache"))
     (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "allreduce.json").write_text(json.dumps({f"gloo/2/{PARAMS}/{socket.gethostname()}": 0.001}))
+    probed = {"seconds": 0.001, "idle_seconds": 0.0008, "work_s": 0.005, "timed_from": "last_arrival"}
+    key = f"v2/gloo/2/{PARAMS}/{socket.gethostname()}/5ms"  # 6 ms of compute at a core's pace: 5 ms of work
+    (tmp_path / "cache" / "allreduce.json").write_text(json.dumps({key: probed}))
     path = write_toml(tmp_path, """
 [defaults]
 script = "train.py"
@@ -215,7 +217,13 @@ per_device_batch_size = 4
     contention = two["cpu_contention"]
     assert two["step_terms_s"]["compute_s"] == pytest.approx((line["fixed_s"] + 4 * line["per_sample_s"]) * contention)
     assert two["baseline_step_scale"] == pytest.approx(1.0)
-    assert two["comm_source"] == "gloo probe, 2 processes, 1.13 MiB: 1 ms"
+    assert two["comm_source"] == (
+        "gloo probe, 2 processes, 1.13 MiB: 1 ms after 5 ms of CPU work a rank, from the last rank's arrival "
+        "(0.8 ms idle)"
+    )
+    assert two["comm_probe"] == probed and two["step_terms_s"]["comm_s"] >= 0.001
+    assert any(line.startswith("the all-reduce as a step meets it: 1 ms, probed after 5 ms") for line in
+               two["assumptions"])  # fmt: skip
 
 
 def test_host_now_probes_each_planned_cpu_configuration_once() -> None:

@@ -112,6 +112,8 @@ def test_every_run_has_a_time_breakdown_that_adds_up(knobs: dict[str, dict[str, 
             assert parts == pytest.approx(rank["step_s"], rel=0.02) or parts >= rank["step_s"]
             assert rank["peak_memory_bytes"] > 50 * 2**20  # a Python process with torch
         assert (breakdown["comm_from"] == "ddp_reducer") is (observed["world_size"] > 1), name
+        if observed["world_size"] > 1:  # the reducer's samples of the window's iterations: 2-10 at most
+            assert 1 <= breakdown["comm_samples"] <= 9, name
     slow, clean = (knobs[name]["record"]["observed"]["time_breakdown"]["median"] for name in ("slow-data-1", "clean-1"))
     assert slow["data_s"] > 2048 * 0.00003 * 0.9 > clean["data_s"]
 

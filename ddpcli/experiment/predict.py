@@ -11,7 +11,8 @@ where the contention term, in CPU seconds, does that):
     data      = baseline data wait per sample x B x A x contention
     optimizer = baseline optimizer step x contention (the same parameters at every world size)
     other     = baseline other x contention
-    comm      = all-reduces per step x one all-reduce of the gradients at W (measured: ddpcli.launch.probe, or
+    comm      = all-reduces per step x one all-reduce of the gradients at W (measured: ddpcli.launch.probe, after
+                the CPU work a rank does before it and from the last rank's arrival, as a step meets it; or
                 the ring formula 2 (W-1)/W x bytes / link bandwidth), none hidden behind backward, + the wait
                 for the slowest of W ranks (ddpcli.experiment.predict_comm): the expected excess of the maximum
                 of W steps over their mean, from the baseline's own step durations (else its compute's standard
@@ -80,6 +81,7 @@ class Prediction:
     baseline_step_scale: float = 1.0  # the baseline's median step / mean step, applied to its host terms
     slowest_rank_wait_s: float = 0.0  # the part of comm_s that waits for the slowest rank
     cpu_contention: float = 1.0  # how many times slower host work is than the baseline's (1 on GPUs)
+    comm_probe: dict[str, Any] | None = None  # what the all-reduce probe measured (None: no probe, world size 1)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -98,6 +100,7 @@ class Prediction:
                 "baseline_step_scale": self.baseline_step_scale,
                 "slowest_rank_wait_s": self.slowest_rank_wait_s,
                 "cpu_contention": self.cpu_contention,
+                "comm_probe": self.comm_probe,
             },
         }
 
@@ -119,10 +122,11 @@ def predict(
     busy: float | None = None,
     host: HostNow | None = None,
     compute: ComputeModel | None = None,
+    comm_probe: dict[str, Any] | None = None,
 ) -> Prediction:
     """The planned run's step, term by term, its throughput and its memory per device (module docstring). `host`:
     what this host gives a run now (`busy`: just its busy cores); `compute`: the compute line (else linear from
-    the baseline alone)."""
+    the baseline alone); `comm_probe`: what measured `allreduce_s` (ddpcli.launch.probe.AllReduceProbe.as_json)."""
     host = host or HostNow(busy_cores=busy)
     contention, assumptions = contention_of(baseline, target, host)
     compute_line = compute or compute_model(baseline)
@@ -144,6 +148,8 @@ def predict(
         syncs = max(baseline.all_reduces_per_micro_batch * target.grad_accum_steps, 1.0)
     compute_s = compute_line.per_micro_batch(target.per_device_batch_size) * target.grad_accum_steps * contention
     data = baseline.step["data_s"] * scale / samples0 * samples * contention
+    if comm_probe is not None and target.world_size > 1:
+        assumptions.append(probe_assumption(comm_probe))
     wait = slowest_rank_wait(baseline, target, host, data, compute_s, assumptions)
     terms = {
         "data_s": data,
@@ -171,7 +177,18 @@ def predict(
         baseline_step_scale=scale,
         slowest_rank_wait_s=wait,
         cpu_contention=contention,
+        comm_probe=comm_probe,
     )
+
+
+def probe_assumption(probe: dict[str, Any]) -> str:
+    """What the all-reduce probe measured, as an assumption line."""
+    seconds, idle, work = probe["seconds"], probe["idle_seconds"], probe["work_s"]
+    if work <= 0:
+        return f"the all-reduce: {seconds * 1000:.3g} ms, probed idle from the last rank's arrival"
+    return (f"the all-reduce as a step meets it: {seconds * 1000:.3g} ms, probed after {work * 1000:.3g} ms of CPU "
+            f"work a rank (the compute before each all-reduce) from the last rank's arrival ({idle * 1000:.3g} ms "
+            "idle); the wait for the last rank is the separate term below")  # fmt: skip
 
 
 def slowest_rank_wait(

@@ -9,6 +9,10 @@ the baseline's own steps (their empirical distribution, no shape assumed), the e
 
 (for W = 2 this is half the mean absolute difference of two steps); without per-step durations, the normal
 approximation k(W) x sd (k: the expected maximum of W standard normals, 0.56 for 2, 1.03 for 4).
+
+The all-reduce itself is measured as a step meets it (ddpcli.worker.allreduce_probe): after each rank has done
+the CPU work a step does before it (probe_work_s), timed from the last rank's arrival, so the wait is not counted
+twice.
 """
 
 from __future__ import annotations
@@ -60,3 +64,15 @@ def ddp_bucket_sizes(size_bytes: int, cap_bytes: int = 25 * 1024 * 1024) -> list
         sizes.append(min(left, cap_bytes))
         left -= sizes[-1]
     return sizes
+
+
+PROBE_WORK_MIN_S, PROBE_WORK_MAX_S, PROBE_WORK_STEP_S = 0.005, 0.03, 0.005
+
+
+def probe_work_s(compute_per_all_reduce_s: float, cpu_share: float | None) -> float:
+    """CPU seconds of busy work a rank does before each busy round of the all-reduce probe: the compute a planned
+    rank does between two all-reduces at the baseline's pace (its wall seconds x the cores' worth it got), rounded
+    to 5 ms (so the cache is shared by near batches) within 5 to 30 ms (the probe stays under a few seconds)."""
+    cpu = max(compute_per_all_reduce_s, 0.0) * (cpu_share if cpu_share and cpu_share > 0 else 1.0)
+    steps = round(min(max(cpu, PROBE_WORK_MIN_S), PROBE_WORK_MAX_S) / PROBE_WORK_STEP_S)
+    return round(steps * PROBE_WORK_STEP_S, 3)

@@ -1,7 +1,9 @@
 """The communication term of a prediction, measured: one DDP-style all-reduce of a model's gradients at a world size,
-timed by a short torchrun job on this machine (ddpcli.worker.allreduce_probe), cached per backend, world size, size
-and host in <cache>/allreduce.json (DDPCLI_CACHE_DIR, else $XDG_CACHE_HOME/ddpcli, else ~/.cache/ddpcli). Then
-the prediction of each planned run from a finished baseline (ddpcli.experiment.predict). No torch imported here.
+timed by a short torchrun job on this machine (ddpcli.worker.allreduce_probe) as a step meets it (after each rank's
+CPU work, from the last rank's arrival; on CUDA idle), cached per version, backend, world size, size, host and
+work in <cache>/allreduce.json (DDPCLI_CACHE_DIR, else $XDG_CACHE_HOME/ddpcli, else ~/.cache/ddpcli). Version 2:
+the keys of version 1 (idle rounds from a barrier, 2.6 ms where a busy step saw 4.5 ms) are not reused. Then the
+prediction of each planned run from a finished baseline (ddpcli.experiment.predict). No torch imported here.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ddpcli.errors import UserError
 from ddpcli.experiment.predict import (
     Baseline,
+    ComputeModel,
     HostNow,
     NoBaseline,
     Prediction,
@@ -29,6 +33,7 @@ from ddpcli.experiment.predict import (
     predict,
     ring_allreduce_s,
 )
+from ddpcli.experiment.predict_comm import probe_work_s
 from ddpcli.experiment.predict_contention import target_threads
 from ddpcli.experiment.resolved import ResolvedRun
 from ddpcli.jsonvalues import read_json, write_json_atomic
@@ -48,36 +53,71 @@ def cache_file() -> Path:
     return Path(root) / "allreduce.json"
 
 
-def measured_allreduce_s(
-    backend: str, world: int, size_bytes: int, run: Callable[..., object] = subprocess.run
-) -> float:
-    """Seconds of one all-reduce of `size_bytes` over `world` local processes (cached; 0 for one process)."""
+CACHE_VERSION = "v2"  # v2: busy rounds timed from the last rank's arrival (v1: idle rounds after a barrier)
+
+
+@dataclass(frozen=True)
+class AllReduceProbe:
+    """One all-reduce as the probe measured it: `seconds` after `work_s` of CPU work a rank (idle when 0), from
+    the last rank's arrival; `idle_seconds` the same all-reduce in the idle rounds interleaved with them."""
+
+    seconds: float
+    idle_seconds: float
+    work_s: float
+
+    def as_json(self) -> dict[str, object]:
+        return {"seconds": self.seconds, "idle_seconds": self.idle_seconds, "work_s": self.work_s,
+                "timed_from": "last_arrival"}  # fmt: skip
+
+    def describe(self) -> str:
+        if self.work_s <= 0:
+            return f"{self.seconds * 1000:.3g} ms idle, from the last rank's arrival"
+        return (f"{self.seconds * 1000:.3g} ms after {self.work_s * 1000:.3g} ms of CPU work a rank, from the last "
+                f"rank's arrival ({self.idle_seconds * 1000:.3g} ms idle)")  # fmt: skip
+
+
+def measured_allreduce(
+    backend: str, world: int, size_bytes: int, work_s: float = 0.0, run: Callable[..., object] = subprocess.run
+) -> AllReduceProbe:
+    """One all-reduce of `size_bytes` over `world` local processes after `work_s` of CPU work each (cached; 0 for
+    one process)."""
     if world <= 1:
-        return 0.0
-    key = f"{backend}/{world}/{size_bytes}/{socket.gethostname()}"
+        return AllReduceProbe(0.0, 0.0, work_s)
+    key = f"{CACHE_VERSION}/{backend}/{world}/{size_bytes}/{socket.gethostname()}/{work_s * 1000:g}ms"
     path = cache_file()
     cache = _read_cache(path)
-    if isinstance(cache.get(key), int | float):
-        return float(cache[key])
+    found = _cached(cache.get(key))
+    if found is not None:
+        return found
     with tempfile.TemporaryDirectory(prefix="ddpcli-probe-") as folder:
         out = Path(folder) / "probe.json"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
                    "-m", "ddpcli.worker.allreduce_probe", "--bytes", str(size_bytes), "--backend", backend,
-                   "--out", str(out)]  # fmt: skip
+                   "--work", repr(work_s), "--out", str(out)]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")])
         )
         result = run(command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
-        if not out.exists():
+        found = _cached(json.loads(out.read_text())) if out.exists() else None
+        if found is None:
             tail = (getattr(result, "stderr", "") or "").strip().splitlines()[-1:] or ["no output"]
             raise UserError(f"the all-reduce probe ({backend}, {world} processes) failed: {tail[0]}")
-        seconds = float(json.loads(out.read_text())["seconds"])
-    cache[key] = seconds
+    cache[key] = found.as_json()
     with contextlib.suppress(OSError):  # an unwritable cache only costs the next probe
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, cache)
-    return seconds
+    return found
+
+
+def _cached(value: object) -> AllReduceProbe | None:
+    """A probe's result from its JSON (the worker's output or a cache entry); None when it is not one."""
+    if not isinstance(value, dict):
+        return None
+    numbers = [value.get(key) for key in ("seconds", "idle_seconds", "work_s")]
+    if not all(isinstance(number, int | float) and not isinstance(number, bool) for number in numbers):
+        return None
+    return AllReduceProbe(*(float(number) for number in numbers))  # type: ignore[arg-type]
 
 
 def _read_cache(path: Path) -> dict[str, object]:
@@ -165,6 +205,16 @@ def host_now(baseline: Baseline, targets: Sequence[Target]) -> HostNow:
     return HostNow(busy_cores=busy_cores() if missing else None, shares=shares, waits=waits)
 
 
+def work_before(baseline: Baseline, target: Target, compute: ComputeModel) -> float:
+    """CPU seconds a planned rank computes before each all-reduce (ddpcli.experiment.predict_comm.probe_work_s):
+    its micro-batches between two all-reduces (as ddpcli.experiment.predict counts the all-reduces), each at the
+    compute line's wall seconds."""
+    per_micro = baseline.all_reduces_per_micro_batch
+    syncs = max(per_micro * target.grad_accum_steps, 1.0) if per_micro is not None else 1.0
+    micro_batches = target.grad_accum_steps / syncs
+    return probe_work_s(compute.per_micro_batch(target.per_device_batch_size) * micro_batches, baseline.cpu_share)
+
+
 def predict_runs(
     baseline: Baseline,
     runs: Sequence[ResolvedRun],
@@ -178,16 +228,19 @@ def predict_runs(
     compute = compute_model(baseline, others)
     predictions = {}
     for run in runs:
-        target = target_of(run)
+        target, probe = target_of(run), None
         if link_gbps is not None:
             seconds = ring_allreduce_s(baseline.gradient_bytes, target.world_size, link_gbps)
             source = f"ring formula at {link_gbps:g} Gb/s"
         elif run.plan.nnodes > 1:
             raise UserError(f"{run.name}: {run.plan.nnodes} nodes cannot be probed from here; give --link-gbps")
         else:
-            seconds = measured_allreduce_s(backend, target.world_size, baseline.gradient_bytes)
+            probed = measured_allreduce(backend, target.world_size, baseline.gradient_bytes, work_before(baseline,
+                                        target, compute) if backend == "gloo" else 0.0)  # fmt: skip
+            seconds, probe = probed.seconds, probed.as_json()
             size = f"{baseline.gradient_bytes / 2**20:.3g} MiB"
-            source = f"{backend} probe, {target.world_size} processes, {size}: {seconds * 1000:.3g} ms"
+            source = f"{backend} probe, {target.world_size} processes, {size}: {probed.describe()}"
         comm = source if target.world_size > 1 else "none"
-        predictions[run.name] = predict(baseline, target, seconds, comm, host=host, compute=compute)
+        predictions[run.name] = predict(baseline, target, seconds, comm, host=host, compute=compute,
+                                        comm_probe=probe if target.world_size > 1 else None)  # fmt: skip
     return predictions

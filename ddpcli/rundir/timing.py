@@ -3,8 +3,12 @@
 The observer (ddpcli.worker.observer.timing) sums, over the optimizer steps after the first: the data wait, forward
 + backward (up to the return of backward, which on a DDP model waits for the last all-reduce), the optimizer step
 and the step itself. The DDP reducer's own timers give the exposed communication of one synchronising backward:
-avg_backward_comm_time - avg_backward_compute_comm_overlap_time (ns; the all-reduce time that backward computation
-did not hide). Per optimizer step, in seconds:
+backward_comm_time - backward_compute_comm_overlap_time (ns; the all-reduce time that backward computation did not
+hide) of each iteration it sampled in the same steps (`ddp_samples`: iterations up to 10 one by one, then one in
+100; ddpcli.worker.observer.reducer_samples), averaged as the window's iterations: each of the first ten stands for
+itself, the later samples share the iterations after them equally (without a later sample, the mean of the first
+ones). Rows without samples (older runs) fall back on the reducer's avg_* timers, which hold iteration 1 too (the
+first step's all-reduce, left out of the window). Per optimizer step, in seconds:
 
     comm    = exposed communication per synchronising backward x synchronising backwards per step
     compute = forward + backward - comm
@@ -51,6 +55,7 @@ class RankTime(StepTime):
 class TimeBreakdown(_Model):
     clock: str | None = None  # "host" (CPU) or "cuda_events"
     comm_from: str | None = None  # "ddp_reducer" when the exposed communication was measured, else None
+    comm_samples: int | None = None  # the reducer's sampled iterations of the window it came from (None: avg_*)
     memory_source: str | None = None  # "peak_rss" or "cuda_max_allocated"
     median: StepTime
     ranks: list[RankTime]
@@ -93,6 +98,28 @@ def exposed_comm_per_sync(ddp: Any) -> float | None:
     return max(comm - overlap, 0.0) / 1e9
 
 
+EARLY_SAMPLES = 10  # the reducer samples each of its first 10 iterations, then one in its sample rate (100)
+
+
+def exposed_comm_in_window(samples: Any, syncs: float) -> float | None:
+    """Seconds of one synchronising backward's exposed all-reduce, the mean over the `syncs` synchronising
+    backwards of the window, from the reducer's samples of it (module docstring); None without a usable sample."""
+    if not isinstance(samples, list) or syncs <= 0:
+        return None
+    early, late = [], []
+    for sample in samples:
+        if not (isinstance(sample, list) and len(sample) == 5 and all(_whole(value) is not None for value in sample)):
+            return None
+        iteration, _, _, comm, overlap = sample
+        (early if iteration <= EARLY_SAMPLES else late).append(max(comm - overlap, 0) / 1e9)
+    if not early and not late:
+        return None
+    if not late:
+        return sum(early) / len(early)
+    rest = max(syncs - len(early), len(late))
+    return (sum(early) + rest * sum(late) / len(late)) / (len(early) + rest)
+
+
 def rank_time(rank: int, row: dict[str, Any]) -> RankTime | None:
     steps = _whole(row.get("steps"))
     step, fb = _number(row.get("step_s")), _number(row.get("forward_backward_s"))
@@ -100,7 +127,9 @@ def rank_time(rank: int, row: dict[str, Any]) -> RankTime | None:
         return None
     data, optimizer = _number(row.get("data_s")) or 0.0, _number(row.get("optimizer_s")) or 0.0
     syncs = (_number(row.get("synced_backwards")) or 0.0) / steps
-    per_sync = exposed_comm_per_sync(row.get("ddp"))
+    per_sync = exposed_comm_in_window(row.get("ddp_samples"), syncs * steps)
+    if per_sync is None:
+        per_sync = exposed_comm_per_sync(row.get("ddp"))
     comm = min(per_sync * syncs, fb / steps) if per_sync is not None else 0.0
     micro = _number(row.get("micro_batches"))
     return RankTime(
@@ -146,10 +175,19 @@ def time_breakdown(rows: dict[int, dict[str, Any]]) -> TimeBreakdown | None:
     return TimeBreakdown(
         clock=first.get("clock") if isinstance(first.get("clock"), str) else None,
         comm_from="ddp_reducer" if exposed_comm_per_sync(first.get("ddp")) is not None else None,
+        comm_samples=_window_samples(first),
         memory_source=first.get("memory_source") if isinstance(first.get("memory_source"), str) else None,
         median=median,
         ranks=ranks,
     )
+
+
+def _window_samples(row: dict[str, Any]) -> int | None:
+    """How many reducer samples of the window the rank's exposed communication was averaged over (None: none)."""
+    steps, syncs = _whole(row.get("steps")), _number(row.get("synced_backwards"))
+    if not steps or not syncs or exposed_comm_in_window(row.get("ddp_samples"), syncs) is None:
+        return None
+    return len(row["ddp_samples"])
 
 
 def model_state(rows: dict[int, dict[str, Any]]) -> ModelState | None:

@@ -8,10 +8,12 @@ Measured per rank, over the steps after the first (whose one-off costs would swa
 - the step: from the end of one optimizer step to the end of the next.
 On CUDA the three device intervals are CUDA events, read in chunks once they have completed (`query()`, which never
 blocks) and the rest once at the end; on CPU they are host clock readings. Exposed communication is not timed here:
-the DDP reducer times it itself (`_get_ddp_logging_data()`, read once at the end), and the host merge
-(ddpcli.rundir.timing) takes it out of forward + backward. The row `timing` is written every RESOLVE_EVERY steps
-(cumulative: the merge keeps the last) and at the end, with peak memory, threads and cores, and the byte counts of
-the parameters, their gradients and the optimizer state (what `ddpcli plan --predict-from` starts from).
+the DDP reducer times it itself (`_get_ddp_logging_data()`, read at the reducer's sampling points), each
+sampled iteration of the window is kept (ddpcli.worker.observer.reducer_samples), and the host merge
+(ddpcli.rundir.timing) takes their mean out of forward + backward. The row `timing` is written every
+RESOLVE_EVERY steps (cumulative: the merge keeps the last) and at the end, with peak memory, threads and cores,
+and the byte counts of the parameters, their gradients and the optimizer state (what `ddpcli plan --predict-from`
+starts from).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+from ddpcli.worker.observer.reducer_samples import ReducerSamples
 
 RESOLVE_EVERY = 256  # steps between two cumulative `timing` rows (and two reads of completed CUDA events)
 # The reducer samples its timers on its first 10 iterations, then one in 100: read them after each of the first
@@ -95,6 +99,8 @@ class StepTiming:
         self.steps = 0  # optimizer steps in the window
         self.micro_batches = 0
         self.synced_backwards = 0  # backwards of a DDP model that all-reduced (no no_sync around its forward)
+        self.synced_before_window = 0  # the same, in the first step: the reducer's iterations before the window
+        self.reducer_samples = ReducerSamples()
         self.ddp_models: list[weakref.ref[DistributedDataParallel]] = []
         self.grad_bytes: int | None = None
         self.ddp_stats: dict[str, int] | None = None
@@ -142,8 +148,11 @@ class StepTiming:
         if isinstance(module, DistributedDataParallel):
             if all(ref() is not module for ref in self.ddp_models):
                 self.ddp_models.append(weakref.ref(module))
-            if self.forward_start is None and module.require_backward_grad_sync and self.window_started:
-                self.synced_backwards += 1
+            if self.forward_start is None and module.require_backward_grad_sync:
+                if self.window_started:
+                    self.synced_backwards += 1
+                elif torch.is_grad_enabled():  # as the reducer counts its iterations
+                    self.synced_before_window += 1
         if self.forward_start is None:
             self.forward_start = self.clock.mark()
 
@@ -211,6 +220,7 @@ class StepTiming:
             "micro_batches": self.micro_batches,
             "synced_backwards": self.synced_backwards,
             "ddp": self._ddp_stats() or self.ddp_stats,
+            "ddp_samples": list(self.reducer_samples.samples) if self.ddp_models else None,
             **peak_memory(self.clock),
             "memory_at_first_forward_bytes": self.memory_at_first_forward,
             **cpu_budget(),
@@ -224,6 +234,7 @@ class StepTiming:
             model = ref()
             if model is not None:
                 data = model._get_ddp_logging_data()
+                self.reducer_samples.add(data, self.synced_before_window + 1)
                 return {key: int(data[key]) for key in DDP_KEYS if isinstance(data.get(key), int)}
         return None
 
