@@ -3,7 +3,9 @@ Pure.
 
 error = predicted samples/s / measured samples/s - 1 (compare's samples/s: first to last metrics row). When
 |error| > NOTE_ABOVE, the note names the term of the step (data, compute, comm, optimizer, other) whose predicted
-seconds are furthest from the run's measured time breakdown (its median rank).
+seconds are furthest from the run's measured time breakdown (its median rank). A prediction is of the plan's
+processes, batch and accumulation: a run that ran others (a hard-coded batch) was not the run predicted, and the note
+says that first, as the cause of the miss.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ if TYPE_CHECKING:
 
 NOTE_ABOVE = 0.25
 TERMS = ("data_s", "compute_s", "comm_s", "optimizer_s", "other_s")
+PREDICTED_FOR = (  # (field of the plan and of Observed, how a difference reads)
+    ("world_size", "{ran} processes, predicted for {planned}"),
+    ("per_device_batch_size", "batch per process {ran}, predicted for {planned}"),
+    ("grad_accum_steps", "{ran} micro-batches per optimizer step, predicted for {planned}"),
+)
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,7 @@ class PredictionScore:
     furthest_term: str | None = None  # the term furthest off, when the breakdown is known
     predicted_term_s: float | None = None
     measured_term_s: float | None = None
+    unplanned: tuple[str, ...] = ()  # what the run ran that the prediction (of its plan) did not assume
 
 
 def _number(value: Any) -> float | None:
@@ -41,20 +49,33 @@ def score(record: RunRecord, measured_samples_per_s: float | None) -> Prediction
     if predicted is None:
         return None
     error = predicted / measured_samples_per_s - 1 if measured_samples_per_s else None
+    unplanned = _unplanned(record)
     model = prediction.get("prediction")
     terms = model.get("step_terms_s") if isinstance(model, dict) else None
     breakdown = record.observed.time_breakdown if record.observed is not None else None
     if not isinstance(terms, dict) or breakdown is None:
-        return PredictionScore(predicted, error)
+        return PredictionScore(predicted, error, unplanned=unplanned)
     gaps = {
         key: (guess, seen)
         for key in TERMS
         if (guess := _number(terms.get(key))) is not None and (seen := getattr(breakdown.median, key)) is not None
     }
     if not gaps:
-        return PredictionScore(predicted, error)
+        return PredictionScore(predicted, error, unplanned=unplanned)
     key = max(gaps, key=lambda name: abs(gaps[name][0] - gaps[name][1]))
-    return PredictionScore(predicted, error, key, *gaps[key])
+    return PredictionScore(predicted, error, key, *gaps[key], unplanned=unplanned)
+
+
+def _unplanned(record: RunRecord) -> tuple[str, ...]:
+    """The planned numbers the run did not run, as observed (unobserved ones say nothing)."""
+    if record.observed is None:
+        return ()
+    found = []
+    for field, words in PREDICTED_FOR:
+        planned, ran = record.plan.get(field), getattr(record.observed, field)
+        if isinstance(planned, int) and isinstance(ran, int) and planned != ran:
+            found.append(words.format(ran=ran, planned=planned))
+    return tuple(found)
 
 
 def prediction_notes(rows: Sequence[ComparisonRow]) -> list[str]:
@@ -68,6 +89,8 @@ def prediction_notes(rows: Sequence[ComparisonRow]) -> list[str]:
             f"{row.label}: predicted {found.predicted_samples_per_s:,.0f} samples/s from the baseline, measured "
             f"{found.predicted_samples_per_s / (1 + found.error):,.0f} ({found.error:+.0%})"
         )
+        if found.unplanned:
+            text += f"; the run was not the one predicted ({'; '.join(found.unplanned)})"
         if found.furthest_term is not None:
             term = found.furthest_term.removesuffix("_s")
             text += (
