@@ -124,16 +124,18 @@ def _scaling_notes(run: RunPlan, baseline: RunPlan, stand_ins: tuple[str, ...]) 
 
 
 def _batchnorm_notes(run: RunPlan, baseline: RunPlan) -> list[str]:
+    """Conditional: the plan never sees the model (no torch); a finished run's `batchnorm_layers` says."""
     if run.per_device_batch_size == baseline.per_device_batch_size:
         return []
     if run.world_size == 1 and run.grad_accum_steps == 1:
         return [
-            f"BatchNorm statistics come from {run.per_device_batch_size} samples per batch instead of the "
-            f"baseline's {baseline.per_device_batch_size}."
+            f"If the model has BatchNorm, its statistics come from {run.per_device_batch_size} samples per batch "
+            f"instead of the baseline's {baseline.per_device_batch_size}."
         ]
     return [
-        f"BatchNorm layers see only the per-device micro-batch ({run.per_device_batch_size}, baseline "
-        f"{baseline.per_device_batch_size}), not the global {run.global_batch_size}: their statistics "
+        "If the model has BatchNorm, its layers see only the per-device micro-batch "
+        f"({run.per_device_batch_size}, baseline {baseline.per_device_batch_size}), not the global "
+        f"{run.global_batch_size}: their statistics "
         "differ from the baseline's. "
         + (
             "SyncBatchNorm (ddpcli: ctx.sync_batchnorm) computes them over all processes."
