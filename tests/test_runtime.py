@@ -30,6 +30,7 @@ from ddpcli import runtime
 from ddpcli.experiment.planning import ResolvedRun, load_plan
 from ddpcli.rundir.layout import METRICS_FILE, PARAMS_FILE
 from ddpcli.rundir.metrics import read_metrics
+from ddpcli.worker.stream import _streams
 from tests.conftest import max_abs_diff, merge_observations
 
 REPO = Path(__file__).resolve().parent.parent
@@ -264,6 +265,25 @@ def test_log_keeps_tensors_on_the_device_until_the_rows_are_flushed(
     steps = [(row["step"], row["samples"], row["loss"], row["lr"]) for row in rows]
     assert steps == [(1, 8, 0.5, 0.1), (2, 16, 0.25, 0.1)]
     assert rows[0]["accuracy"] == 0.25
+
+
+def test_finish_without_an_observer_closes_the_observation_file(local_ctx: runtime.Context, tmp_path: Path) -> None:
+    """No observer will write the end rows: finish closes the file it flushed (a script logging after finish
+    opens it again), so nothing is left for the garbage collector to close with a ResourceWarning."""
+    import gc
+    import warnings
+
+    local_ctx.batch_size = 4
+    local_ctx.log(1, loss=torch.tensor(0.5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        local_ctx.finish()
+        _streams.clear()  # the stream object goes away, as at interpreter exit
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+    local_ctx.log(2, loss=torch.tensor(0.25))
+    local_ctx.finish()
+    assert [row["step"] for row in merge_observations(tmp_path)] == [1, 2]
 
 
 def test_finish_saves_the_unwrapped_state_dict(local_ctx: runtime.Context, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from ddpcli import noise_scale as gns
 from ddpcli.rundir.layout import PARAMS_FILE
 from ddpcli.worker import process_group
+from ddpcli.worker.observer.hooks import active
 from ddpcli.worker.runtime.checkpoints import announce_resume, load_checkpoint, restarted, save_checkpoint
 from ddpcli.worker.runtime.data import EpochLoader
 from ddpcli.worker.runtime.models import LocalModel, convert_batchnorm, unwrap
@@ -242,8 +243,10 @@ class Context:
             state = {key: value.detach().cpu() for key, value in unwrap(model).state_dict().items()}
             save_atomic(state, self.run_dir / PARAMS_FILE)
         stream = rank_stream()
-        if stream is not None:
+        if stream is not None and active() is not None:  # the observer writes its end rows later, then closes it
             stream.flush()
+        elif stream is not None:
+            stream.close()
         if dist.is_initialized():
             dist.barrier()
             dist.destroy_process_group()
