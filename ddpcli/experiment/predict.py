@@ -39,6 +39,7 @@ from typing import Any
 from ddpcli.experiment.predict_baseline import TERMS, Baseline, NoBaseline, baseline_from
 from ddpcli.experiment.predict_comm import (
     DDP_FIRST_BUCKET_BYTES,
+    all_reduces_per_step,
     ddp_bucket_sizes,
     excess_of_max,
     expected_max,
@@ -140,12 +141,9 @@ def predict(
         target.per_device_batch_size * target.grad_accum_steps,
         (baseline.per_device_batch_size * baseline.grad_accum_steps),
     )
-    if baseline.all_reduces_per_micro_batch is None:
-        syncs = 1.0 if target.world_size > 1 else 0.0
-        if target.world_size > 1:
-            assumptions.append("one all-reduce per optimizer step (the baseline had no DDP model to tell)")
-    else:
-        syncs = max(baseline.all_reduces_per_micro_batch * target.grad_accum_steps, 1.0)
+    syncs = all_reduces_per_step(baseline, target)
+    if baseline.all_reduces_per_micro_batch is None and target.world_size > 1:
+        assumptions.append("one all-reduce per optimizer step (the baseline had no DDP model to tell)")
     compute_s = compute_line.per_micro_batch(target.per_device_batch_size) * target.grad_accum_steps * contention
     data = baseline.step["data_s"] * scale / samples0 * samples * contention
     if comm_probe is not None and target.world_size > 1:

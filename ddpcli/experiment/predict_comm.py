@@ -19,6 +19,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # predict imports this module
+    from ddpcli.experiment.predict import Target
+    from ddpcli.experiment.predict_baseline import Baseline
+    from ddpcli.experiment.predict_compute import ComputeModel
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 
@@ -76,3 +82,18 @@ def probe_work_s(compute_per_all_reduce_s: float, cpu_share: float | None) -> fl
     cpu = max(compute_per_all_reduce_s, 0.0) * (cpu_share if cpu_share and cpu_share > 0 else 1.0)
     steps = round(min(max(cpu, PROBE_WORK_MIN_S), PROBE_WORK_MAX_S) / PROBE_WORK_STEP_S)
     return round(steps * PROBE_WORK_STEP_S, 3)
+
+
+def all_reduces_per_step(baseline: Baseline, target: Target) -> float:
+    """All-reduces of a planned optimizer step: the baseline's per micro-batch (1 without no_sync, 1/A with it) x
+    the target's accumulation, at least 1; where the baseline had no DDP model to tell, 1 (none on one process)."""
+    if baseline.all_reduces_per_micro_batch is None:
+        return 1.0 if target.world_size > 1 else 0.0
+    return max(baseline.all_reduces_per_micro_batch * target.grad_accum_steps, 1.0)
+
+
+def work_before(baseline: Baseline, target: Target, compute: ComputeModel) -> float:
+    """CPU seconds a planned rank computes before each all-reduce, for the probe (probe_work_s): its micro-batches
+    between two all-reduces, each at the compute line's wall seconds."""
+    micro_batches = target.grad_accum_steps / max(all_reduces_per_step(baseline, target), 1.0)
+    return probe_work_s(compute.per_micro_batch(target.per_device_batch_size) * micro_batches, baseline.cpu_share)

@@ -86,6 +86,13 @@ def run_workers(processes: int, threads: int, work_s: float, rounds: int) -> Cpu
     return summarize(walls, processes, threads, work_s)
 
 
+def env_importing_ddpcli(env: dict[str, str]) -> dict[str, str]:
+    """`env` with this ddpcli first on PYTHONPATH, for a probe started as `python -m ddpcli...` (or by torchrun)
+    wherever the launcher runs."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))}
+
+
 def measure(processes: int, threads: int, work_s: float, rounds: int) -> CpuProbe | None:
     """Run the probe (module docstring) in a session of its own, as `ddpcli launch` starts torchrun; None when it
     could not run (not Linux, a failure)."""
@@ -93,8 +100,7 @@ def measure(processes: int, threads: int, work_s: float, rounds: int) -> CpuProb
         return None
     command = [sys.executable, "-m", "ddpcli.launch.cpu_probe", "--processes", str(processes), "--threads",
                str(threads), "--work", repr(work_s), "--rounds", str(rounds)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                                      os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    env = env_importing_ddpcli(dict(os.environ))
     try:
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                                 start_new_session=True, check=False)  # fmt: skip

@@ -23,7 +23,6 @@ from pathlib import Path
 from ddpcli.errors import UserError
 from ddpcli.experiment.predict import (
     Baseline,
-    ComputeModel,
     HostNow,
     NoBaseline,
     Prediction,
@@ -33,7 +32,7 @@ from ddpcli.experiment.predict import (
     predict,
     ring_allreduce_s,
 )
-from ddpcli.experiment.predict_comm import probe_work_s
+from ddpcli.experiment.predict_comm import work_before
 from ddpcli.experiment.predict_contention import target_threads
 from ddpcli.experiment.resolved import ResolvedRun
 from ddpcli.jsonvalues import read_json, write_json_atomic
@@ -94,10 +93,7 @@ def measured_allreduce(
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
                    "-m", "ddpcli.worker.allreduce_probe", "--bytes", str(size_bytes), "--backend", backend,
                    "--work", repr(work_s), "--out", str(out)]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")])
-        )
+        env = cpu_probe.env_importing_ddpcli({**os.environ, "OMP_NUM_THREADS": "1"})
         result = run(command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
         found = _cached(json.loads(out.read_text())) if out.exists() else None
         if found is None:
@@ -196,23 +192,14 @@ def host_now(baseline: Baseline, targets: Sequence[Target]) -> HostNow:
     if baseline.device != "cpu":
         return HostNow()
     work = min(max(baseline.step["step_s"] * (baseline.cpu_share or 1.0) / baseline.threads, 0.005), 0.03)
+    configs = sorted({(target.nproc_per_node, target_threads(baseline, target)) for target in targets})
     shares, waits = {}, {}
-    for config in sorted({(target.nproc_per_node, target_threads(baseline, target)) for target in targets}):
+    for config in configs:
         found = cpu_probe.measure(*config, work_s=work, rounds=PROBE_ROUNDS)
         if found is not None:
             shares[config], waits[config] = found.share, found.wait
-    missing = len(shares) < len({(t.nproc_per_node, target_threads(baseline, t)) for t in targets})
+    missing = len(shares) < len(configs)
     return HostNow(busy_cores=busy_cores() if missing else None, shares=shares, waits=waits)
-
-
-def work_before(baseline: Baseline, target: Target, compute: ComputeModel) -> float:
-    """CPU seconds a planned rank computes before each all-reduce (ddpcli.experiment.predict_comm.probe_work_s):
-    its micro-batches between two all-reduces (as ddpcli.experiment.predict counts the all-reduces), each at the
-    compute line's wall seconds."""
-    per_micro = baseline.all_reduces_per_micro_batch
-    syncs = max(per_micro * target.grad_accum_steps, 1.0) if per_micro is not None else 1.0
-    micro_batches = target.grad_accum_steps / syncs
-    return probe_work_s(compute.per_micro_batch(target.per_device_batch_size) * micro_batches, baseline.cpu_share)
 
 
 def predict_runs(
