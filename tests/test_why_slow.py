@@ -89,6 +89,28 @@ def test_thresholds() -> None:
     assert codes_for(short) == set()
 
 
+def straggler_message(rows: dict[int, dict[str, Any]]) -> str:
+    observed = Observed(world_size=len(rows), device="cpu", time_breakdown=time_breakdown(rows))
+    [finding] = [found for found in slowness_findings(observed, rows) if found.code == "straggler_rank"]
+    return finding.message
+
+
+def test_a_straggler_on_a_loaded_host_says_what_the_load_was() -> None:
+    """Seen on a published script while another job shared the 2 cores: a rank lagged because other work took its
+    turns, which the run recorded (the load average at its end), so the finding names it; a quiet host adds nothing."""
+
+    def slow(load: float) -> dict[int, dict[str, Any]]:
+        return {0: row(fb=0.7, synced_backwards=10, ddp=ddp(60, 0), load_average=load, local_world_size=2),
+                1: row(fb=0.7, synced_backwards=10, ddp=ddp(1, 0), load_average=load, local_world_size=2)}  # fmt: skip
+
+    loaded = straggler_message(slow(4.41))
+    assert loaded.endswith(
+        "; the host's 1-minute load average at the run's end was 4.4 on 2 cores, above the run's own 2 processes x 1 "
+        "threads: other work on the host took turns with these ranks"
+    )
+    assert straggler_message(slow(1.9)).endswith("another job on its device)")
+
+
 def test_accumulation_oversubscription_and_unused_parameters() -> None:
     accumulating = dict(micro_batches=20, synced_backwards=20, ddp=ddp(1, 0))
     assert codes_for({0: row(**accumulating), 1: row(**accumulating)}) == {"accumulation_syncs_every_micro_batch"}

@@ -40,7 +40,7 @@ def slowness_findings(observed: Observed, rows: dict[int, dict[str, Any]]) -> li
     if breakdown is not None and breakdown.median.step_s:
         found += _input_bound(breakdown)
         found += _communication_bound(breakdown)
-        found += _straggler(breakdown)
+        found += _straggler(breakdown, rows)
         found += _accumulation_syncs(breakdown)
     found += _oversubscribed(observed, rows)
     found += _unused_parameters(rows)
@@ -82,7 +82,7 @@ def _busy(rank: RankTime) -> float:
     return (rank.step_s or 0.0) - (rank.comm_s or 0.0)
 
 
-def _straggler(breakdown: TimeBreakdown) -> list[Finding]:
+def _straggler(breakdown: TimeBreakdown, rows: dict[int, dict[str, Any]]) -> list[Finding]:
     if len(breakdown.ranks) < 2 or min(rank.steps for rank in breakdown.ranks) < STRAGGLER_MIN_STEPS:
         return []
     slowest = max(breakdown.ranks, key=_busy)
@@ -94,8 +94,24 @@ def _straggler(breakdown: TimeBreakdown) -> list[Finding]:
         code="straggler_rank", severity="warning", observed=slowest.rank,
         message=f"rank {slowest.rank} is a straggler: its own work took {_busy(slowest):.3g} s a step against "
         f"{others:.3g} s on the other ranks, which waited about {gap:.3g} s a step ({gap / step:.0%}) for it at the "
-        "all-reduce: find what differs on that rank (its data, its host, another job on its device)",
+        "all-reduce: find what differs on that rank (its data, its host, another job on its device)"
+        + _host_load(slowest, rows.get(slowest.rank, {})),
     )]  # fmt: skip
+
+
+def _host_load(rank: RankTime, row: dict[str, Any]) -> str:
+    """What the rank's host was doing besides the run, as recorded at its end: a 1-minute load average above both
+    the cores and the run's own processes x threads means other work took turns with the ranks."""
+    cores, local, threads = (row.get(key) for key in ("cores", "local_world_size", "threads"))
+    load = rank.load_average
+    if load is None or not all(isinstance(value, int) and value > 0 for value in (cores, local, threads)):
+        return ""
+    if load <= max(cores, local * threads):
+        return ""
+    return (
+        f"; the host's 1-minute load average at the run's end was {load:.2g} on {cores} cores, above the run's own "
+        f"{local} processes x {threads} threads: other work on the host took turns with these ranks"
+    )
 
 
 def _accumulation_syncs(breakdown: TimeBreakdown) -> list[Finding]:
