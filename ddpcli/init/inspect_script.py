@@ -40,6 +40,7 @@ class Inspection:
     prefix: tuple[str, ...] = ()
     not_run: str = ""
     warnings: list[str] = field(default_factory=list)
+    path: Path | None = None  # the source file read (a module's, found without importing it)
 
 
 def inspect_script(
@@ -51,6 +52,14 @@ def inspect_script(
     if path is None:  # not found without importing: let Python say what is wrong
         found = read_help(None, module, cwd, timeout_s)
         return Inspection(_options(found.dump, found.text), Source(), found.command, found.seconds)
+    inspection = _inspect_source(script, module, path, cwd, timeout_s, fixed_args)
+    inspection.path = path
+    return inspection
+
+
+def _inspect_source(
+    script: Path | None, module: str | None, path: Path, cwd: Path, timeout_s: float, fixed_args: tuple[str, ...]
+) -> Inspection:
     facts = script_facts(path, LITERAL_NAMES, () if script is not None else (cwd,))
     source = _source(facts)
     if facts.kind == "configurator":

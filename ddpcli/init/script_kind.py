@@ -64,13 +64,17 @@ class ScriptFacts:
 
 
 def read_source(path: Path) -> ast.Module:
+    """The syntax tree as Python builds it: from the bytes, so a UTF-8 byte order mark and an encoding cookie
+    (`# -*- coding: latin-1 -*-`) are honoured as the interpreter honours them."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        data = path.read_bytes()
     except OSError as error:
-        raise UserError(f"{path}: cannot read it: {error}") from None
+        raise UserError(f"{path}: cannot read it: {error.strerror or error}") from None
     try:
-        return ast.parse(text, filename=str(path))
-    except SyntaxError as error:
+        return ast.parse(data, filename=str(path))
+    except (SyntaxError, ValueError) as error:  # ValueError: NUL bytes
+        if not isinstance(error, SyntaxError):
+            raise UserError(f"{path}: not valid Python ({error}), so it has no flags to read") from None
         raise UserError(f"{path}:{error.lineno}: not valid Python ({error.msg}), so it has no flags to read") from None
 
 

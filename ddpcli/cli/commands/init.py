@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +17,7 @@ from ddpcli.cli.console import user_errors, warning, write_text, wrote
 from ddpcli.errors import UserError
 from ddpcli.experiment.planning import resolve_plan
 from ddpcli.init.inspect_script import inspect_script
+from ddpcli.init.paths import check_output, check_script, refuse_own_script
 from ddpcli.init.scaffold import (
     MODULE_NAME,
     InitRequest,
@@ -25,6 +27,7 @@ from ddpcli.init.scaffold import (
     parse_world_sizes,
 )
 from ddpcli.init.script_help import DEFAULT_TIMEOUT_S, gpu_count
+from ddpcli.init.script_kind import module_source
 
 EXAMPLE = "experiments.toml"  # ddpcli/examples/experiments.toml: the repository root's file, shipped in the wheel
 
@@ -122,18 +125,25 @@ def init_command(
         raise UserError("give your training script (ddpcli init train.py) or a module (-m pkg.train), one of them")
     if module is not None and not MODULE_NAME.match(module):
         raise UserError(f"-m {module!r}: expected a dotted module name such as mypkg.train")
+    script_path = check_script(script) if script is not None else None
+    if not to_stdout:
+        refuse_own_script(output, script_path or _module_file(module))
+        check_output(output)
     _refuse_overwrite(output, force, to_stdout)
     out_dir = output.parent.resolve()
     if not out_dir.is_dir():
         raise UserError(f"{output}: no such directory {output.parent}")
     if script is not None:
-        help_cwd = script.resolve().parent if script.is_file() else out_dir
+        assert script_path is not None
+        help_cwd = script_path.parent
         written_script: str | None = _relative(script, out_dir)
     else:
         help_cwd, written_script = out_dir, None
     gpus = gpu_count()
     world_sizes = parse_world_sizes(nproc_per_node) if nproc_per_node else default_world_sizes(gpus)
     inspection = inspect_script(script, module, help_cwd, help_timeout, fixed_args)
+    if not to_stdout:
+        refuse_own_script(output, inspection.path)  # -m: the module's source, as found from the file's folder
     request = InitRequest(
         script=written_script,
         module=module,
@@ -161,6 +171,13 @@ def init_command(
             else "the script was not run"
         )
         wrote(output, f": {', '.join(scaffold.run_names)} ({how}); next: {_next_steps(output)}")
+
+
+def _module_file(module: str | None) -> Path | None:
+    """The file `python -m MODULE` would run from here (found without importing), to keep -o off it."""
+    if module is None:
+        return None
+    return module_source(module, [Path.cwd(), *map(Path, sys.path[1:])])
 
 
 def bundled_example() -> str:
