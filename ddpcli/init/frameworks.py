@@ -81,24 +81,22 @@ LR_RULES = (LrRule("timm", "lr", "lr_base", "lr_base_size", "lr_base_scale", ("a
 # A warmup ddpcli cannot express in optimizer steps: noted, and the plan is told the script warms up itself.
 WARMUP_NOT_IN_STEPS = ("warmup_epochs", "warmup_ratio", "lr_warmup_epochs", "warmup_epoch")
 
+# Every torch.optim class (torch 2.13) and common third-party ones (bitsandbytes, apex, DeepSpeed, lion-pytorch,
+# timm, transformers): the kind decides ddpcli's lr rule (sgd: linear, adam/adamw: square root); "other" has no
+# rule ddpcli knows, so its lr is kept. A torch.optim class missing here (a newer torch) is "other" by its module.
 OPTIMIZER_CLASSES = {
-    "SGD": "sgd",
-    "Adam": "adam",
-    "NAdam": "adam",
-    "RAdam": "adam",
-    "Adamax": "adam",
-    "FusedAdam": "adam",
-    "AdamW": "adamw",
-    "AdamW8bit": "adamw",
-    "PagedAdamW": "adamw",
-    "Adafactor": "other",
-    "Adagrad": "other",
-    "RMSprop": "other",
-    "Lion": "other",
-    "LAMB": "other",
-    "Lamb": "other",
-    "LBFGS": "other",
-}
+    **dict.fromkeys(("SGD", "ASGD", "SGDW", "Momentum"), "sgd"),
+    **dict.fromkeys(("Adam", "NAdam", "RAdam", "Adamax", "SparseAdam", "FusedAdam", "DeepSpeedCPUAdam", "Adam8bit",
+                     "PagedAdam", "PagedAdam8bit", "Adam32bit"), "adam"),
+    **dict.fromkeys(("AdamW", "AdamW8bit", "PagedAdamW", "PagedAdamW8bit", "PagedAdamW32bit", "AdamW32bit",
+                     "FusedAdamW", "NAdamW", "RAdamW"), "adamw"),
+    **dict.fromkeys(("Adadelta", "Adafactor", "Adagrad", "RMSprop", "Rprop", "LBFGS", "Muon", "Lion", "Lion8bit",
+                     "PagedLion", "LAMB", "Lamb", "FusedLAMB", "FusedLamb", "Lars", "LARS", "Adan", "Sophia",
+                     "SophiaG", "Prodigy", "Shampoo", "SOAP", "AdaBelief", "Novograd", "NovoGrad", "FusedNovoGrad",
+                     "AdamWScheduleFree", "SGDScheduleFree", "RAdamScheduleFree", "Adahessian", "AdaHessian",
+                     "DAdaptAdam", "DAdaptSGD", "Ranger", "MADGRAD", "LaProp", "AdEMAMix"), "other"),
+}  # fmt: skip
+TORCH_OPTIM = "torch.optim."
 
 LIGHTNING_CLI_TRAINER = (
     ("--seed_everything", "True"),

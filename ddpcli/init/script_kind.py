@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpcli.errors import UserError
-from ddpcli.init.frameworks import FRAMEWORKS, OPTIMIZER_CLASSES
+from ddpcli.init.frameworks import FRAMEWORKS, OPTIMIZER_CLASSES, TORCH_OPTIM
 
 # A call of one of these (as its import resolves it) builds a parser; the first kind found in this order wins.
 PARSER_CALLS = (
@@ -120,8 +120,9 @@ def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
     facts.classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     for node, name in resolved:
         last = name.rsplit(".", 1)[-1]
-        if last in OPTIMIZER_CLASSES:
-            facts.optimizers.append(Found(OPTIMIZER_CLASSES[last], node.lineno, f"{last}(...)"))
+        kind = optimizer_class_kind(name)
+        if kind is not None:
+            facts.optimizers.append(Found(kind, node.lineno, f"{last}(...)"))
         before = len(facts.warmups)
         for keyword in node.keywords:
             _literal(facts, literal_names, keyword.arg, keyword.value, f"{last}({keyword.arg}=...)")
@@ -136,6 +137,15 @@ def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             _literal(facts, literal_names, node.targets[0].id, node.value, f"{node.targets[0].id} = ...")
     return facts
+
+
+def optimizer_class_kind(name: str) -> str | None:
+    """ddpcli's optimizer kind for a constructed class (`torch.optim.Adadelta` -> other), None if not one."""
+    last = name.rsplit(".", 1)[-1]
+    if last in OPTIMIZER_CLASSES:
+        return OPTIMIZER_CLASSES[last]
+    inside = name.startswith(TORCH_OPTIM) and name.count(".") == 2  # not torch.optim.lr_scheduler.X
+    return "other" if inside and last[:1].isupper() and last != "Optimizer" else None
 
 
 def _literal(facts: ScriptFacts, names: dict[str, str], name: str | None, value: ast.AST, how: str) -> None:

@@ -51,17 +51,27 @@ def _long_flag(option: HelpOption) -> str:
     return next(flag for flag in option.flags if flag.startswith("--"))
 
 
+LR_RULE_WORDS = {
+    "sgd": "lr rule linear (lr x the global batch's scale)",
+    "adam": "lr rule square root (lr x the square root of the global batch's scale)",
+    "adamw": "lr rule square root (lr x the square root of the global batch's scale)",
+    "other": "lr rule none known: lr kept, say which rule you want (scaling = linear or sqrt)",
+}
+
+
 def wire_optimizer(found: FoundFlag | None, source: Source, wiring: Wiring) -> None:
     """`optimizer = ...` in [defaults]: the flag's default, else the class built in the source, else other."""
     kind = optimizer_kind(found.default) if found is not None else None
     if kind is not None and found is not None:
-        wiring.defaults.append(("optimizer", kind, f"from the script's {found.flag} default {found.default}"))
+        wiring.defaults.append(
+            ("optimizer", kind, f"from the script's {found.flag} default {found.default}: {LR_RULE_WORDS[kind]}")
+        )
     else:
         kinds = {built for built, _ in source.optimizers}
         where = "; ".join(sorted({where for _, where in source.optimizers}))
         if len(kinds) == 1:
             kind = kinds.pop()
-            wiring.defaults.append(("optimizer", kind, f"the source builds {where}"))
+            wiring.defaults.append(("optimizer", kind, f"the source builds {where}: {LR_RULE_WORDS[kind]}"))
         else:
             kind = "other"
             what = f"several optimizers in the source ({where})" if kinds else "no optimizer flag or class found"
