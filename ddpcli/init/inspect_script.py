@@ -14,10 +14,10 @@ from pathlib import Path
 
 from ddpcli.errors import UserError
 from ddpcli.init.configurator import apply_config_files, read_config_globals
-from ddpcli.init.help_text import HelpOption, options_from_dump, parse_help
+from ddpcli.init.help_text import HelpOption, options_from_dump, parse_help, subcommands_from_dump
 from ddpcli.init.lightning_cli import static_options, subcommand
 from ddpcli.init.roles import LITERAL_NAMES
-from ddpcli.init.script_help import read_help
+from ddpcli.init.script_help import ScriptHelp, read_help
 from ddpcli.init.script_kind import ScriptFacts, module_source, script_facts
 from ddpcli.init.wiring import Source
 
@@ -41,6 +41,7 @@ class Inspection:
     not_run: str = ""
     warnings: list[str] = field(default_factory=list)
     path: Path | None = None  # the source file read (a module's, found without importing it)
+    fixed_args: tuple[str, ...] | None = None  # after `--`, less the subcommand (and what came before it)
 
 
 def inspect_script(
@@ -78,7 +79,36 @@ def _inspect_source(
             prefix=prefix, warnings=[f"--help could not run here ({reason}): LightningCLI's flags were read from "
                                      "the source; the runs need jsonargparse installed"],
         )  # fmt: skip
-    return Inspection(_options(found.dump, found.text), source, found.command, found.seconds, prefix)
+    found, prefix, fixed = _subcommand(script, module, cwd, timeout_s, found, prefix, fixed_args)
+    inspection = Inspection(_options(found.dump, found.text), source, found.command, found.seconds, prefix)
+    inspection.fixed_args = fixed
+    return inspection
+
+
+MAX_SUBCOMMAND_LEVELS = 4
+
+
+def _subcommand(
+    script: Path | None, module: str | None, cwd: Path, timeout_s: float, found: ScriptHelp,
+    prefix: tuple[str, ...], fixed: tuple[str, ...],
+) -> tuple[ScriptHelp, tuple[str, ...], tuple[str, ...]]:  # fmt: skip
+    """A parser with subcommands (argparse subparsers, a click group) holds the training flags in the chosen
+    subcommand's parser: the first value after `--` that names one is that choice (with the arguments before it,
+    the top-level parser's, it heads every run's args) and its own `--help` is read. Without one: exit 2."""
+    for _ in range(MAX_SUBCOMMAND_LEVELS):
+        names = subcommands_from_dump(found.dump)
+        if not names:
+            break
+        index = next((i for i, token in enumerate(fixed) if token in names), None)
+        if index is None:
+            target = str(script) if script is not None else f"-m {module}"
+            raise UserError(
+                f"{target} has subcommands ({', '.join(names)}): give the one to run after --, e.g. "
+                f"`ddpcli init {target} -- {' '.join((*prefix, names[0]))}`"
+            )
+        prefix, fixed = (*prefix, *fixed[: index + 1]), fixed[index + 1 :]
+        found = read_help(script, module, cwd, timeout_s, prefix)
+    return found, prefix, fixed
 
 
 def _options(dump: str, text: str) -> list[HelpOption]:

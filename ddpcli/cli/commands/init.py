@@ -151,7 +151,7 @@ def init_command(
         per_device_batch_size=per_device_batch_size,
         lr=lr,
         world_sizes=world_sizes,
-        fixed_args=fixed_args,
+        fixed_args=fixed_args if inspection.fixed_args is None else inspection.fixed_args,
         prefix=inspection.prefix,
         cpu_only=not gpus,
     )
