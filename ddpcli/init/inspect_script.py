@@ -123,7 +123,7 @@ def _configurator(facts: ScriptFacts, path: Path, source: Source, fixed_args: tu
     problems = apply_config_files(config, files)
     source = Source(
         frameworks=source.frameworks, literals=source.literals, warmups=source.warmups, optimizers=source.optimizers,
-        checkpoints=source.checkpoints,
+        checkpoints=source.checkpoints, derived=source.derived,
         total_over_ranks=frozenset(config.total_over_ranks), one_more_step=frozenset(config.one_more_step),
         equals_form=True,
     )  # fmt: skip
@@ -139,4 +139,5 @@ def _source(facts: ScriptFacts) -> Source:
         warmups=tuple(f"{found.how} at line {found.line}" for found in facts.warmups),
         optimizers=tuple((str(found.value), f"{found.how} at line {found.line}") for found in facts.optimizers),
         checkpoints=tuple(f"{found.how} at line {found.line}" for found in facts.checkpoints),
+        derived=tuple(facts.derivations),
     )

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from ddpcli.errors import UserError
+from ddpcli.init.derived import Derivation, derived_per_rank
 from ddpcli.init.fixed_args import check_required, split_fixed, unwired, with_given_values
 from ddpcli.init.help_text import HelpOption
 from ddpcli.init.roles import find_flags
@@ -132,6 +133,8 @@ def _defaults_table(request: InitRequest, wiring: Wiring, fixed: list[str]) -> l
 
 def _experiments(request: InitRequest, wiring: Wiring) -> list[tuple[dict[str, object], str]]:
     """For each world size: one run that keeps the per-device batch, one that keeps the global batch."""
+    if wiring.kept is not None:
+        return _kept_runs(request.world_sizes, wiring.kept, wiring)
     runs: list[tuple[dict[str, object], str]] = []
     global_batch = wiring.batch * wiring.accum
     for size in request.world_sizes:
@@ -154,6 +157,26 @@ def _experiments(request: InitRequest, wiring: Wiring) -> list[tuple[dict[str, o
                                     "per_device_batch_size": per_device, "grad_accum_steps": accum}  # fmt: skip
         how = f"per-device {per_device}" + (f" x accumulation {accum}" if accum != 1 else "")
         runs.append((entry, f"keeps the global batch {global_batch}: {how}, same lr"))
+    return runs
+
+
+def _kept_runs(sizes: tuple[int, ...], kept: Derivation, wiring: Wiring) -> list[tuple[dict[str, object], str]]:
+    """A script that keeps its global batch: each run as the script computes it at its world size, named and
+    planned so (its values are stand-ins: no flag reaches them); a world size it cannot split evenly is left out."""
+    runs: list[tuple[dict[str, object], str]] = []
+    tokens = f" sequences ({kept.total} tokens)" if kept.tokens_per_sample else ""
+    for size in sizes:
+        value = derived_per_rank(kept, size)
+        if value is None:
+            wiring.warnings.append(
+                f"no {size}-process run: the script's {kept.where()} does not divide evenly at {size} processes"
+            )
+            continue
+        per_device, accum = (value, 1) if kept.role == "per_device_batch_size" else (wiring.batch, value)
+        entry: dict[str, object] = {"name": run_name(size, per_device, accum), "nproc_per_node": size,
+                                    "per_device_batch_size": per_device, "grad_accum_steps": accum}  # fmt: skip
+        how = f"per-device {per_device}" + (f" x accumulation {accum}" if accum != 1 else "")
+        runs.append((entry, f"the script keeps its global batch {kept.global_samples}{tokens}: {how}, same lr"))
     return runs
 
 

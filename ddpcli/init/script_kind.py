@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpcli.errors import UserError
+from ddpcli.init.derived import Derivation, derivations
 from ddpcli.init.frameworks import FRAMEWORKS, OPTIMIZER_CLASSES, TORCH_OPTIM
 
 # A call of one of these (as its import resolves it) builds a parser; the first kind found in this order wins.
@@ -54,6 +55,7 @@ class ScriptFacts:
     literals: dict[str, Found] = field(default_factory=dict)  # role-named literals: lr=2e-5, batch_size=16
     warmups: list[Found] = field(default_factory=list)  # warmups the script builds itself
     checkpoints: list[Found] = field(default_factory=list)  # relative file names it saves and loads in its cwd
+    derivations: list[Derivation] = field(default_factory=list)  # values it derives from the world size
     lightning_cli: ast.Call | None = None
     tree: ast.Module | None = None
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
@@ -87,6 +89,7 @@ def script_facts(path: Path, literal_names: dict[str, str], roots: tuple[Path, .
     tree = read_source(path)
     facts = _facts_of(tree, literal_names)
     facts.tree = tree
+    facts.derivations = derivations(tree)
     for local in _local_modules(tree, [path.parent, *roots]):
         if local.resolve() == path.resolve():
             continue
@@ -136,6 +139,13 @@ def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
                     _literal(facts, literal_names, key.value, value, f"{{{key.value!r}: ...}}")
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             _literal(facts, literal_names, node.targets[0].id, node.value, f"{node.targets[0].id} = ...")
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            _literal(facts, literal_names, node.target.id, node.value, f"{node.target.id}: ... (a default)")
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple):
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else []
+            for target, value in zip(node.targets[0].elts, values, strict=False):
+                if isinstance(target, ast.Name):
+                    _literal(facts, literal_names, target.id, value, f"{target.id} = ...")
     return facts
 
 
