@@ -143,6 +143,7 @@ def test_hf_argument_parser_with_training_arguments(tmp_path: Path) -> None:
         "--per_device_train_batch_size", "{per_device_batch_size}",
         "--gradient_accumulation_steps", "{grad_accum_steps}", "--learning_rate", "{lr}",
         "--warmup_steps", "{warmup_steps}", "--seed", "{seed}", "--output_dir", "{run_dir}",
+        "--use_cpu", "True", "--ddp_backend", "gloo",  # no CUDA here: the Trainer's own switches to DDP on CPU
     ]  # fmt: skip
     baseline = plan.baseline.plan
     assert (baseline.per_device_batch_size, baseline.lr, baseline.seed) == (8, 5e-05, 42)

@@ -52,8 +52,26 @@ FRAMEWORKS = (
         Switch(("mixed_precision",), "no", "fp16 needs a GPU", cpu_only=True, when_default=("fp16", "fp8")),
     ), cpu_env={"ACCELERATE_USE_CPU": "1"}),
     Framework("timm", ("timm",)),
-    Framework("transformers", ("transformers",)),
+    Framework("transformers", ("transformers",), (
+        Switch(("use_cpu",), "True", "no GPU on this machine: without it the Trainer under torchrun on CPU trains one "
+               "separate model per process (it logs 'distributed training: False'), not DDP", cpu_only=True),
+        Switch(("ddp_backend",), "gloo", "the Trainer's process group on CPU: gloo (nccl needs GPUs)", cpu_only=True),
+    )),
+    Framework("fabric", ("lightning.fabric", "lightning_fabric", "lightning.Fabric")),
 )  # fmt: skip
+
+# Lightning Fabric reads its settings from the LT_* variables `fabric run` sets (lightning.fabric.cli, its
+# connector's _argument_from_env): under torchrun nothing sets them, Fabric() picks one device, and the processes
+# train separately. "{nproc_per_node}" is each run's own process count.
+FABRIC_ENV = (
+    ("LT_ACCELERATOR", "cpu", True),  # (variable, value, only on a machine without GPUs)
+    ("LT_STRATEGY", "ddp", False),
+    ("LT_DEVICES", "{nproc_per_node}", False),
+    ("LT_NUM_NODES", "1", False),
+)
+FABRIC_SETTINGS = ("accelerator", "strategy", "devices", "num_nodes")
+FABRIC_CLASSES = ("lightning.fabric.Fabric", "lightning_fabric.Fabric", "lightning.Fabric",
+                  "lightning.fabric.fabric.Fabric")  # fmt: skip
 
 GENERIC_SWITCHES = (
     Switch(("device",), "cpu", "no GPU on this machine", cpu_only=True, when_default=("cuda", "gpu")),

@@ -123,7 +123,8 @@ def _configurator(facts: ScriptFacts, path: Path, source: Source, fixed_args: tu
     problems = apply_config_files(config, files)
     source = Source(
         frameworks=source.frameworks, literals=source.literals, warmups=source.warmups, optimizers=source.optimizers,
-        checkpoints=source.checkpoints, derived=source.derived,
+        checkpoints=source.checkpoints, derived=source.derived, fabric=source.fabric,
+        fabric_launches=source.fabric_launches,
         total_over_ranks=frozenset(config.total_over_ranks), one_more_step=frozenset(config.one_more_step),
         equals_form=True,
     )  # fmt: skip
@@ -140,4 +141,6 @@ def _source(facts: ScriptFacts) -> Source:
         optimizers=tuple((str(found.value), f"{found.how} at line {found.line}") for found in facts.optimizers),
         checkpoints=tuple(f"{found.how} at line {found.line}" for found in facts.checkpoints),
         derived=tuple(facts.derivations),
+        fabric=facts.fabric,
+        fabric_launches=facts.fabric_launches,
     )

@@ -15,7 +15,7 @@ from ddpcli.init.derived import Derivation, derived_per_rank
 from ddpcli.init.fixed_args import check_required, split_fixed, unwired, with_given_values
 from ddpcli.init.help_text import HelpOption
 from ddpcli.init.roles import find_flags
-from ddpcli.init.switches import wire_optimizer, wire_switches, wire_workdir
+from ddpcli.init.switches import wire_fabric, wire_optimizer, wire_switches, wire_workdir
 from ddpcli.init.toml_text import args_lines, assignment, env_line, header, toml_string
 from ddpcli.init.wiring import Source, Wiring, wire_roles
 
@@ -91,6 +91,7 @@ def build_experiment(
     wire_switches(options or [], source, request.cpu_only, given_flags, wiring)
     wire_optimizer(flags.get("optimizer"), source, wiring)
     wire_workdir(source, wiring)
+    wire_fabric(source, request.cpu_only, wiring)
     wiring.warnings[:0] = [*([f"{not_run}: no flags are wired"] if options is None else []), *warnings]
     runs = _experiments(request, wiring)
     fixed = unwired(segments, wiring.wired_flags)
@@ -100,14 +101,21 @@ def build_experiment(
     lines += ["", "[baseline]                    # the run that worked on one device",
               f"name = {toml_string(baseline_name)}", "nproc_per_node = 1"]  # fmt: skip
     lines += [assignment(key, value, why) for key, value, why in wiring.baseline]
+    lines += env_line(_run_env(wiring, 1))
     if wiring.stand_ins:
         lines.append(assignment("stand_ins", wiring.stand_ins, "the script decides these itself; fill in its values"))
     names = [baseline_name]
     for entry, why in runs:
         lines += ["", "[[experiments]]", assignment("name", entry["name"], why)]
         lines += [assignment(key, value, "") for key, value in entry.items() if key != "name"]
+        lines += env_line(_run_env(wiring, int(str(entry["nproc_per_node"]))))
         names.append(str(entry["name"]))
     return Scaffold("\n".join(lines) + "\n", wiring.warnings, names)
+
+
+def _run_env(wiring: Wiring, nproc_per_node: int) -> dict[str, str]:
+    """The env a run needs of its own (Fabric's LT_DEVICES): each run's process count (env takes no placeholder)."""
+    return {key: value.replace("{nproc_per_node}", str(nproc_per_node)) for key, value in wiring.run_env.items()}
 
 
 def _header(request: InitRequest, wiring: Wiring, was_run: bool) -> list[str]:
@@ -141,7 +149,10 @@ def _experiments(request: InitRequest, wiring: Wiring) -> list[tuple[dict[str, o
         same: dict[str, object] = {"name": run_name(size, wiring.batch, wiring.accum), "nproc_per_node": size}
         if wiring.accum != 1:  # an experiment never inherits the baseline's accumulation: say it again
             same |= {"per_device_batch_size": wiring.batch, "grad_accum_steps": wiring.accum}
-        kept_lr = any(key == "scaling" and value == "none" for key, value, _ in wiring.defaults)
+        kept_lr = any(
+            (key == "scaling" and value == "none") or (key == "optimizer" and value == "other")
+            for key, value, _ in wiring.defaults
+        )  # optimizer "other" has no rule: scaling auto keeps its lr
         lr_words = "same lr (the script's own)" if kept_lr else "lr scaled"
         runs.append((same, f"keeps the per-device batch {wiring.batch}: global {global_batch * size}, {lr_words}"))
         split = keep_global_batch(global_batch, size, wiring.batch, wiring.accum, wiring.batch_wired,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ddpcli.errors import UserError
 from ddpcli.init.derived import Derivation, derivations
-from ddpcli.init.frameworks import FRAMEWORKS, OPTIMIZER_CLASSES, TORCH_OPTIM
+from ddpcli.init.frameworks import FABRIC_CLASSES, FABRIC_SETTINGS, FRAMEWORKS, OPTIMIZER_CLASSES, TORCH_OPTIM
 
 # A call of one of these (as its import resolves it) builds a parser; the first kind found in this order wins.
 PARSER_CALLS = (
@@ -56,6 +56,8 @@ class ScriptFacts:
     warmups: list[Found] = field(default_factory=list)  # warmups the script builds itself
     checkpoints: list[Found] = field(default_factory=list)  # relative file names it saves and loads in its cwd
     derivations: list[Derivation] = field(default_factory=list)  # values it derives from the world size
+    fabric: tuple[str, ...] | None = None  # Fabric(...) built: the settings its constructor passes itself
+    fabric_launches: bool = False  # fabric.launch(...): LT_CLI_USED would make Fabric refuse it
     lightning_cli: ast.Call | None = None
     tree: ast.Module | None = None
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
@@ -97,6 +99,8 @@ def script_facts(path: Path, literal_names: dict[str, str], roots: tuple[Path, .
         if facts.kind in {"none", "hand"} and other.runs_help:
             facts.kind = other.kind
         facts.frameworks |= other.frameworks
+        facts.fabric = facts.fabric if facts.fabric is not None else other.fabric
+        facts.fabric_launches |= other.fabric_launches
         facts.optimizers += other.optimizers
         facts.warmups += other.warmups
         facts.checkpoints += other.checkpoints
@@ -120,6 +124,10 @@ def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
         if any(name == prefix or name.startswith(prefix + ".") for name in imported for prefix in framework.imports)
     }
     facts.lightning_cli = next((node for node, name in resolved if name in PARSER_CALLS[0][1]), None)
+    fabrics = [node for node, name in resolved if name in FABRIC_CLASSES]
+    if fabrics:
+        facts.fabric = tuple(sorted({kw.arg for node in fabrics for kw in node.keywords if kw.arg in FABRIC_SETTINGS}))
+        facts.fabric_launches = any(name.endswith(".launch") for _, name in resolved)
     facts.classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     for node, name in resolved:
         last = name.rsplit(".", 1)[-1]

@@ -8,7 +8,7 @@ is listed) and the user did not set the flag after `--` themselves. The optimize
 
 from __future__ import annotations
 
-from ddpcli.init.frameworks import FRAMEWORKS, GENERIC_SWITCHES, Switch
+from ddpcli.init.frameworks import FABRIC_ENV, FRAMEWORKS, GENERIC_SWITCHES, Switch
 from ddpcli.init.help_text import HelpOption, spellings
 from ddpcli.init.roles import FoundFlag
 from ddpcli.init.wiring import Source, Wiring
@@ -38,6 +38,34 @@ def wire_switches(options: list[HelpOption], source: Source, cpu_only: bool, giv
                 wiring.env.update(framework.cpu_env)
                 names = ", ".join(f"{key}={value}" for key, value in framework.cpu_env.items())
                 wiring.notes.append(f"{framework.name} on a machine without GPUs and no CPU flag: {names} in env")
+
+
+def wire_fabric(source: Source, cpu_only: bool, wiring: Wiring) -> None:
+    """Lightning Fabric's settings in the LT_* environment `fabric run` sets, since torchrun sets none: Fabric
+    reads each before its constructor's argument. LT_CLI_USED=1 (Fabric then joins the process group in its
+    constructor, as under `fabric run`) only where it breaks nothing: Fabric refuses it with `fabric.launch()` and
+    with a constructor setting that differs from the environment's."""
+    if source.fabric is None:
+        return
+    for name, value, only_cpu in FABRIC_ENV:
+        if only_cpu and not cpu_only:
+            continue
+        (wiring.run_env if "{" in value else wiring.env)[name] = value
+    names = ", ".join(f"{name}={value}" for name, value, only_cpu in FABRIC_ENV if cpu_only or not only_cpu)
+    if source.fabric or source.fabric_launches:
+        why = (f"Fabric({', '.join(f'{setting}=...' for setting in source.fabric)}) in the source"
+               if source.fabric else "the script calls fabric.launch()")  # fmt: skip
+        wiring.notes.append(
+            f"Lightning Fabric under torchrun: {names} in env (as `fabric run` sets them; Fabric reads them before "
+            f"its constructor's arguments, so every run is DDP over its own processes). LT_CLI_USED is not set: "
+            f"{why}, and with LT_CLI_USED=1 Fabric refuses it"
+        )
+        return
+    wiring.env["LT_CLI_USED"] = "1"
+    wiring.notes.append(
+        f"Lightning Fabric under torchrun: {names} and LT_CLI_USED=1 in env, as `fabric run` sets them (Fabric() "
+        "builds no settings itself here; without them it takes one device and each process trains alone)"
+    )
 
 
 def _option_for(switch: Switch, options: list[HelpOption]) -> HelpOption | None:

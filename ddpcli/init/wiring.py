@@ -33,6 +33,8 @@ class Source:
     equals_form: bool = False  # `--key=value` (nanoGPT's configurator) instead of `--key value`
     checkpoints: tuple[str, ...] = ()  # relative checkpoint names it saves or resumes, as "'x.pt' at line N"
     derived: tuple[Derivation, ...] = ()  # batch or accumulation the script computes from the world size
+    fabric: tuple[str, ...] | None = None  # Fabric(...) built, with these settings passed to its constructor
+    fabric_launches: bool = False
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Wiring:
     defaults: list[tuple[str, object, str]] = field(default_factory=list)  # key, value, comment
     baseline: list[tuple[str, object, str]] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    run_env: dict[str, str] = field(default_factory=dict)  # per run: "{nproc_per_node}" is each run's own count
     notes: list[str] = field(default_factory=list)  # decisions the header explains
     warnings: list[str] = field(default_factory=list)  # what could not be wired (also on stderr)
     stand_ins: list[str] = field(default_factory=list)
