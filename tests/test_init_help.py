@@ -130,3 +130,20 @@ def test_no_help_keyword_is_injected_into_a_parsers_own_actions(tmp_path: Path) 
     assert code == 0, err
     text = (tmp_path / "e.toml").read_text(encoding="utf-8")
     assert "per_device_batch_size = 6" in text and "lr = 0.3" in text
+
+
+def test_a_slow_help_says_what_it_waits_for_after_a_few_seconds(tmp_path: Path) -> None:
+    """transformers' example scripts import for 7-11 s on the loaded 2-core machine (run_clm.py's imports measured
+    at load 1.6-2.7), more under heavier load: init waits up to DEFAULT_TIMEOUT_S and says so on stderr."""
+    from ddpcli.init.script_help import DEFAULT_TIMEOUT_S, NOTICE_AFTER_S
+
+    assert DEFAULT_TIMEOUT_S >= 60 and NOTICE_AFTER_S <= 5
+    script = tmp_path / "t.py"
+    script.write_text(
+        f"import argparse, time\ntime.sleep({NOTICE_AFTER_S + 1.5})\nparser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--batch-size', type=int, default=8)\nparser.parse_args()\n",
+        encoding="utf-8",
+    )
+    code, _, err = init(script, "-o", tmp_path / "e.toml", "--nproc-per-node", "2")
+    assert code == 0, err
+    assert f"waiting for `python {script} --help`" in err and f"up to {DEFAULT_TIMEOUT_S:g} s" in err

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,22 +46,25 @@ class Inspection:
 
 
 def inspect_script(
-    script: Path | None, module: str | None, cwd: Path, timeout_s: float, fixed_args: tuple[str, ...]
-) -> Inspection:
+    script: Path | None, module: str | None, cwd: Path, timeout_s: float, fixed_args: tuple[str, ...],
+    notice: Callable[[str], None] | None = None,
+) -> Inspection:  # fmt: skip
+    """`notice` is told, once, what init waits for when the script's --help takes more than a few seconds."""
     if script is not None and not script.is_file():
         raise UserError(f"{script}: no such script")
     path = script if script is not None else module_source(module or "", [cwd, *map(Path, sys.path[1:])])
     if path is None:  # not found without importing: let Python say what is wrong
-        found = read_help(None, module, cwd, timeout_s)
+        found = read_help(None, module, cwd, timeout_s, notice=notice)
         return Inspection(_options(found.dump, found.text), Source(), found.command, found.seconds)
-    inspection = _inspect_source(script, module, path, cwd, timeout_s, fixed_args)
+    inspection = _inspect_source(script, module, path, cwd, timeout_s, fixed_args, notice)
     inspection.path = path
     return inspection
 
 
 def _inspect_source(
-    script: Path | None, module: str | None, path: Path, cwd: Path, timeout_s: float, fixed_args: tuple[str, ...]
-) -> Inspection:
+    script: Path | None, module: str | None, path: Path, cwd: Path, timeout_s: float, fixed_args: tuple[str, ...],
+    notice: Callable[[str], None] | None,
+) -> Inspection:  # fmt: skip
     facts = script_facts(path, LITERAL_NAMES, () if script is not None else (cwd,))
     source = _source(facts)
     if facts.kind == "configurator":
@@ -69,7 +73,7 @@ def _inspect_source(
         return Inspection(None, source, f"python {script or '-m ' + str(module)}", not_run=NOT_RUN[facts.kind])
     prefix = subcommand(facts.lightning_cli) if facts.kind == "lightning_cli" else ()
     try:
-        found = read_help(script, module, cwd, timeout_s, prefix)
+        found = read_help(script, module, cwd, timeout_s, prefix, notice)
     except UserError as error:
         if facts.lightning_cli is None or "jsonargparse" not in str(error):
             raise
@@ -79,7 +83,7 @@ def _inspect_source(
             prefix=prefix, warnings=[f"--help could not run here ({reason}): LightningCLI's flags were read from "
                                      "the source; the runs need jsonargparse installed"],
         )  # fmt: skip
-    found, prefix, fixed = _subcommand(script, module, cwd, timeout_s, found, prefix, fixed_args)
+    found, prefix, fixed = _subcommand(script, module, cwd, timeout_s, found, prefix, fixed_args, notice)
     inspection = Inspection(_options(found.dump, found.text), source, found.command, found.seconds, prefix)
     inspection.fixed_args = fixed
     return inspection
@@ -90,7 +94,7 @@ MAX_SUBCOMMAND_LEVELS = 4
 
 def _subcommand(
     script: Path | None, module: str | None, cwd: Path, timeout_s: float, found: ScriptHelp,
-    prefix: tuple[str, ...], fixed: tuple[str, ...],
+    prefix: tuple[str, ...], fixed: tuple[str, ...], notice: Callable[[str], None] | None,
 ) -> tuple[ScriptHelp, tuple[str, ...], tuple[str, ...]]:  # fmt: skip
     """A parser with subcommands (argparse subparsers, a click group) holds the training flags in the chosen
     subcommand's parser: the first value after `--` that names one is that choice (with the arguments before it,
@@ -107,7 +111,7 @@ def _subcommand(
                 f"`ddpcli init {target} -- {' '.join((*prefix, names[0]))}`"
             )
         prefix, fixed = (*prefix, *fixed[: index + 1]), fixed[index + 1 :]
-        found = read_help(script, module, cwd, timeout_s, prefix)
+        found = read_help(script, module, cwd, timeout_s, prefix, notice)
     return found, prefix, fixed
 
 

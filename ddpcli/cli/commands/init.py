@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
-from ddpcli.cli.console import user_errors, warning, write_text, wrote
+from ddpcli.cli.console import say, user_errors, warning, write_text, wrote
 from ddpcli.errors import UserError
 from ddpcli.experiment.planning import resolve_plan
 from ddpcli.init.inspect_script import inspect_script
@@ -141,7 +141,7 @@ def init_command(
         help_cwd, written_script = out_dir, None
     gpus = gpu_count()
     world_sizes = parse_world_sizes(nproc_per_node) if nproc_per_node else default_world_sizes(gpus)
-    inspection = inspect_script(script, module, help_cwd, help_timeout, fixed_args)
+    inspection = inspect_script(script, module, help_cwd, help_timeout, fixed_args, say)
     if not to_stdout:
         refuse_own_script(output, inspection.path)  # -m: the module's source, as found from the file's folder
     request = InitRequest(
