@@ -93,3 +93,25 @@ def test_init_never_writes_over_the_module_it_reads(tmp_path: Path, monkeypatch:
     code, err = init("-m", "pkg.train", "-o", "pkg/train.py", "--force")
     assert code == 2 and "the training script itself" in err, err
     assert (tmp_path / "pkg" / "train.py").read_text(encoding="utf-8") == SCRIPT
+
+
+def test_a_script_without_ddp_is_said_up_front_with_the_port_command(tmp_path: Path) -> None:
+    """Issue 25: no init_process_group, no DDP wrapper, no framework that runs it: the first line names
+    `ddpcli port`; a DDP script, an accelerate or a Trainer script gets no such line."""
+    single = tmp_path / "single.py"
+    single.write_text(SCRIPT + "import torch\nmodel = torch.nn.Linear(2, 1)\n", encoding="utf-8")
+    result = runner.invoke(app, ["init", str(single), "-o", str(tmp_path / "e.toml")])
+    assert result.exit_code == 0, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert "has no DDP" in first and f"ddpcli port {single}" in first and "single_ddp.py" in first
+    assert "has no DDP" in (tmp_path / "e.toml").read_text(encoding="utf-8").split("# Not wired")[1].splitlines()[1]
+    extras = (
+        "import torch.distributed as dist\ndist.init_process_group('gloo')\n",
+        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model)\n",
+        "from accelerate import Accelerator\n",
+        "from transformers import Trainer\nTrainer(model=model)\n",
+    )
+    for extra in extras:
+        single.write_text(SCRIPT + "import torch\nmodel = torch.nn.Linear(2, 1)\n" + extra, encoding="utf-8")
+        result = runner.invoke(app, ["init", str(single), "--print"])
+        assert result.exit_code == 0 and "has no DDP" not in result.stderr + result.stdout, extra

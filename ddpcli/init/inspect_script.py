@@ -42,6 +42,7 @@ class Inspection:
     not_run: str = ""
     warnings: list[str] = field(default_factory=list)
     path: Path | None = None  # the source file read (a module's, found without importing it)
+    single_device: bool = False  # the source shows no DDP: no process group, no wrapper, no framework doing it
     fixed_args: tuple[str, ...] | None = None  # after `--`, less the subcommand (and what came before it)
 
 
@@ -56,16 +57,18 @@ def inspect_script(
     if path is None:  # not found without importing: let Python say what is wrong
         found = read_help(None, module, cwd, timeout_s, notice=notice)
         return Inspection(_options(found.dump, found.text), Source(), found.command, found.seconds)
-    inspection = _inspect_source(script, module, path, cwd, timeout_s, fixed_args, notice)
+    facts = script_facts(path, LITERAL_NAMES, () if script is not None else (cwd,))
+    inspection = _inspect_source(facts, script, module, path, cwd, timeout_s, fixed_args, notice)
     inspection.path = path
+    inspection.single_device = not facts.data_parallel
     return inspection
 
 
 def _inspect_source(
+    facts: ScriptFacts,
     script: Path | None, module: str | None, path: Path, cwd: Path, timeout_s: float, fixed_args: tuple[str, ...],
     notice: Callable[[str], None] | None,
 ) -> Inspection:  # fmt: skip
-    facts = script_facts(path, LITERAL_NAMES, () if script is not None else (cwd,))
     source = _source(facts)
     if facts.kind == "configurator":
         return _configurator(facts, path, source, fixed_args)

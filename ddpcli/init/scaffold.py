@@ -76,9 +76,11 @@ def build_experiment(
     source: Source | None = None,
     not_run: str = "",
     warnings: tuple[str, ...] = (),
+    first: tuple[str, ...] = (),
 ) -> Scaffold:
     """The experiment file for `request`, given the script's options (None: the script was not run, and
-    `not_run` says why); `warnings` (from reading the script) head the file's list."""
+    `not_run` says why); `warnings` (from reading the script) head the file's list, after `first` (what the user
+    must know before anything else: the script has no DDP)."""
     source = source or Source()
     target = request.script if request.script is not None else request.module or ""
     segments = split_fixed(request.fixed_args, options or [])
@@ -92,7 +94,7 @@ def build_experiment(
     wire_optimizer(flags.get("optimizer"), source, wiring)
     wire_workdir(source, wiring)
     wire_fabric(source, request.cpu_only, wiring)
-    wiring.warnings[:0] = [*([f"{not_run}: no flags are wired"] if options is None else []), *warnings]
+    wiring.warnings[:0] = [*first, *([f"{not_run}: no flags are wired"] if options is None else []), *warnings]
     runs = _experiments(request, wiring)
     fixed = unwired(segments, wiring.wired_flags)
     lines = _header(request, wiring, options is not None)

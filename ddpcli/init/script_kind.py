@@ -56,6 +56,7 @@ class ScriptFacts:
     warmups: list[Found] = field(default_factory=list)  # warmups the script builds itself
     checkpoints: list[Found] = field(default_factory=list)  # relative file names it saves and loads in its cwd
     derivations: list[Derivation] = field(default_factory=list)  # values it derives from the world size
+    data_parallel: list[str] = field(default_factory=list)  # evidence: "init_process_group(...) at line 12"
     fabric: tuple[str, ...] | None = None  # Fabric(...) built: the settings its constructor passes itself
     fabric_launches: bool = False  # fabric.launch(...): LT_CLI_USED would make Fabric refuse it
     lightning_cli: ast.Call | None = None
@@ -99,6 +100,7 @@ def script_facts(path: Path, literal_names: dict[str, str], roots: tuple[Path, .
         if facts.kind in {"none", "hand"} and other.runs_help:
             facts.kind = other.kind
         facts.frameworks |= other.frameworks
+        facts.data_parallel += other.data_parallel
         facts.fabric = facts.fabric if facts.fabric is not None else other.fabric
         facts.fabric_launches |= other.fabric_launches
         facts.optimizers += other.optimizers
@@ -124,6 +126,7 @@ def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
         if any(name == prefix or name.startswith(prefix + ".") for name in imported for prefix in framework.imports)
     }
     facts.lightning_cli = next((node for node, name in resolved if name in PARSER_CALLS[0][1]), None)
+    facts.data_parallel = _data_parallel_evidence(resolved, imported)
     fabrics = [node for node, name in resolved if name in FABRIC_CLASSES]
     if fabrics:
         facts.fabric = tuple(sorted({kw.arg for node in fabrics for kw in node.keywords if kw.arg in FABRIC_SETTINGS}))
@@ -155,6 +158,30 @@ def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
                 if isinstance(target, ast.Name):
                     _literal(facts, literal_names, target.id, value, f"{target.id} = ...")
     return facts
+
+
+# A script is data-parallel when it joins a process group or wraps its model itself, or when a library that does
+# both for it drives the training (its Trainer, Accelerator, Fabric, deepspeed.initialize, ddpcli.runtime).
+DDP_CALL_NAMES = ("init_process_group", "DistributedDataParallel", "FullyShardedDataParallel", "fully_shard")
+SELF_LAUNCHING = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "horovod",
+                  "ray.train", "ddpcli")  # fmt: skip
+TRAINER_MODULES = ("transformers", "trl", "sentence_transformers", "setfit")
+
+
+def _data_parallel_evidence(resolved: list[tuple[ast.Call, str]], imported: set[str]) -> list[str]:
+    """Why the script is data-parallel ("init_process_group(...) at line 12", "imports accelerate"), or []."""
+    evidence = [
+        f"{name.rsplit('.', 1)[-1]}(...) at line {node.lineno}"
+        for node, name in resolved
+        if name.rsplit(".", 1)[-1] in DDP_CALL_NAMES
+        or (name.split(".")[0] in TRAINER_MODULES and name.endswith("Trainer"))
+    ]
+    evidence += [
+        f"imports {prefix}"
+        for prefix in SELF_LAUNCHING
+        if any(name == prefix or name.startswith(prefix + ".") for name in imported)
+    ]
+    return evidence
 
 
 def optimizer_class_kind(name: str) -> str | None:

@@ -144,6 +144,7 @@ def init_command(
     inspection = inspect_script(script, module, help_cwd, help_timeout, fixed_args, say)
     if not to_stdout:
         refuse_own_script(output, inspection.path)  # -m: the module's source, as found from the file's folder
+    first = (single_device_message(script, module),) if inspection.single_device and inspection.path else ()
     request = InitRequest(
         script=written_script,
         module=module,
@@ -156,7 +157,7 @@ def init_command(
         cpu_only=not gpus,
     )
     scaffold = build_experiment(
-        request, inspection.options, inspection.source, inspection.not_run, tuple(inspection.warnings)
+        request, inspection.options, inspection.source, inspection.not_run, tuple(inspection.warnings), first
     )
     _check_plans(scaffold, output)
     for message in scaffold.warnings:
@@ -171,6 +172,20 @@ def init_command(
             else "the script was not run"
         )
         wrote(output, f": {', '.join(scaffold.run_names)} ({how}); next: {_next_steps(output)}")
+
+
+def single_device_message(script: Path | None, module: str | None) -> str:
+    """Issue 25: a script without DDP gets N separate trainings from N processes; `ddpcli port` writes the copy."""
+    target = str(script) if script is not None else f"-m {module}"
+    port = (
+        f"`ddpcli port {script}` writes a data-parallel copy, {script.stem}_ddp.py, to init instead"
+        if script is not None
+        else "`ddpcli port` on its file writes a data-parallel copy to init instead"
+    )
+    return (
+        f"{target} has no DDP (no init_process_group, no DistributedDataParallel, no framework that runs it): "
+        f"each process of a multi-process run trains alone; {port}"
+    )
 
 
 def _module_file(module: str | None) -> Path | None:
