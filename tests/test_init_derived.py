@@ -57,6 +57,10 @@ def test_build_nanogpts_published_token_budget_is_kept_in_every_run(tmp_path: Pa
     assert "16384 sequences of 32 tokens" in written
     assert "total_batch_size // (B * T * ddp_world_size)" in written
     assert "not found in the source" not in written
+    plan = load_plan(tmp_path / "experiments.toml")
+    notes = {run.name: run.plan.notes for run in plan.runs}
+    assert any("each optimizer step takes 524288 tokens (16384 x 32), 128 per micro-batch" in note
+               for note in notes["2x4-acc2048"])  # fmt: skip
 
 
 def test_the_dist_tutorials_bsz_over_world_size_keeps_its_global_batch(tmp_path: Path) -> None:

@@ -122,6 +122,9 @@ def _wire_kept(kept: Derivation, wiring: Wiring) -> None:
             ("grad_accum_steps", at_one, f"stand-in: the script computes it, {kept.where()}"),
         ]
         wiring.stand_ins += ["per_device_batch_size", "grad_accum_steps"]
+        if kept.tokens_per_sample:
+            wiring.defaults.append(("sample_tokens", kept.tokens_per_sample, f"tokens per sequence: the script's "
+                                    f"budget is {kept.total} tokens a step"))  # fmt: skip
     wiring.notes.append(kept_note(kept))
 
 

@@ -103,8 +103,11 @@ def init_command(
 
     A flag it cannot find or cannot wire is listed at the top of the file and on stderr; the runs then use the
     script's own value. Frameworks' switches are set from data tables: Lightning's `--devices`, `--num_nodes`
-    and `--strategy`, accelerate's `--cpu` (or ACCELERATE_USE_CPU=1) and `--device cpu` on a machine without GPUs,
-    timm's own lr rule turned off by passing `--lr`. Required positionals and options go after `--`.
+    and `--strategy`, accelerate's `--cpu` (or ACCELERATE_USE_CPU=1), the Trainer's `--use_cpu` and `--ddp_backend
+    gloo`, Fabric's LT_* environment and `--device cpu` on a machine without GPUs, timm's own lr rule turned off by
+    passing `--lr`. A batch the script derives from the world size (`bsz = 128 // world_size`, a token budget
+    `total // (B * T * world)`) is planned as the script computes it. Required positionals and options, and the
+    subcommand of a script that has them, go after `--`. The script itself is never written over.
 
     `ddpcli init --example` writes the bundled example's file instead. An existing file is never overwritten
     without `--force`; `--print` writes to stdout.
