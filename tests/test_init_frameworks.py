@@ -33,7 +33,8 @@ def test_the_trainer_gets_use_cpu_and_a_gloo_backend_on_a_machine_without_cuda(t
     plan, text = init(tmp_path, "hf_trainer_clm.py")
     args = plan.baseline.launch.args
     assert args[args.index("--use_cpu") + 1] == "True" and args[args.index("--ddp_backend") + 1] == "gloo"
-    assert "trains one separate model per process" in text
+    assert "--use_cpu True set: no GPU on this machine: the Trainer's CPU switch" in text
+    assert "--ddp_backend gloo set:" in text
 
 
 def test_fabric_gets_the_settings_fabric_run_would_set_with_each_runs_device_count(tmp_path: Path) -> None:

@@ -53,8 +53,9 @@ FRAMEWORKS = (
     ), cpu_env={"ACCELERATE_USE_CPU": "1"}),
     Framework("timm", ("timm",)),
     Framework("transformers", ("transformers",), (
-        Switch(("use_cpu",), "True", "no GPU on this machine: without it the Trainer under torchrun on CPU trains one "
-               "separate model per process (it logs 'distributed training: False'), not DDP", cpu_only=True),
+        Switch(("use_cpu",), "True", "no GPU on this machine: the Trainer's CPU switch; without it, under torchrun "
+               "on CPU, its ranks are not one data-parallel run (separate trainings, or the same samples on every "
+               "rank)", cpu_only=True),
         Switch(("ddp_backend",), "gloo", "the Trainer's process group on CPU: gloo (nccl needs GPUs)", cpu_only=True),
     )),
     Framework("fabric", ("lightning.fabric", "lightning_fabric", "lightning.Fabric")),

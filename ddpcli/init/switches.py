@@ -18,7 +18,8 @@ def wire_switches(options: list[HelpOption], source: Source, cpu_only: bool, giv
                   wiring: Wiring) -> None:  # fmt: skip
     """Each framework's and the generic switches; accelerate's env variable where it has no --cpu flag."""
     frameworks = [framework for framework in FRAMEWORKS if framework.name in source.frameworks]
-    rows = [*(switch for framework in frameworks for switch in framework.switches), *GENERIC_SWITCHES]
+    framework_rows = [switch for framework in frameworks for switch in framework.switches]
+    rows = [*framework_rows, *GENERIC_SWITCHES]
     for switch in rows:
         option = _option_for(switch, options)
         if option is None or (switch.cpu_only and not cpu_only):
@@ -31,6 +32,8 @@ def wire_switches(options: list[HelpOption], source: Source, cpu_only: bool, giv
         if switch.value is None and option.takes_value:
             continue  # a boolean switch, but this script's flag takes a value: not the flag the row means
         wiring.wire(flag, switch.value, switch.why)
+        if switch.cpu_only and switch in framework_rows:  # the switch that makes the framework data-parallel here
+            wiring.notes.append(f"{flag} {switch.value or ''}".rstrip() + f" set: {switch.why}")
     for framework in frameworks:
         if framework.cpu_env and cpu_only:
             has_switch = any(_option_for(switch, options) for switch in framework.switches if switch.cpu_only)

@@ -144,7 +144,9 @@ def init_command(
         help_cwd, written_script = out_dir, None
     gpus = gpu_count()
     world_sizes = parse_world_sizes(nproc_per_node) if nproc_per_node else default_world_sizes(gpus)
-    inspection = inspect_script(script, module, help_cwd, help_timeout, fixed_args, say)
+    # what a slow --help waits for, to a person at a terminal (a pipe keeps its one-line errors)
+    notice = say if sys.stderr.isatty() else None
+    inspection = inspect_script(script, module, help_cwd, help_timeout, fixed_args, notice)
     if not to_stdout:
         refuse_own_script(output, inspection.path)  # -m: the module's source, as found from the file's folder
     first = (single_device_message(script, module),) if inspection.single_device and inspection.path else ()
