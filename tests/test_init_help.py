@@ -130,3 +130,30 @@ def test_no_help_keyword_is_injected_into_a_parsers_own_actions(tmp_path: Path) 
     assert code == 0, err
     text = (tmp_path / "e.toml").read_text(encoding="utf-8")
     assert "per_device_batch_size = 6" in text and "lr = 0.3" in text
+
+
+def test_a_slow_help_says_what_it_waits_for_after_a_few_seconds(tmp_path: Path) -> None:
+    """transformers' example scripts import for 7-11 s on the loaded 2-core machine (run_clm.py's imports measured
+    at load 1.6-2.7), more under heavier load: init waits up to DEFAULT_TIMEOUT_S and, at a terminal, says what
+    it waits for once NOTICE_AFTER_S have passed."""
+    from ddpcli.init.script_help import DEFAULT_TIMEOUT_S, NOTICE_AFTER_S
+
+    assert DEFAULT_TIMEOUT_S >= 60 and NOTICE_AFTER_S <= 5
+    script = tmp_path / "t.py"
+    script.write_text(
+        f"import argparse, time\ntime.sleep({NOTICE_AFTER_S + 1.5})\nparser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--batch-size', type=int, default=8)\nparser.parse_args()\n",
+        encoding="utf-8",
+    )
+    told: list[str] = []
+    found = read_help(script, None, tmp_path, notice=told.append)
+    assert "--batch-size" in found.text
+    assert told == [
+        f"waiting for `python {script} --help`: the script imports its libraries before its parser prints its "
+        f"flags (up to {DEFAULT_TIMEOUT_S:g} s; --help-timeout sets it)"
+    ]
+    quick = tmp_path / "q.py"
+    quick.write_text("import argparse\nargparse.ArgumentParser().parse_args()\n", encoding="utf-8")
+    told.clear()
+    read_help(quick, None, tmp_path, notice=told.append)
+    assert told == []

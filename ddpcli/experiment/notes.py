@@ -14,7 +14,8 @@ LINEAR_RULE_LIMIT = 32  # Goyal et al. 2017 saw linear scaling hold to 8k from 2
 
 def run_notes(run: ResolvedRun, baseline: ResolvedRun | None) -> list[str]:
     plan = run.plan
-    notes = [_epoch_shorter_than_a_step(plan) or _what_a_step_is(plan), *_node_notes(plan), *_stand_in_notes(run)]
+    notes = [_epoch_shorter_than_a_step(plan) or _what_a_step_is(plan), *_token_notes(run), *_node_notes(plan),
+             *_stand_in_notes(run)]  # fmt: skip
     if baseline is None:
         return notes + _data_notes(plan)
     notes += _scaling_notes(plan, baseline.plan, run.stand_ins)
@@ -22,6 +23,18 @@ def run_notes(run: ResolvedRun, baseline: ResolvedRun | None) -> list[str]:
     notes += _data_notes(plan)
     notes += _schedule_notes(plan, baseline.plan)
     return notes
+
+
+def _token_notes(run: ResolvedRun) -> list[str]:
+    """A token budget in the script's own unit: a sample is a sequence of `sample_tokens` tokens."""
+    if run.sample_tokens is None:
+        return []
+    tokens = run.plan.global_batch_size * run.sample_tokens
+    return [
+        f"A sample is a sequence of {run.sample_tokens} tokens: each optimizer step takes {tokens} tokens "
+        f"({run.plan.global_batch_size} x {run.sample_tokens}), {run.plan.per_device_batch_size * run.sample_tokens} "
+        "per micro-batch per process."
+    ]
 
 
 def _stand_in_notes(run: ResolvedRun) -> list[str]:

@@ -152,6 +152,7 @@ def _resolve_run(
         timeout_s=fields.get("timeout_s"),
         known_noise_scale=_known_noise_scale(fields.get("noise_scale")),
         stand_ins=tuple(fields.get("stand_ins") or ()),
+        sample_tokens=fields.get("sample_tokens"),
     )
     if run.known_noise_scale is not None and not math.isfinite(global_batch / run.known_noise_scale):
         raise fail("noise_scale", f"{run.known_noise_scale:g} is too small to compare with global batch {global_batch}")

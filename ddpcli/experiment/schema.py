@@ -144,6 +144,9 @@ class RunFields(_Strict):
     """true: measure the gradient noise scale during the run. A number: a known B_simple for `plan`."""
     observe: bool | None = None
     """Record what the script really did (batches, steps, lr, samplers; default true). false runs it bare."""
+    sample_tokens: PositiveInt | None = None
+    """Tokens in one sample (a sequence of T tokens), for a script whose batch is a token budget (build-nanogpt's
+    `total_batch_size`): `plan` says each step's tokens beside its samples (`ddpcli init` writes it)."""
     stand_ins: list[StandIn] | None = None
     """Fields whose values here only stand in for what the script decides itself (it has no flag for them, so
     the runs never receive them; `ddpcli init` writes this): `plan` labels them as yours to fill in."""

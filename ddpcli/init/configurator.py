@@ -75,8 +75,8 @@ def apply_config_files(config: ConfigGlobals, files: list[Path]) -> list[str]:
     problems = []
     for path in files:
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (OSError, SyntaxError, UnicodeDecodeError) as error:
+            tree = ast.parse(path.read_bytes())
+        except (OSError, SyntaxError, ValueError) as error:
             problems.append(f"config file {path} not read ({error}): its values are not in this file")
             continue
         for name, value in read_config_globals(tree).values.items():

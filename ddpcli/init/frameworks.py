@@ -52,8 +52,27 @@ FRAMEWORKS = (
         Switch(("mixed_precision",), "no", "fp16 needs a GPU", cpu_only=True, when_default=("fp16", "fp8")),
     ), cpu_env={"ACCELERATE_USE_CPU": "1"}),
     Framework("timm", ("timm",)),
-    Framework("transformers", ("transformers",)),
+    Framework("transformers", ("transformers",), (
+        Switch(("use_cpu",), "True", "no GPU on this machine: the Trainer's CPU switch; without it, under torchrun "
+               "on CPU, its ranks are not one data-parallel run (separate trainings, or the same samples on every "
+               "rank)", cpu_only=True),
+        Switch(("ddp_backend",), "gloo", "the Trainer's process group on CPU: gloo (nccl needs GPUs)", cpu_only=True),
+    )),
+    Framework("fabric", ("lightning.fabric", "lightning_fabric", "lightning.Fabric")),
 )  # fmt: skip
+
+# Lightning Fabric reads its settings from the LT_* variables `fabric run` sets (lightning.fabric.cli, its
+# connector's _argument_from_env): under torchrun nothing sets them, Fabric() picks one device, and the processes
+# train separately. "{nproc_per_node}" is each run's own process count.
+FABRIC_ENV = (
+    ("LT_ACCELERATOR", "cpu", True),  # (variable, value, only on a machine without GPUs)
+    ("LT_STRATEGY", "ddp", False),
+    ("LT_DEVICES", "{nproc_per_node}", False),
+    ("LT_NUM_NODES", "1", False),
+)
+FABRIC_SETTINGS = ("accelerator", "strategy", "devices", "num_nodes")
+FABRIC_CLASSES = ("lightning.fabric.Fabric", "lightning_fabric.Fabric", "lightning.Fabric",
+                  "lightning.fabric.fabric.Fabric")  # fmt: skip
 
 GENERIC_SWITCHES = (
     Switch(("device",), "cpu", "no GPU on this machine", cpu_only=True, when_default=("cuda", "gpu")),
@@ -81,24 +100,22 @@ LR_RULES = (LrRule("timm", "lr", "lr_base", "lr_base_size", "lr_base_scale", ("a
 # A warmup ddpcli cannot express in optimizer steps: noted, and the plan is told the script warms up itself.
 WARMUP_NOT_IN_STEPS = ("warmup_epochs", "warmup_ratio", "lr_warmup_epochs", "warmup_epoch")
 
+# Every torch.optim class (torch 2.13) and common third-party ones (bitsandbytes, apex, DeepSpeed, lion-pytorch,
+# timm, transformers): the kind decides ddpcli's lr rule (sgd: linear, adam/adamw: square root); "other" has no
+# rule ddpcli knows, so its lr is kept. A torch.optim class missing here (a newer torch) is "other" by its module.
 OPTIMIZER_CLASSES = {
-    "SGD": "sgd",
-    "Adam": "adam",
-    "NAdam": "adam",
-    "RAdam": "adam",
-    "Adamax": "adam",
-    "FusedAdam": "adam",
-    "AdamW": "adamw",
-    "AdamW8bit": "adamw",
-    "PagedAdamW": "adamw",
-    "Adafactor": "other",
-    "Adagrad": "other",
-    "RMSprop": "other",
-    "Lion": "other",
-    "LAMB": "other",
-    "Lamb": "other",
-    "LBFGS": "other",
-}
+    **dict.fromkeys(("SGD", "ASGD", "SGDW", "Momentum"), "sgd"),
+    **dict.fromkeys(("Adam", "NAdam", "RAdam", "Adamax", "SparseAdam", "FusedAdam", "DeepSpeedCPUAdam", "Adam8bit",
+                     "PagedAdam", "PagedAdam8bit", "Adam32bit"), "adam"),
+    **dict.fromkeys(("AdamW", "AdamW8bit", "PagedAdamW", "PagedAdamW8bit", "PagedAdamW32bit", "AdamW32bit",
+                     "FusedAdamW", "NAdamW", "RAdamW"), "adamw"),
+    **dict.fromkeys(("Adadelta", "Adafactor", "Adagrad", "RMSprop", "Rprop", "LBFGS", "Muon", "Lion", "Lion8bit",
+                     "PagedLion", "LAMB", "Lamb", "FusedLAMB", "FusedLamb", "Lars", "LARS", "Adan", "Sophia",
+                     "SophiaG", "Prodigy", "Shampoo", "SOAP", "AdaBelief", "Novograd", "NovoGrad", "FusedNovoGrad",
+                     "AdamWScheduleFree", "SGDScheduleFree", "RAdamScheduleFree", "Adahessian", "AdaHessian",
+                     "DAdaptAdam", "DAdaptSGD", "Ranger", "MADGRAD", "LaProp", "AdEMAMix"), "other"),
+}  # fmt: skip
+TORCH_OPTIM = "torch.optim."
 
 LIGHTNING_CLI_TRAINER = (
     ("--seed_everything", "True"),

@@ -1,12 +1,12 @@
 """The program `ddpcli init` runs as `python -c BOOTSTRAP (script PATH | module NAME) [PREFIX...]`: the script
-with `--help` (after PREFIX, such as LightningCLI's `fit`), as `python SCRIPT --help` would run it.
+with `--help` (after PREFIX, such as LightningCLI's `fit` or a subcommand), as `python SCRIPT --help` would run it.
 
 It changes no parser and no argument: it only wraps argparse's `format_help` and click's `Context.get_help` so
 that, when the script's own parser prints its help, the parser's options (flags, whether each takes a value, its
-default, whether it is required, positionals) are also written as one JSON line to the file named by
-DDPCLI_HELP_DUMP. argparse's subclasses (HfArgumentParser, jsonargparse) and typer (built on click) go through
-the same two functions. An earlier bootstrap added `help=` to every `add_argument` call, which broke parsers whose
-own actions take no `help` (jsonargparse's `_ActionPrintConfig`): nothing is injected any more.
+default, whether it is required, positionals, the names of its subcommands) are also written as one JSON line to
+the file named by DDPCLI_HELP_DUMP. argparse's subclasses (HfArgumentParser, jsonargparse) and typer (built on
+click) go through the same two functions. An earlier bootstrap added `help=` to every `add_argument` call, which
+broke parsers whose own actions take no `help` (jsonargparse's `_ActionPrintConfig`): nothing is injected any more.
 """
 
 BOOTSTRAP = r"""
@@ -28,7 +28,11 @@ def _argparse_entries(parser):
     import argparse
     entries = []
     for action in parser._actions:
-        if isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)):
+        if isinstance(action, argparse._SubParsersAction):
+            entries.append({"subcommands": [str(name) for name in action.choices],
+                            "required": bool(action.required)})
+            continue
+        if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
             continue
         if action.help == argparse.SUPPRESS:
             continue
@@ -42,6 +46,9 @@ def _argparse_entries(parser):
 def _click_entries(context):
     import click
     entries = []
+    if isinstance(context.command, click.Group):
+        entries.append({"subcommands": [str(name) for name in context.command.list_commands(context)],
+                        "required": not context.command.invoke_without_command})
     for param in context.command.get_params(context):
         if isinstance(param, click.Option):
             if "--help" in param.opts or getattr(param, "hidden", False):

@@ -90,7 +90,20 @@ def options_from_dump(text: str) -> list[HelpOption] | None:
         return None
     if not isinstance(entries, list):
         return None
-    return [_dumped(entry) for entry in entries if isinstance(entry, dict)]
+    return [_dumped(entry) for entry in entries if isinstance(entry, dict) and "subcommands" not in entry]
+
+
+def subcommands_from_dump(text: str) -> tuple[str, ...]:
+    """The subcommands of the parser that printed the help (argparse subparsers, a click group), or ()."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        entries = json.loads(lines[-1]) if lines else []
+    except ValueError:
+        return ()
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("subcommands"), list):
+            return tuple(str(name) for name in entry["subcommands"])
+    return ()
 
 
 def _dumped(entry: dict[str, object]) -> HelpOption:

@@ -11,10 +11,11 @@ import re
 from dataclasses import dataclass, field
 
 from ddpcli.errors import UserError
+from ddpcli.init.derived import Derivation, derived_per_rank
 from ddpcli.init.fixed_args import check_required, split_fixed, unwired, with_given_values
 from ddpcli.init.help_text import HelpOption
 from ddpcli.init.roles import find_flags
-from ddpcli.init.switches import wire_optimizer, wire_switches, wire_workdir
+from ddpcli.init.switches import wire_fabric, wire_optimizer, wire_switches, wire_workdir
 from ddpcli.init.toml_text import args_lines, assignment, env_line, header, toml_string
 from ddpcli.init.wiring import Source, Wiring, wire_roles
 
@@ -75,9 +76,11 @@ def build_experiment(
     source: Source | None = None,
     not_run: str = "",
     warnings: tuple[str, ...] = (),
+    first: tuple[str, ...] = (),
 ) -> Scaffold:
     """The experiment file for `request`, given the script's options (None: the script was not run, and
-    `not_run` says why); `warnings` (from reading the script) head the file's list."""
+    `not_run` says why); `warnings` (from reading the script) head the file's list, after `first` (what the user
+    must know before anything else: the script has no DDP)."""
     source = source or Source()
     target = request.script if request.script is not None else request.module or ""
     segments = split_fixed(request.fixed_args, options or [])
@@ -90,7 +93,8 @@ def build_experiment(
     wire_switches(options or [], source, request.cpu_only, given_flags, wiring)
     wire_optimizer(flags.get("optimizer"), source, wiring)
     wire_workdir(source, wiring)
-    wiring.warnings[:0] = [*([f"{not_run}: no flags are wired"] if options is None else []), *warnings]
+    wire_fabric(source, request.cpu_only, wiring)
+    wiring.warnings[:0] = [*first, *([f"{not_run}: no flags are wired"] if options is None else []), *warnings]
     runs = _experiments(request, wiring)
     fixed = unwired(segments, wiring.wired_flags)
     lines = _header(request, wiring, options is not None)
@@ -99,14 +103,21 @@ def build_experiment(
     lines += ["", "[baseline]                    # the run that worked on one device",
               f"name = {toml_string(baseline_name)}", "nproc_per_node = 1"]  # fmt: skip
     lines += [assignment(key, value, why) for key, value, why in wiring.baseline]
+    lines += env_line(_run_env(wiring, 1))
     if wiring.stand_ins:
         lines.append(assignment("stand_ins", wiring.stand_ins, "the script decides these itself; fill in its values"))
     names = [baseline_name]
     for entry, why in runs:
         lines += ["", "[[experiments]]", assignment("name", entry["name"], why)]
         lines += [assignment(key, value, "") for key, value in entry.items() if key != "name"]
+        lines += env_line(_run_env(wiring, int(str(entry["nproc_per_node"]))))
         names.append(str(entry["name"]))
     return Scaffold("\n".join(lines) + "\n", wiring.warnings, names)
+
+
+def _run_env(wiring: Wiring, nproc_per_node: int) -> dict[str, str]:
+    """The env a run needs of its own (Fabric's LT_DEVICES): each run's process count (env takes no placeholder)."""
+    return {key: value.replace("{nproc_per_node}", str(nproc_per_node)) for key, value in wiring.run_env.items()}
 
 
 def _header(request: InitRequest, wiring: Wiring, was_run: bool) -> list[str]:
@@ -132,13 +143,18 @@ def _defaults_table(request: InitRequest, wiring: Wiring, fixed: list[str]) -> l
 
 def _experiments(request: InitRequest, wiring: Wiring) -> list[tuple[dict[str, object], str]]:
     """For each world size: one run that keeps the per-device batch, one that keeps the global batch."""
+    if wiring.kept is not None:
+        return _kept_runs(request.world_sizes, wiring.kept, wiring)
     runs: list[tuple[dict[str, object], str]] = []
     global_batch = wiring.batch * wiring.accum
     for size in request.world_sizes:
         same: dict[str, object] = {"name": run_name(size, wiring.batch, wiring.accum), "nproc_per_node": size}
         if wiring.accum != 1:  # an experiment never inherits the baseline's accumulation: say it again
             same |= {"per_device_batch_size": wiring.batch, "grad_accum_steps": wiring.accum}
-        kept_lr = any(key == "scaling" and value == "none" for key, value, _ in wiring.defaults)
+        kept_lr = any(
+            (key == "scaling" and value == "none") or (key == "optimizer" and value == "other")
+            for key, value, _ in wiring.defaults
+        )  # optimizer "other" has no rule: scaling auto keeps its lr
         lr_words = "same lr (the script's own)" if kept_lr else "lr scaled"
         runs.append((same, f"keeps the per-device batch {wiring.batch}: global {global_batch * size}, {lr_words}"))
         split = keep_global_batch(global_batch, size, wiring.batch, wiring.accum, wiring.batch_wired,
@@ -154,6 +170,26 @@ def _experiments(request: InitRequest, wiring: Wiring) -> list[tuple[dict[str, o
                                     "per_device_batch_size": per_device, "grad_accum_steps": accum}  # fmt: skip
         how = f"per-device {per_device}" + (f" x accumulation {accum}" if accum != 1 else "")
         runs.append((entry, f"keeps the global batch {global_batch}: {how}, same lr"))
+    return runs
+
+
+def _kept_runs(sizes: tuple[int, ...], kept: Derivation, wiring: Wiring) -> list[tuple[dict[str, object], str]]:
+    """A script that keeps its global batch: each run as the script computes it at its world size, named and
+    planned so (its values are stand-ins: no flag reaches them); a world size it cannot split evenly is left out."""
+    runs: list[tuple[dict[str, object], str]] = []
+    tokens = f" sequences ({kept.total} tokens)" if kept.tokens_per_sample else ""
+    for size in sizes:
+        value = derived_per_rank(kept, size)
+        if value is None:
+            wiring.warnings.append(
+                f"no {size}-process run: the script's {kept.where()} does not divide evenly at {size} processes"
+            )
+            continue
+        per_device, accum = (value, 1) if kept.role == "per_device_batch_size" else (wiring.batch, value)
+        entry: dict[str, object] = {"name": run_name(size, per_device, accum), "nproc_per_node": size,
+                                    "per_device_batch_size": per_device, "grad_accum_steps": accum}  # fmt: skip
+        how = f"per-device {per_device}" + (f" x accumulation {accum}" if accum != 1 else "")
+        runs.append((entry, f"the script keeps its global batch {kept.global_samples}{tokens}: {how}, same lr"))
     return runs
 
 

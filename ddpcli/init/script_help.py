@@ -12,6 +12,7 @@ MAX_OUTPUT_BYTES per stream and the rest drained and dropped, so a 50 MB help co
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import selectors
 import shutil
@@ -22,14 +23,19 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ddpcli.errors import UserError
 from ddpcli.init.help_bootstrap import BOOTSTRAP
 
-DEFAULT_TIMEOUT_S = 15.0
+# transformers' run_clm.py imports datasets, evaluate and transformers' model mappings before its parser prints:
+# 12-14 s on a quiet machine (issue 28), its imports measured here at 4.4-11 s wall (5 s of CPU) at load 1.2-2.7
+# on the 2-core machine; with 6 jobs on 2 cores that is 15 s and more. 60 s serves it with room; a script that
+# needs longer is named with --help-timeout. After NOTICE_AFTER_S the user is told what init waits for.
+DEFAULT_TIMEOUT_S = 60.0
+NOTICE_AFTER_S = 3.0
 MAX_OUTPUT_BYTES = 1 << 20
 PIPE_GRACE_S = 0.5  # after the script exits, how long its pipes may stay open before the holders are killed
 HELP_ENV = {"COLUMNS": "200", "TERMINAL_WIDTH": "200", "TYPER_USE_RICH": "0", "NO_COLOR": "1", "TERM": "dumb"}
@@ -58,6 +64,7 @@ def read_help(
     cwd: Path,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     prefix: tuple[str, ...] = (),
+    notice: Callable[[str], None] | None = None,
 ) -> ScriptHelp:
     """Run `python SCRIPT [PREFIX] --help` (or `python -m MODULE ...`) in `cwd`; a missing script, a non-zero
     exit, no output and a timeout are UserErrors that say which (and what the script printed)."""
@@ -74,7 +81,9 @@ def read_help(
         env = {**os.environ, **HELP_ENV, "DDPCLI_HELP_DUMP": str(dump_path), TOKEN_VARIABLE: uuid.uuid4().hex}
         env.pop("FORCE_COLOR", None)
         started = time.monotonic()
-        out, err, code = run_bounded([sys.executable, "-c", BOOTSTRAP, *target, *prefix], cwd, env, timeout_s, shown)
+        out, err, code = run_bounded(
+            [sys.executable, "-c", BOOTSTRAP, *target, *prefix], cwd, env, timeout_s, shown, notice
+        )
         seconds = time.monotonic() - started
         dump = dump_path.read_text(encoding="utf-8", errors="replace") if dump_path.is_file() else ""
     if code != 0:
@@ -86,7 +95,10 @@ def read_help(
     return ScriptHelp(shown, text, dump, seconds)
 
 
-def run_bounded(argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float, shown: str) -> tuple[str, str, int]:
+def run_bounded(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float, shown: str,
+    notice: Callable[[str], None] | None = None,
+) -> tuple[str, str, int]:  # fmt: skip
     """Run `argv` in a session of its own; returns (stdout, stderr, exit code), each stream cut at
     MAX_OUTPUT_BYTES. Kills everything it started at the timeout, on Ctrl-C and on SIGTERM."""
     try:
@@ -103,7 +115,13 @@ def run_bounded(argv: list[str], cwd: Path, env: dict[str, str], timeout_s: floa
     finished = False
     try:
         with _stop_signals_raise():
-            timed_out = _read_until_done(process, pipes, time.monotonic() + timeout_s)
+            waiting = (
+                f"waiting for `{shown}`: the script imports its libraries before its parser prints its flags "
+                f"(up to {timeout_s:g} s; --help-timeout sets it)"
+            )
+            timed_out = _read_until_done(
+                process, pipes, time.monotonic() + timeout_s, notice and (lambda: notice(waiting))
+            )
         finished = not timed_out
     finally:
         _kill_everything(process, env[TOKEN_VARIABLE], inodes)
@@ -117,7 +135,10 @@ def run_bounded(argv: list[str], cwd: Path, env: dict[str, str], timeout_s: floa
     return _decoded(pipes[out_fd]), _decoded(pipes[err_fd]), process.returncode
 
 
-def _read_until_done(process: subprocess.Popen[bytes], pipes: dict[int, _Output], deadline: float) -> bool:
+def _read_until_done(
+    process: subprocess.Popen[bytes], pipes: dict[int, _Output], deadline: float,
+    notice: Callable[[], None] | None = None,
+) -> bool:  # fmt: skip
     """Read both pipes until they close and the process exits; True when the deadline came first. Once the
     process has exited, pipes still open after PIPE_GRACE_S belong to something it left behind: stop reading."""
     selector = selectors.DefaultSelector()
@@ -125,9 +146,13 @@ def _read_until_done(process: subprocess.Popen[bytes], pipes: dict[int, _Output]
         os.set_blocking(fd, False)
         selector.register(fd, selectors.EVENT_READ)
     exited_at: float | None = None
+    notice_at = time.monotonic() + NOTICE_AFTER_S if notice is not None else math.inf
     try:
         while selector.get_map():
             now = time.monotonic()
+            if now >= notice_at and exited_at is None and notice is not None:
+                notice()
+                notice_at = math.inf
             if now >= deadline:
                 return True
             if exited_at is None and process.poll() is not None:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpcli.errors import UserError
-from ddpcli.init.frameworks import FRAMEWORKS, OPTIMIZER_CLASSES
+from ddpcli.init.derived import Derivation, derivations
+from ddpcli.init.frameworks import FABRIC_CLASSES, FABRIC_SETTINGS, FRAMEWORKS, OPTIMIZER_CLASSES, TORCH_OPTIM
 
 # A call of one of these (as its import resolves it) builds a parser; the first kind found in this order wins.
 PARSER_CALLS = (
@@ -54,6 +55,10 @@ class ScriptFacts:
     literals: dict[str, Found] = field(default_factory=dict)  # role-named literals: lr=2e-5, batch_size=16
     warmups: list[Found] = field(default_factory=list)  # warmups the script builds itself
     checkpoints: list[Found] = field(default_factory=list)  # relative file names it saves and loads in its cwd
+    derivations: list[Derivation] = field(default_factory=list)  # values it derives from the world size
+    data_parallel: list[str] = field(default_factory=list)  # evidence: "init_process_group(...) at line 12"
+    fabric: tuple[str, ...] | None = None  # Fabric(...) built: the settings its constructor passes itself
+    fabric_launches: bool = False  # fabric.launch(...): LT_CLI_USED would make Fabric refuse it
     lightning_cli: ast.Call | None = None
     tree: ast.Module | None = None
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
@@ -64,13 +69,17 @@ class ScriptFacts:
 
 
 def read_source(path: Path) -> ast.Module:
+    """The syntax tree as Python builds it: from the bytes, so a UTF-8 byte order mark and an encoding cookie
+    (`# -*- coding: latin-1 -*-`) are honoured as the interpreter honours them."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        data = path.read_bytes()
     except OSError as error:
-        raise UserError(f"{path}: cannot read it: {error}") from None
+        raise UserError(f"{path}: cannot read it: {error.strerror or error}") from None
     try:
-        return ast.parse(text, filename=str(path))
-    except SyntaxError as error:
+        return ast.parse(data, filename=str(path))
+    except (SyntaxError, ValueError) as error:  # ValueError: NUL bytes
+        if not isinstance(error, SyntaxError):
+            raise UserError(f"{path}: not valid Python ({error}), so it has no flags to read") from None
         raise UserError(f"{path}:{error.lineno}: not valid Python ({error.msg}), so it has no flags to read") from None
 
 
@@ -83,6 +92,7 @@ def script_facts(path: Path, literal_names: dict[str, str], roots: tuple[Path, .
     tree = read_source(path)
     facts = _facts_of(tree, literal_names)
     facts.tree = tree
+    facts.derivations = derivations(tree)
     for local in _local_modules(tree, [path.parent, *roots]):
         if local.resolve() == path.resolve():
             continue
@@ -90,6 +100,9 @@ def script_facts(path: Path, literal_names: dict[str, str], roots: tuple[Path, .
         if facts.kind in {"none", "hand"} and other.runs_help:
             facts.kind = other.kind
         facts.frameworks |= other.frameworks
+        facts.data_parallel += other.data_parallel
+        facts.fabric = facts.fabric if facts.fabric is not None else other.fabric
+        facts.fabric_launches |= other.fabric_launches
         facts.optimizers += other.optimizers
         facts.warmups += other.warmups
         facts.checkpoints += other.checkpoints
@@ -113,11 +126,17 @@ def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
         if any(name == prefix or name.startswith(prefix + ".") for name in imported for prefix in framework.imports)
     }
     facts.lightning_cli = next((node for node, name in resolved if name in PARSER_CALLS[0][1]), None)
+    facts.data_parallel = _data_parallel_evidence(resolved, imported)
+    fabrics = [node for node, name in resolved if name in FABRIC_CLASSES]
+    if fabrics:
+        facts.fabric = tuple(sorted({kw.arg for node in fabrics for kw in node.keywords if kw.arg in FABRIC_SETTINGS}))
+        facts.fabric_launches = any(name.endswith(".launch") for _, name in resolved)
     facts.classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     for node, name in resolved:
         last = name.rsplit(".", 1)[-1]
-        if last in OPTIMIZER_CLASSES:
-            facts.optimizers.append(Found(OPTIMIZER_CLASSES[last], node.lineno, f"{last}(...)"))
+        kind = optimizer_class_kind(name)
+        if kind is not None:
+            facts.optimizers.append(Found(kind, node.lineno, f"{last}(...)"))
         before = len(facts.warmups)
         for keyword in node.keywords:
             _literal(facts, literal_names, keyword.arg, keyword.value, f"{last}({keyword.arg}=...)")
@@ -131,7 +150,47 @@ def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
                     _literal(facts, literal_names, key.value, value, f"{{{key.value!r}: ...}}")
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             _literal(facts, literal_names, node.targets[0].id, node.value, f"{node.targets[0].id} = ...")
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            _literal(facts, literal_names, node.target.id, node.value, f"{node.target.id}: ... (a default)")
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple):
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else []
+            for target, value in zip(node.targets[0].elts, values, strict=False):
+                if isinstance(target, ast.Name):
+                    _literal(facts, literal_names, target.id, value, f"{target.id} = ...")
     return facts
+
+
+# A script is data-parallel when it joins a process group or wraps its model itself, or when a library that does
+# both for it drives the training (its Trainer, Accelerator, Fabric, deepspeed.initialize, ddpcli.runtime).
+DDP_CALL_NAMES = ("init_process_group", "DistributedDataParallel", "FullyShardedDataParallel", "fully_shard")
+SELF_LAUNCHING = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "horovod",
+                  "ray.train", "ddpcli")  # fmt: skip
+TRAINER_MODULES = ("transformers", "trl", "sentence_transformers", "setfit")
+
+
+def _data_parallel_evidence(resolved: list[tuple[ast.Call, str]], imported: set[str]) -> list[str]:
+    """Why the script is data-parallel ("init_process_group(...) at line 12", "imports accelerate"), or []."""
+    evidence = [
+        f"{name.rsplit('.', 1)[-1]}(...) at line {node.lineno}"
+        for node, name in resolved
+        if name.rsplit(".", 1)[-1] in DDP_CALL_NAMES
+        or (name.split(".")[0] in TRAINER_MODULES and name.endswith("Trainer"))
+    ]
+    evidence += [
+        f"imports {prefix}"
+        for prefix in SELF_LAUNCHING
+        if any(name == prefix or name.startswith(prefix + ".") for name in imported)
+    ]
+    return evidence
+
+
+def optimizer_class_kind(name: str) -> str | None:
+    """ddpcli's optimizer kind for a constructed class (`torch.optim.Adadelta` -> other), None if not one."""
+    last = name.rsplit(".", 1)[-1]
+    if last in OPTIMIZER_CLASSES:
+        return OPTIMIZER_CLASSES[last]
+    inside = name.startswith(TORCH_OPTIM) and name.count(".") == 2  # not torch.optim.lr_scheduler.X
+    return "other" if inside and last[:1].isupper() and last != "Optimizer" else None
 
 
 def _literal(facts: ScriptFacts, names: dict[str, str], name: str | None, value: ast.AST, how: str) -> None:

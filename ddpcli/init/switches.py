@@ -8,7 +8,7 @@ is listed) and the user did not set the flag after `--` themselves. The optimize
 
 from __future__ import annotations
 
-from ddpcli.init.frameworks import FRAMEWORKS, GENERIC_SWITCHES, Switch
+from ddpcli.init.frameworks import FABRIC_ENV, FRAMEWORKS, GENERIC_SWITCHES, Switch
 from ddpcli.init.help_text import HelpOption, spellings
 from ddpcli.init.roles import FoundFlag
 from ddpcli.init.wiring import Source, Wiring
@@ -18,7 +18,8 @@ def wire_switches(options: list[HelpOption], source: Source, cpu_only: bool, giv
                   wiring: Wiring) -> None:  # fmt: skip
     """Each framework's and the generic switches; accelerate's env variable where it has no --cpu flag."""
     frameworks = [framework for framework in FRAMEWORKS if framework.name in source.frameworks]
-    rows = [*(switch for framework in frameworks for switch in framework.switches), *GENERIC_SWITCHES]
+    framework_rows = [switch for framework in frameworks for switch in framework.switches]
+    rows = [*framework_rows, *GENERIC_SWITCHES]
     for switch in rows:
         option = _option_for(switch, options)
         if option is None or (switch.cpu_only and not cpu_only):
@@ -31,6 +32,8 @@ def wire_switches(options: list[HelpOption], source: Source, cpu_only: bool, giv
         if switch.value is None and option.takes_value:
             continue  # a boolean switch, but this script's flag takes a value: not the flag the row means
         wiring.wire(flag, switch.value, switch.why)
+        if switch.cpu_only and switch in framework_rows:  # the switch that makes the framework data-parallel here
+            wiring.notes.append(f"{flag} {switch.value or ''}".rstrip() + f" set: {switch.why}")
     for framework in frameworks:
         if framework.cpu_env and cpu_only:
             has_switch = any(_option_for(switch, options) for switch in framework.switches if switch.cpu_only)
@@ -38,6 +41,34 @@ def wire_switches(options: list[HelpOption], source: Source, cpu_only: bool, giv
                 wiring.env.update(framework.cpu_env)
                 names = ", ".join(f"{key}={value}" for key, value in framework.cpu_env.items())
                 wiring.notes.append(f"{framework.name} on a machine without GPUs and no CPU flag: {names} in env")
+
+
+def wire_fabric(source: Source, cpu_only: bool, wiring: Wiring) -> None:
+    """Lightning Fabric's settings in the LT_* environment `fabric run` sets, since torchrun sets none: Fabric
+    reads each before its constructor's argument. LT_CLI_USED=1 (Fabric then joins the process group in its
+    constructor, as under `fabric run`) only where it breaks nothing: Fabric refuses it with `fabric.launch()` and
+    with a constructor setting that differs from the environment's."""
+    if source.fabric is None:
+        return
+    for name, value, only_cpu in FABRIC_ENV:
+        if only_cpu and not cpu_only:
+            continue
+        (wiring.run_env if "{" in value else wiring.env)[name] = value
+    names = ", ".join(f"{name}={value}" for name, value, only_cpu in FABRIC_ENV if cpu_only or not only_cpu)
+    if source.fabric or source.fabric_launches:
+        why = (f"Fabric({', '.join(f'{setting}=...' for setting in source.fabric)}) in the source"
+               if source.fabric else "the script calls fabric.launch()")  # fmt: skip
+        wiring.notes.append(
+            f"Lightning Fabric under torchrun: {names} in env (as `fabric run` sets them; Fabric reads them before "
+            f"its constructor's arguments, so every run is DDP over its own processes). LT_CLI_USED is not set: "
+            f"{why}, and with LT_CLI_USED=1 Fabric refuses it"
+        )
+        return
+    wiring.env["LT_CLI_USED"] = "1"
+    wiring.notes.append(
+        f"Lightning Fabric under torchrun: {names} and LT_CLI_USED=1 in env, as `fabric run` sets them (Fabric() "
+        "builds no settings itself here; without them it takes one device and each process trains alone)"
+    )
 
 
 def _option_for(switch: Switch, options: list[HelpOption]) -> HelpOption | None:
@@ -51,17 +82,27 @@ def _long_flag(option: HelpOption) -> str:
     return next(flag for flag in option.flags if flag.startswith("--"))
 
 
+LR_RULE_WORDS = {
+    "sgd": "lr rule linear (lr x the global batch's scale)",
+    "adam": "lr rule square root (lr x the square root of the global batch's scale)",
+    "adamw": "lr rule square root (lr x the square root of the global batch's scale)",
+    "other": "lr rule none known: lr kept, say which rule you want (scaling = linear or sqrt)",
+}
+
+
 def wire_optimizer(found: FoundFlag | None, source: Source, wiring: Wiring) -> None:
     """`optimizer = ...` in [defaults]: the flag's default, else the class built in the source, else other."""
     kind = optimizer_kind(found.default) if found is not None else None
     if kind is not None and found is not None:
-        wiring.defaults.append(("optimizer", kind, f"from the script's {found.flag} default {found.default}"))
+        wiring.defaults.append(
+            ("optimizer", kind, f"from the script's {found.flag} default {found.default}: {LR_RULE_WORDS[kind]}")
+        )
     else:
         kinds = {built for built, _ in source.optimizers}
         where = "; ".join(sorted({where for _, where in source.optimizers}))
         if len(kinds) == 1:
             kind = kinds.pop()
-            wiring.defaults.append(("optimizer", kind, f"the source builds {where}"))
+            wiring.defaults.append(("optimizer", kind, f"the source builds {where}: {LR_RULE_WORDS[kind]}"))
         else:
             kind = "other"
             what = f"several optimizers in the source ({where})" if kinds else "no optimizer flag or class found"

@@ -31,7 +31,7 @@ def args_lines(prefix: list[str], fixed: list[str], wired: list[tuple[tuple[str,
         return ["args = []  # no flag found to wire; add the script's own arguments here"]
     lines = ["args = ["]
     if prefix:
-        lines.append(f"    {', '.join(toml_string(token) for token in prefix)},  # LightningCLI's subcommand")
+        lines.append(f"    {', '.join(toml_string(token) for token in prefix)},  # the subcommand")
     if fixed:
         lines.append(f"    {', '.join(toml_string(token) for token in fixed)},  # given after -- to ddpcli init")
     lines += [f"    {', '.join(toml_string(token) for token in tokens)},  # {comment(why)}" for tokens, why in wired]

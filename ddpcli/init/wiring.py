@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from ddpcli.errors import UserError
+from ddpcli.init.derived import Derivation, derived_per_rank
 from ddpcli.init.frameworks import LR_RULES, WARMUP_NOT_IN_STEPS, LrRule
 from ddpcli.init.help_text import HelpOption
 from ddpcli.init.roles import ROLE_BY_KEY, FoundFlag, find_option
@@ -31,6 +32,9 @@ class Source:
     one_more_step: frozenset[str] = frozenset()  # configurator names N of `if i > N: break`
     equals_form: bool = False  # `--key=value` (nanoGPT's configurator) instead of `--key value`
     checkpoints: tuple[str, ...] = ()  # relative checkpoint names it saves or resumes, as "'x.pt' at line N"
+    derived: tuple[Derivation, ...] = ()  # batch or accumulation the script computes from the world size
+    fabric: tuple[str, ...] | None = None  # Fabric(...) built, with these settings passed to its constructor
+    fabric_launches: bool = False
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Wiring:
     defaults: list[tuple[str, object, str]] = field(default_factory=list)  # key, value, comment
     baseline: list[tuple[str, object, str]] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    run_env: dict[str, str] = field(default_factory=dict)  # per run: "{nproc_per_node}" is each run's own count
     notes: list[str] = field(default_factory=list)  # decisions the header explains
     warnings: list[str] = field(default_factory=list)  # what could not be wired (also on stderr)
     stand_ins: list[str] = field(default_factory=list)
@@ -50,6 +55,7 @@ class Wiring:
     accum: int = 1
     batch_wired: bool = False
     accum_wired: bool = False
+    kept: Derivation | None = None  # the script keeps this global batch (or token budget) at every world size
 
     def wire(self, flag: str, value: str | None, comment: str) -> None:
         """`--flag VALUE` (or `--flag=VALUE`; a bare `--flag` when value is None) in every run's args."""
@@ -79,6 +85,9 @@ def _wire_batch(
     flags: dict[str, FoundFlag], source: Source, given: int | None, help_command: str, wiring: Wiring
 ) -> None:
     found = flags.get("per_device_batch_size")
+    if found is None and given is None and (kept := _kept_global(source)) is not None:
+        _wire_kept(kept, wiring)
+        return
     if found is None:
         value = _stand_in(wiring, "per_device_batch_size", given, source, NOMINAL_BATCH, "batch")
         wiring.batch = value if isinstance(value, int) and value >= 1 else NOMINAL_BATCH
@@ -90,6 +99,50 @@ def _wire_batch(
     wiring.batch_wired = True
     wiring.wire(found.flag, "{per_device_batch_size}", "samples per process per micro-batch")
     wiring.baseline.append(("per_device_batch_size", wiring.batch, _origin(found, given)))
+
+
+def _kept_global(source: Source) -> Derivation | None:
+    """The first batch or accumulation the script derives from the world size, where it divides at 1 process."""
+    return next((each for each in source.derived if derived_per_rank(each, 1) is not None), None)
+
+
+def _wire_kept(kept: Derivation, wiring: Wiring) -> None:
+    """A script that keeps its global batch: the baseline is what it computes at 1 process, as stand-ins (no flag
+    reaches them); every run is planned as the script computes it (`_experiments`)."""
+    wiring.kept = kept
+    at_one = derived_per_rank(kept, 1) or 1
+    if kept.role == "per_device_batch_size":
+        wiring.batch = at_one
+        wiring.baseline.append(("per_device_batch_size", at_one, f"stand-in: the script computes it, {kept.where()}"))
+        wiring.stand_ins.append("per_device_batch_size")
+    else:
+        wiring.batch, wiring.accum = kept.batch or 1, at_one
+        wiring.baseline += [
+            ("per_device_batch_size", wiring.batch, f"stand-in: hard-coded {kept.batch_name} = {kept.batch}"),
+            ("grad_accum_steps", at_one, f"stand-in: the script computes it, {kept.where()}"),
+        ]
+        wiring.stand_ins += ["per_device_batch_size", "grad_accum_steps"]
+        if kept.tokens_per_sample:
+            wiring.defaults.append(("sample_tokens", kept.tokens_per_sample, f"tokens per sequence: the script's "
+                                    f"budget is {kept.total} tokens a step"))  # fmt: skip
+    wiring.notes.append(kept_note(kept))
+
+
+def kept_note(kept: Derivation) -> str:
+    """What the script keeps constant, in its own units: tokens for a token budget."""
+    unit = f"{kept.total_name} = {kept.total}" if kept.total_name else str(kept.total)
+    if kept.tokens_per_sample:
+        what = (
+            f"a budget of {kept.total} tokens per optimizer step ({unit}): {kept.global_samples} sequences of "
+            f"{kept.tokens_per_sample} tokens, micro-batches of {kept.batch_name} = {kept.batch} sequences"
+        )
+    else:
+        what = f"a global batch of {kept.total} samples ({unit})"
+    return (
+        f"the script keeps {what} at every world size: {kept.where()}. Every run is planned as the script computes "
+        f"it (N processes: {kept.name} = {kept.total // (kept.tokens_per_sample or 1) // (kept.batch or 1)} / N); "
+        "no run can keep the per-device batch, and the lr stays the script's"
+    )
 
 
 def _stand_in(wiring: Wiring, key: str, given: object, source: Source, nominal: object, what: str) -> object:
@@ -112,6 +165,8 @@ def _stand_in(wiring: Wiring, key: str, given: object, source: Source, nominal: 
 
 def _wire_accum(flags: dict[str, FoundFlag], source: Source, wiring: Wiring) -> None:
     found = flags.get("grad_accum_steps")
+    if found is None and wiring.kept is not None and wiring.kept.role == "grad_accum_steps":
+        return  # derived by the script: wired as a stand-in by _wire_kept
     if found is None:
         wiring.warnings.append(ROLE_BY_KEY["grad_accum_steps"].missing)
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
@@ -12,10 +13,11 @@ import typer
 from rich.markup import escape
 
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
-from ddpcli.cli.console import user_errors, warning, write_text, wrote
+from ddpcli.cli.console import say, user_errors, warning, write_text, wrote
 from ddpcli.errors import UserError
 from ddpcli.experiment.planning import resolve_plan
 from ddpcli.init.inspect_script import inspect_script
+from ddpcli.init.paths import check_output, check_script, refuse_own_script
 from ddpcli.init.scaffold import (
     MODULE_NAME,
     InitRequest,
@@ -25,6 +27,7 @@ from ddpcli.init.scaffold import (
     parse_world_sizes,
 )
 from ddpcli.init.script_help import DEFAULT_TIMEOUT_S, gpu_count
+from ddpcli.init.script_kind import module_source
 
 EXAMPLE = "experiments.toml"  # ddpcli/examples/experiments.toml: the repository root's file, shipped in the wheel
 
@@ -100,8 +103,11 @@ def init_command(
 
     A flag it cannot find or cannot wire is listed at the top of the file and on stderr; the runs then use the
     script's own value. Frameworks' switches are set from data tables: Lightning's `--devices`, `--num_nodes`
-    and `--strategy`, accelerate's `--cpu` (or ACCELERATE_USE_CPU=1) and `--device cpu` on a machine without GPUs,
-    timm's own lr rule turned off by passing `--lr`. Required positionals and options go after `--`.
+    and `--strategy`, accelerate's `--cpu` (or ACCELERATE_USE_CPU=1), the Trainer's `--use_cpu` and `--ddp_backend
+    gloo`, Fabric's LT_* environment and `--device cpu` on a machine without GPUs, timm's own lr rule turned off by
+    passing `--lr`. A batch the script derives from the world size (`bsz = 128 // world_size`, a token budget
+    `total // (B * T * world)`) is planned as the script computes it. Required positionals and options, and the
+    subcommand of a script that has them, go after `--`. The script itself is never written over.
 
     `ddpcli init --example` writes the bundled example's file instead. An existing file is never overwritten
     without `--force`; `--print` writes to stdout.
@@ -122,18 +128,28 @@ def init_command(
         raise UserError("give your training script (ddpcli init train.py) or a module (-m pkg.train), one of them")
     if module is not None and not MODULE_NAME.match(module):
         raise UserError(f"-m {module!r}: expected a dotted module name such as mypkg.train")
+    script_path = check_script(script) if script is not None else None
+    if not to_stdout:
+        refuse_own_script(output, script_path or _module_file(module))
+        check_output(output)
     _refuse_overwrite(output, force, to_stdout)
     out_dir = output.parent.resolve()
     if not out_dir.is_dir():
         raise UserError(f"{output}: no such directory {output.parent}")
     if script is not None:
-        help_cwd = script.resolve().parent if script.is_file() else out_dir
+        assert script_path is not None
+        help_cwd = script_path.parent
         written_script: str | None = _relative(script, out_dir)
     else:
         help_cwd, written_script = out_dir, None
     gpus = gpu_count()
     world_sizes = parse_world_sizes(nproc_per_node) if nproc_per_node else default_world_sizes(gpus)
-    inspection = inspect_script(script, module, help_cwd, help_timeout, fixed_args)
+    # what a slow --help waits for, to a person at a terminal (a pipe keeps its one-line errors)
+    notice = say if sys.stderr.isatty() else None
+    inspection = inspect_script(script, module, help_cwd, help_timeout, fixed_args, notice)
+    if not to_stdout:
+        refuse_own_script(output, inspection.path)  # -m: the module's source, as found from the file's folder
+    first = (single_device_message(script, module),) if inspection.single_device and inspection.path else ()
     request = InitRequest(
         script=written_script,
         module=module,
@@ -141,12 +157,12 @@ def init_command(
         per_device_batch_size=per_device_batch_size,
         lr=lr,
         world_sizes=world_sizes,
-        fixed_args=fixed_args,
+        fixed_args=fixed_args if inspection.fixed_args is None else inspection.fixed_args,
         prefix=inspection.prefix,
         cpu_only=not gpus,
     )
     scaffold = build_experiment(
-        request, inspection.options, inspection.source, inspection.not_run, tuple(inspection.warnings)
+        request, inspection.options, inspection.source, inspection.not_run, tuple(inspection.warnings), first
     )
     _check_plans(scaffold, output)
     for message in scaffold.warnings:
@@ -161,6 +177,27 @@ def init_command(
             else "the script was not run"
         )
         wrote(output, f": {', '.join(scaffold.run_names)} ({how}); next: {_next_steps(output)}")
+
+
+def single_device_message(script: Path | None, module: str | None) -> str:
+    """Issue 25: a script without DDP gets N separate trainings from N processes; `ddpcli port` writes the copy."""
+    target = str(script) if script is not None else f"-m {module}"
+    port = (
+        f"`ddpcli port {script}` writes a data-parallel copy, {script.stem}_ddp.py, to init instead"
+        if script is not None
+        else "`ddpcli port` on its file writes a data-parallel copy to init instead"
+    )
+    return (
+        f"{target} has no DDP (no init_process_group, no DistributedDataParallel, no framework that runs it): "
+        f"each process of a multi-process run trains alone; {port}"
+    )
+
+
+def _module_file(module: str | None) -> Path | None:
+    """The file `python -m MODULE` would run from here (found without importing), to keep -o off it."""
+    if module is None:
+        return None
+    return module_source(module, [Path.cwd(), *map(Path, sys.path[1:])])
 
 
 def bundled_example() -> str:
