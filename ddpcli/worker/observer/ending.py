@@ -1,6 +1,8 @@
 """What the observer writes about the run as a whole: the `run` row at the first optimizer step, the `end` rows and
 rank 0's final parameters when the script is done."""
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ def run_row(observer: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     return {
         "kind": "run",
         "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+        "processes": _launched(),
         "backend": str(dist.get_backend()) if dist.is_initialized() else None,
         "device": params[0].device.type if params else None,
         "ddp": bool(observer.ddp) or any(isinstance(module, DistributedDataParallel) for module in modules),
@@ -35,6 +38,17 @@ def run_row(observer: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         "amp": observer.amp,
         "optimizer": optimizer_row(optimizer),
     }
+
+
+def _launched() -> int | None:
+    """The processes torchrun launched (its WORLD_SIZE), whether or not they formed a process group."""
+    text = os.environ.get("WORLD_SIZE", "")
+    return int(text) if text.isdigit() else None
+
+
+def _frameworks() -> list[str]:
+    """The training frameworks the script imported: which switch makes their CPU runs data-parallel."""
+    return [name for name in ("transformers", "accelerate", "lightning", "pytorch_lightning") if name in sys.modules]
 
 
 _HYPER_PARAMETERS = ("betas", "momentum", "weight_decay", "eps", "nesterov", "dampening")
@@ -70,6 +84,8 @@ def end_rows(observer: Any) -> list[dict[str, Any]]:
         "script_comm_hook": observer.noise.script_comm_hook,
         "noise_scale_requested": observer.noise.requested,
         "noise_scale_by": observer.noise.by,
+        "collectives": observer.collectives.end(),
+        "frameworks": _frameworks(),
     }
     rows = [end]
     if observer.optimizers:

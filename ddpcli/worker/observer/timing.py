@@ -226,6 +226,7 @@ class StepTiming:
             **cpu_budget(),
             **model_bytes(self.observer.optimizers),
             "grad_bytes": self.grad_bytes,
+            "script_collectives": self.observer.collectives.timing(),
         }
 
     def _ddp_stats(self) -> dict[str, int] | None:
