@@ -7,6 +7,9 @@ launch of every run, read back by several tests.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,16 @@ args = ["--mode", "{mode}", {ARGS}, "--save", "{{run_dir}}/model.pt"]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     return launched_runs(tmp_path_factory.mktemp("run_was"), EXPERIMENTS)
+
+
+def compare_text(run_dir: Path) -> str:
+    """`ddpcli compare` as a reader sees it, on one line per note (a wide terminal)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ddpcli", "compare", str(run_dir.parent.parent)],
+        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
 def _finding(record: dict[str, Any], code: str) -> dict[str, Any]:
@@ -168,3 +181,59 @@ def test_a_whole_model_pickles_under_observation_as_it_does_bare(runs: dict[str,
     assert all(torch.equal(a, b) for a, b in zip(mine.state_dict().values(), theirs.state_dict().values(), strict=True))
     copied = torch.load(run["dir"] / "model.pt.state", weights_only=True)
     assert all(torch.equal(copied[key], value) for key, value in mine.state_dict().items())
+
+
+# -- 4: sharded runs measured as sharded --------------------------------------------------------------------------
+
+SHARDED = f"""
+[defaults]
+script = "{SCRIPTS / "fsdp_train.py"}"
+lr = 0.1
+max_steps = 4
+scaling = "none"
+env = {{ OMP_NUM_THREADS = "1" }}
+
+[baseline]
+name = "fsdp2-1x16"
+per_device_batch_size = 16
+args = ["--api", "fsdp2", "--global-data", "--steps", "{{total_steps}}", "--batch-size", "{{per_device_batch_size}}"]
+
+[[experiments]]
+name = "fsdp2-2x8"
+nproc_per_node = 2
+per_device_batch_size = 8
+args = ["--api", "fsdp2", "--global-data", "--steps", "{{total_steps}}", "--batch-size", "{{per_device_batch_size}}"]
+"""
+FULL_BYTES = (4 * 16 + 16 + 16 * 1 + 1) * 4  # nn.Linear(4, 16), nn.Linear(16, 1) in float32
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    return launched_runs(tmp_path_factory.mktemp("sharded"), SHARDED)
+
+
+def test_a_sharded_run_records_its_shard_beside_the_full_size(sharded: dict[str, dict[str, Any]]) -> None:
+    observed = sharded["fsdp2-2x8"]["record"]["observed"]
+    state = observed["model_state"]
+    assert state["full_param_bytes"] == FULL_BYTES
+    assert 0 < state["param_bytes"] < FULL_BYTES and state["grad_bytes"] == state["param_bytes"]
+    breakdown = observed["time_breakdown"]
+    assert breakdown["median"]["comm_s"] is None and breakdown["comm_from"].startswith("not_measured: the sharding")
+
+
+def test_a_sharded_runs_parameters_load_and_compare_as_shards(sharded: dict[str, dict[str, Any]]) -> None:
+    import json
+
+    import torch
+
+    run_dir = sharded["fsdp2-2x8"]["dir"]
+    saved = torch.load(run_dir / "final_params.pt", weights_only=True)  # plain tensors, not DTensors
+    shards = json.loads((run_dir / "final_params.shards.json").read_text())["shards"]
+    assert {key: list(value.shape) for key, value in saved.items()} == {
+        key: shard["local_shape"] for key, shard in shards.items()
+    }
+    rows = {row["name"]: row for row in compare_json(run_dir.parent.parent)}
+    row = rows["fsdp2-2x8"]
+    assert row["equivalent_to"] == "fsdp2-1x16" and row["verdict"] == "equivalent", row
+    assert 0 <= row["max_param_diff"] < 1e-6
+    assert "equivalent against fsdp2-1x16 over rank 0's shard of each sharded parameter" in compare_text(run_dir)

@@ -78,11 +78,22 @@ def _unplanned(record: RunRecord) -> tuple[str, ...]:
     return tuple(found)
 
 
+def _sharded(record: RunRecord) -> bool:
+    state = record.observed.model_state if record.observed is not None else None
+    return state is not None and state.full_param_bytes is not None
+
+
 def prediction_notes(rows: Sequence[ComparisonRow]) -> list[str]:
     """One note per run whose prediction missed by more than NOTE_ABOVE, naming the term furthest off."""
     notes = []
     for row in rows:
         found = row.prediction
+        if found is not None and _sharded(row.run.record.record):
+            notes.append(
+                f"{row.label}: its ranks held shards of the parameters (FSDP), and predictions model DDP runs (one "
+                "all-reduce per step, full parameters): its prediction does not apply to it."
+            )
+            continue
         if found is None or found.error is None or abs(found.error) <= NOTE_ABOVE:
             continue
         text = (

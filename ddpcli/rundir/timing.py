@@ -75,7 +75,8 @@ class ModelState(_Model):
     optimizer_options: dict[str, Any] = {}
     param_count: int | None = None
     param_dtype: str | None = None
-    param_bytes: int | None = None
+    param_bytes: int | None = None  # this rank's: a sharded run's shard
+    full_param_bytes: int | None = None  # the whole parameters, where the rank held a shard of them
     grad_bytes: int | None = None
     optimizer_state_bytes: int | None = None
     bucket_cap_bytes: int | None = None
@@ -173,6 +174,8 @@ def _script_comm(row: dict[str, Any], fb: float) -> tuple[float | None, float, f
         return 0.0, 0.0, 0.0, None  # a record from before the script's collectives were timed
     calls, untimed = _whole(seen.get("calls")) or 0, _whole(seen.get("untimed")) or 0
     total, inside = _number(seen.get("seconds")), _number(seen.get("inside_forward_backward_s"))
+    if not calls and isinstance(row.get("sharded"), str):
+        return None, 0.0, 0.0, f"not_measured: the sharding collectives ({row['sharded']}) run inside torch, untimed"
     if not calls:
         return 0.0, 0.0, 0.0, "no_collectives"
     if untimed or total is None or inside is None:
@@ -235,6 +238,7 @@ def model_state(rows: dict[int, dict[str, Any]]) -> ModelState | None:
         param_count=_whole(row.get("param_count")),
         param_dtype=row.get("param_dtype") if isinstance(row.get("param_dtype"), str) else None,
         param_bytes=_whole(row.get("param_bytes")),
+        full_param_bytes=_whole(row.get("full_param_bytes")),
         grad_bytes=_whole(row.get("grad_bytes")),
         optimizer_state_bytes=_whole(row.get("optimizer_state_bytes")),
         bucket_cap_bytes=_whole(ddp.get("bucket_cap_bytes")),

@@ -11,6 +11,8 @@ import torch.distributed as dist
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
+from ddpcli.jsonvalues import write_json_atomic
+from ddpcli.rundir.layout import SHARDS_FILE
 from ddpcli.worker.observer.parallel import params_row
 from ddpcli.worker.observer.reading import initial_lrs
 from ddpcli.worker.tensors import save_atomic
@@ -98,10 +100,28 @@ def save_params(optimizers: list[torch.optim.Optimizer], path: Path) -> None:
     a script run bare, under DDP, Lightning or accelerate. Not when the script saved its own (runtime)."""
     if path.exists() or not optimizers:
         return
-    state = {
-        f"{o}.{g}.{i}": param.detach().cpu().clone()
-        for o, optimizer in enumerate(optimizers)
-        for g, group in enumerate(optimizer.param_groups)
-        for i, param in enumerate(group["params"])
-    }
+    state, shards = {}, {}
+    for o, optimizer in enumerate(optimizers):
+        for g, group in enumerate(optimizer.param_groups):
+            for i, param in enumerate(group["params"]):
+                key = f"{o}.{g}.{i}"
+                state[key], shard = _plain(param)
+                if shard is not None:
+                    shards[key] = shard
     save_atomic(state, path)
+    if shards:  # no collective at the end (the script may have destroyed its group): rank 0's own shards
+        write_json_atomic(path.with_name(SHARDS_FILE), {"what": "rank 0's local shards", "shards": shards})
+
+
+def _plain(param: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any] | None]:
+    """A parameter as a plain CPU tensor (weights_only loads it), and for a DTensor where its local shard sits in
+    the full tensor."""
+    to_local = getattr(param, "to_local", None)
+    if not callable(to_local):
+        return param.detach().cpu().clone(), None
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    local = to_local().detach().cpu().clone()
+    shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+    return local, {"offset": [int(n) for n in offset], "shape": [int(n) for n in param.shape],
+                   "local_shape": [int(n) for n in shape]}  # fmt: skip
