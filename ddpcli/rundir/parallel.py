@@ -66,7 +66,7 @@ def check_data_parallel(ranks: dict[int, Any], world_size: int | None) -> Parall
     if processes < 2:  # nothing to compare: torch's world size (the other ranks' files are on other nodes)
         return ParallelCheck(processes, group, max(world_size or 1, 1) if processes else None, None)
     if group is False:
-        return ParallelCheck(processes, False, 1, False, group_ranks=(min(ranks),))
+        return ParallelCheck(processes, False, 1, False, group_ranks=(min(ranks),), frameworks=_frameworks(ranks))
     sharded = next((text for seen in ranks.values() for row in seen.params.values()
                     if (text := text_or_none(row.get("sharded")))), None)  # fmt: skip
     fallback = world_size if world_size is not None else processes
@@ -85,10 +85,13 @@ def _unless_copies(check: ParallelCheck, ranks: dict[int, Any]) -> ParallelCheck
         return check
     if _same_batches(ranks) is not True:
         return check  # different batches and still equal: something averaged them that the observer missed
+    return replace(check, size=1, group_ranks=(min(ranks),), copies=True, frameworks=_frameworks(ranks))
+
+
+def _frameworks(ranks: dict[int, Any]) -> tuple[str, ...]:
     main = main_rank(ranks)
     frameworks = main.end.get("frameworks") if main is not None else None
-    known = tuple(str(name) for name in frameworks) if isinstance(frameworks, list) else ()
-    return replace(check, size=1, group_ranks=(min(ranks),), copies=True, frameworks=known)
+    return tuple(str(name) for name in frameworks) if isinstance(frameworks, list) else ()
 
 
 def averaged(ranks: dict[int, Any]) -> bool | None:
@@ -210,7 +213,7 @@ def parallel_findings(
     plan's script, for the pointer to `ddpcli port` on a script with no DDP."""
     n = check.processes
     alone = f" (a global batch of {batch} each, not {n * batch})" if batch is not None else ""
-    port = port_pointer(script) if run.get("ddp") is not True else ""
+    port = _fix(check, script) if run.get("ddp") is not True else ""
     if check.process_group is False and n > 1:
         each = f" (each one a batch of {batch} per optimizer step)" if batch is not None else ""
         return [Finding(
@@ -253,14 +256,19 @@ def copies_finding(check: ParallelCheck, batch: int | None, run: dict[str, Any],
     """`copies_of_one_training`: the ranks agree because they computed the same thing, not because they averaged."""
     n = check.processes
     each = f", each a batch of {batch} per optimizer step" if batch is not None else ""
-    switch = next((words for name, words in SWITCHES if name in check.frameworks), None)
-    fix = f": {switch}" if switch else port_pointer(script)
+    fix = _fix(check, script)
     return Finding(
         code="copies_of_one_training", severity="error",
         message=f"{n} processes were launched and trained {n} copies of one training{each}: they ended with equal "
         f"parameters only because every rank started from the same seed and trained on the same batches; nothing "
         f"averaged them ({wrappers_seen(run)}), so data_parallel_size is 1 and the samples are one model's{fix}",
     )  # fmt: skip
+
+
+def _fix(check: ParallelCheck, script: str | None) -> str:
+    """The framework's switch that makes the run data-parallel where one is known, else `ddpcli port`."""
+    switch = next((words for name, words in SWITCHES if name in check.frameworks), None)
+    return f"; {switch}" if switch else port_pointer(script)
 
 
 def port_pointer(script: str | None) -> str:
