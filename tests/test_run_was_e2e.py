@@ -31,7 +31,8 @@ RUNS = (  # name, mode, processes, extra
     ("save-2", "save", 2, ""),
     ("save-2-bare", "save", 2, "observe = false"),
 )
-EXPERIMENTS = f"""
+EXPERIMENTS = (
+    f"""
 [defaults]
 script = "{SCRIPTS / "run_was.py"}"
 per_device_batch_size = 8
@@ -39,16 +40,26 @@ lr = 0.05
 max_steps = 6
 scaling = "none"
 env = {{ OMP_NUM_THREADS = "1" }}
-""" + "".join(
-    f"""
+"""
+    + "".join(
+        f"""
 [[experiments]]
 name = "{name}"
 nproc_per_node = {processes}
 args = ["--mode", "{mode}", {ARGS}, "--save", "{{run_dir}}/model.pt"]
 {extra}
 """
-    for name, mode, processes, extra in RUNS
-).replace("[[experiments]]", "[baseline]", 1)
+        for name, mode, processes, extra in RUNS
+    ).replace("[[experiments]]", "[baseline]", 1)
+    + f"""
+[[experiments]]
+name = "trainer-no-use-cpu"
+script = "{SCRIPTS / "hf_train.py"}"
+nproc_per_node = 2
+args = ["--no-use-cpu", "--steps", "{{total_steps}}", "--batch-size", "{{per_device_batch_size}}", "--lr", "{{lr}}"]
+env = {{ OMP_NUM_THREADS = "1", TOKENIZERS_PARALLELISM = "false", HF_HUB_OFFLINE = "1" }}
+"""
+)
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +101,16 @@ def test_equal_ranks_with_nothing_averaging_them_are_copies_of_one_training(runs
     assert "same_samples_across_ranks" not in codes(record)  # no global batch of 2 copies: no global batch at all
     assert f"ddpcli port {SCRIPTS / 'run_was.py'}" in finding["message"]
     assert "global batch 16" not in _messages(record) and "global batch of 16" not in _messages(record)
+
+
+def test_the_trainer_without_use_cpu_is_copies_and_is_told_the_switch(runs: dict[str, dict[str, Any]]) -> None:
+    """transformers' Trainer on CPU without --use_cpu never wraps the model (the published run_clm.py pattern)."""
+    record = runs["trainer-no-use-cpu"]["record"]
+    observed = record["observed"]
+    assert (observed["processes"], observed["data_parallel_size"], observed["global_batch_size"]) == (2, 1, 8)
+    assert observed["samples_seen"] == 6 * 8
+    finding = _finding(record, "copies_of_one_training")
+    assert "--use_cpu" in finding["message"] and "GPT2LMHeadModel trained unwrapped" in finding["message"]
 
 
 def test_gradients_all_reduced_by_hand_are_data_parallel(runs: dict[str, dict[str, Any]]) -> None:
