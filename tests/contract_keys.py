@@ -16,7 +16,8 @@ RUN_JSON_FIELDS = (
     "group_rank",
 )  # fmt: skip
 OBSERVED_KEYS = (
-    "world_size", "data_parallel_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size", "ranges",
+    "world_size", "processes", "data_parallel_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size",
+    "ranges",
     "optimizer_steps", "samples_seen", "lr_first", "lr_peak", "lr_last", "lr_base", "sampler", "sampler_chain",
     "distinct_samples_across_ranks", "batchnorm_layers", "batchnorm_synchronized", "amp", "backend", "device", "ddp",
     "initial_params_fingerprint", "optimizer",
@@ -37,4 +38,5 @@ FINDING_CODES = {
     "resumed_from_other_run", "loss_scaled_by_world_size", "record_not_written",
     "input_bound", "communication_bound", "straggler_rank", "accumulation_syncs_every_micro_batch",
     "cpu_oversubscribed", "find_unused_parameters_unneeded", "loss_constant",
+    "loss_not_finite", "copies_of_one_training",
 }  # fmt: skip

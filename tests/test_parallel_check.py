@@ -120,3 +120,43 @@ def test_a_runs_check_is_made_once_for_its_summary_metrics_and_findings(tmp_path
     assert [finding.code for finding in record.findings if finding.severity == "error"] == ["ranks_not_synchronized"]
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [row["samples"] for row in rows] == [8, 16, 24, 32]
+
+
+def test_ranks_holding_the_same_nans_are_in_sync() -> None:
+    """A diverged DDP run: both ranks averaged the same inf into the same NaN (issue 26, item 3)."""
+    check = check_data_parallel({0: rank(0, ["nan", "inf"]), 1: rank(1, ["nan", "inf"])}, 2)  # type: ignore[list-item]
+    assert (check.synchronized, check.size, check.largest_difference) == (True, 2, 0.0)
+
+
+def test_equal_raw_bits_are_equal_tensors_and_different_bits_are_not() -> None:
+    ranks = {0: rank(0, ["nan"]), 1: rank(1, ["nan"])}  # type: ignore[list-item]
+    ranks[0].params["end"]["bits"], ranks[1].params["end"]["bits"] = [123], [124]
+    assert check_data_parallel(ranks, 2).synchronized is False
+    ranks[1].params["end"]["bits"] = [123]
+    assert check_data_parallel(ranks, 2).synchronized is True
+
+
+def copies(framework: str | None, *, grad_calls: int = 0, prints: tuple[float, float] = (1.0, 1.0), **run: Any):
+    ranks = {number: rank(number, [1.0, 2.0], **run) for number in (0, 1)}
+    for number, seen in ranks.items():
+        seen.end["collectives"] = {"calls": grad_calls, "grad_calls": grad_calls}
+        seen.end["frameworks"] = [framework] if framework else []
+        seen.fingerprints = [[prints[number]]]
+    return check_data_parallel(ranks, 2)
+
+
+def test_equal_ranks_that_nothing_averaged_on_the_same_batches_are_copies_with_the_frameworks_switch() -> None:
+    check = copies("transformers")
+    assert (check.copies, check.size, check.group_ranks) == (True, 1, (0,))
+    [finding] = parallel_findings(check, 8, {"models": ["GPT2LMHeadModel"]}, "run_clm.py")
+    assert (finding.code, finding.severity) == ("copies_of_one_training", "error")
+    assert "2 copies of one training" in finding.message and "--use_cpu" in finding.message
+    assert "ddpcli port" not in finding.message
+    [plain] = parallel_findings(copies(None), 8, {}, "train.py")
+    assert plain.message.endswith("`ddpcli port train.py` makes a single-device script data-parallel")
+
+
+def test_equal_ranks_are_data_parallel_with_evidence_of_averaging_or_different_batches() -> None:
+    assert copies(None, ddp=True).copies is False  # the DDP wrapper averaged them
+    assert copies(None, grad_calls=8).size == 2  # the script all-reduced its gradients
+    assert copies(None, prints=(1.0, 2.0)).size == 2  # different batches and still equal: something averaged

@@ -174,3 +174,12 @@ def test_ranks_wait_for_the_slowest_compute() -> None:
     assert four.terms["comm_s"] == pytest.approx(0.001 + 1.0294 * 0.3 * four.terms["compute_s"])
     assert predict(replace(baseline(), compute_cv=0.0), target(world=2), 0.001, "t").terms["comm_s"] == 0.001
     assert expected_max(1) == 0 and expected_max(64) == pytest.approx(2.3338, rel=0.01)  # tables: 2.3338
+
+
+def test_a_sharded_run_is_no_baseline_for_a_ddp_prediction() -> None:
+    """FSDP's ranks hold shards (model_state.full_param_bytes beside the shard's): the cost model's one all-reduce
+    of the full gradients and full parameters per device would print DDP numbers for it."""
+    from ddpcli.experiment.predict_baseline import NoBaseline
+
+    with pytest.raises(NoBaseline, match=r"sharded run .* predictions model DDP"):
+        baseline(full_param_bytes=2 * PARAMS)

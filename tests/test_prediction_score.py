@@ -71,3 +71,14 @@ def test_each_planned_number_is_checked(ran: dict[str, Any], said: str | None) -
 def test_within_the_margin_no_note() -> None:
     assert notes(record(1100.0), 1000.0) == []
     assert notes(record(1100.0, ran={"per_device_batch_size": 16}), 1000.0) == []
+
+
+def test_a_sharded_run_is_told_its_ddp_prediction_does_not_apply() -> None:
+    """FSDP: rank 0 held a shard of the parameters (model_state.full_param_bytes beside its own): no DDP numbers."""
+    from ddpcli.rundir.timing import ModelState
+
+    run = record(6985.0)
+    assert run.observed is not None
+    run.observed.model_state = ModelState(param_bytes=100, full_param_bytes=200)
+    [note] = notes(run, 14800.0)
+    assert "held shards of the parameters" in note and "does not apply" in note and "furthest off" not in note

@@ -50,6 +50,7 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
         notes += _noise_scale_notes(row)
     notes += [note for row in rows if (note := beta2_note(row.label, row.run.record.record))]
     notes += prediction_notes(rows)
+    notes += [note for row in rows if (note := shard_scope_note(row))]
     notes += _file_notes([row.run.record for row in rows])
     return notes
 
@@ -83,6 +84,14 @@ def _noise_scale_notes(row: ComparisonRow) -> list[str]:
     )
     warning = far_above_critical(batch, b_noise)
     return [note + (f"; {warning}." if warning else ".")]
+
+
+def shard_scope_note(row: ComparisonRow) -> str | None:
+    """What an equivalence verdict means where the run saved shards of its parameters, not the whole of them."""
+    diff = row.param_diff
+    if diff is None or not diff.scope or row.verdict is None:
+        return None
+    return f"{row.label}: {row.verdict} against {row.partner_label} over {diff.scope}."
 
 
 def _equivalence_notes(row: ComparisonRow, atol: float) -> list[str]:

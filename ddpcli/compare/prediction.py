@@ -36,6 +36,7 @@ class PredictionScore:
     predicted_term_s: float | None = None
     measured_term_s: float | None = None
     unplanned: tuple[str, ...] = ()  # what the run ran that the prediction (of its plan) did not assume
+    sharded: bool = False  # the run held shards of its parameters (FSDP): a DDP prediction does not apply
 
 
 def _number(value: Any) -> float | None:
@@ -50,6 +51,8 @@ def score(record: RunRecord, measured_samples_per_s: float | None) -> Prediction
         return None
     error = predicted / measured_samples_per_s - 1 if measured_samples_per_s else None
     unplanned = _unplanned(record)
+    if _sharded(record):
+        return PredictionScore(predicted, error, unplanned=unplanned, sharded=True)
     model = prediction.get("prediction")
     terms = model.get("step_terms_s") if isinstance(model, dict) else None
     breakdown = record.observed.time_breakdown if record.observed is not None else None
@@ -78,11 +81,22 @@ def _unplanned(record: RunRecord) -> tuple[str, ...]:
     return tuple(found)
 
 
+def _sharded(record: RunRecord) -> bool:
+    state = record.observed.model_state if record.observed is not None else None
+    return state is not None and state.full_param_bytes is not None
+
+
 def prediction_notes(rows: Sequence[ComparisonRow]) -> list[str]:
     """One note per run whose prediction missed by more than NOTE_ABOVE, naming the term furthest off."""
     notes = []
     for row in rows:
         found = row.prediction
+        if found is not None and found.sharded:
+            notes.append(
+                f"{row.label}: its ranks held shards of the parameters (FSDP), and predictions model DDP runs (one "
+                "all-reduce per step, full parameters): its prediction does not apply to it."
+            )
+            continue
         if found is None or found.error is None or abs(found.error) <= NOTE_ABOVE:
             continue
         text = (

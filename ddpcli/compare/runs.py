@@ -56,7 +56,9 @@ class ComparedRun:
 
     @property
     def world_size(self) -> int | None:
-        return self._batch("world_size")
+        """The processes launched (torchrun's), whether or not they formed a group or trained one model."""
+        launched = self.record.observed.processes if self.observed_from_run and self.record.observed else None
+        return launched or self._batch("world_size")
 
     @property
     def per_device_batch_size(self) -> int | None:

@@ -83,12 +83,20 @@ def steady_durations(step_times: Sequence[float]) -> tuple[float, ...]:
     return tuple(value for value in durations[skip:] if value > 0)
 
 
+SHARDED = (
+    "it was a sharded run (its ranks held shards of the parameters: FSDP): predictions model DDP, one all-reduce of "
+    "the full gradients per step and the full parameters on every device, not sharded runs"
+)
+
+
 def baseline_from(observed: Observed | None, timing_row: dict[str, Any], step_times: Sequence[float] = ()) -> Baseline:
     """The baseline from a run's `observed`, its rank 0's last `timing` row (threads, cores, processes) and the
     times at which its steps ended (metrics.jsonl, in step order; empty when unknown)."""
     if observed is None or observed.time_breakdown is None or observed.model_state is None:
         raise NoBaseline("it was not observed, or it timed no optimizer step after its first")
     median, state = observed.time_breakdown.median, observed.model_state
+    if state.full_param_bytes is not None:
+        raise NoBaseline(SHARDED)
     if not median.step_s or not observed.per_device_batch_size or state.param_bytes is None:
         raise NoBaseline("its time breakdown or its batch is unknown")
     first = observed.time_breakdown.ranks[0]

@@ -14,7 +14,7 @@ from ddpcli.rundir.advice import batchnorm_fix
 from ddpcli.rundir.causes import loss_scale_findings, script_findings, with_causes
 from ddpcli.rundir.merge import training_loader
 from ddpcli.rundir.observations import RankObservation, main_rank
-from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, parallel_findings
+from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, parallel_findings, trained_together
 from ddpcli.rundir.record import Finding, Observed
 from ddpcli.rundir.slowness import slowness_findings
 from ddpcli.rundir.steps import step_findings
@@ -24,7 +24,7 @@ COMPARED = (
     ("per_device_batch_size", "per_device_batch_size", "batch per process"),
     ("grad_accum_steps", "grad_accum_steps", "micro-batches per optimizer step"),
     ("global_batch_size", "global_batch_size", "global batch"),
-    ("world_size", "world_size", "processes"),
+    ("world_size", "processes", "processes"),  # launched: whether they trained together is parallel.py's
     ("total_steps", "optimizer_steps", "optimizer steps"),
     ("lr", "lr_base", "base learning rate"),
 )
@@ -36,17 +36,21 @@ def run_findings(
     ranks: dict[int, RankObservation],
     completed: bool,
     parallel_check: ParallelCheck | None = None,  # the run's (ddpcli.rundir.finish makes it once)
+    script: Any = None,  # the script (or module) launched, for the pointer to `ddpcli port`
 ) -> list[Finding]:
     main = main_rank(ranks) or RankObservation(0)
     findings = with_causes(plan_mismatches(plan, observed, completed), plan, observed, main.end)
-    findings += step_findings(plan, observed, ranks, completed)
     if parallel_check is None:
         parallel_check = check_data_parallel(ranks, observed.world_size)
-    parallel = parallel_findings(parallel_check, _one_process_batch(observed), main.run)
+    # Steps as rank 0's model took them: a separate training's samples are not another's global batch.
+    findings += step_findings(plan, observed, trained_together(ranks, parallel_check), completed)
+    script = script if isinstance(script, str) else None
+    parallel = parallel_findings(parallel_check, _one_process_batch(observed), main.run, script)
     findings += parallel + script_findings(main.end, observed.optimizer_steps)
     findings += loss_scale_findings(main.steps, observed.world_size)
     world = observed.world_size or len(ranks)
-    if observed.distinct_samples_across_ranks is False:
+    alone = any(finding.severity == "error" for finding in parallel)  # separate trainings: no global batch at all
+    if observed.distinct_samples_across_ranks is False and not alone:
         findings.append(Finding(
             code="same_samples_across_ranks", severity="warning",
             message=f"all {world} ranks trained on the same first batches (no DistributedSampler?): the global batch "
@@ -59,7 +63,6 @@ def run_findings(
             message=f"the training DataLoader ran {loader.get('iterations')} epochs with a DistributedSampler whose "
             "epoch never changed (set_epoch was not called): every epoch repeated one order",
         ))  # fmt: skip
-    alone = any(finding.severity == "error" for finding in parallel)  # separate trainings: nothing to synchronise
     if world > 1 and not alone and observed.batchnorm_layers and observed.batchnorm_synchronized is False:
         findings.append(Finding(
             code="batchnorm_not_synchronized", severity="warning",
@@ -97,6 +100,8 @@ def plan_mismatches(plan: dict[str, Any], observed: Observed, completed: bool) -
     found = []
     for plan_field, observed_field, words in COMPARED:
         planned, seen = plan.get(plan_field), getattr(observed, observed_field)
+        if seen is None and observed_field == "processes":  # a record from before `processes`
+            seen = observed.world_size
         if not _number(planned) or not _number(seen) or _same(planned, seen):
             continue
         if plan_field == "total_steps" and not completed:

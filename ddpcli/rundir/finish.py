@@ -12,9 +12,11 @@ from ddpcli.rundir.layout import METRICS_FILE
 from ddpcli.rundir.merge import summarize
 from ddpcli.rundir.merged_rows import iter_merged_metrics
 from ddpcli.rundir.metrics import write_metrics
+from ddpcli.rundir.nonfinite import NonFiniteWatch
 from ddpcli.rundir.observations import main_rank, read_observations
 from ddpcli.rundir.parallel import check_run, trained_together
 from ddpcli.rundir.record import Finding, RunRecord
+from ddpcli.rundir.timeline import ascending
 
 
 def observe_or_say_why(record: RunRecord, run_dir: Path) -> RunRecord:
@@ -40,11 +42,15 @@ def observe(record: RunRecord, run_dir: Path, write: bool = True) -> RunRecord:
     metrics = run_dir / METRICS_FILE
     ours = record.metrics_from_observations or not metrics.exists()  # a script that writes its own keeps it
     written = write and ours and main is not None and bool(main.logs or main.steps)
-    loss = LossWatch()
+    loss, finite = LossWatch(), NonFiniteWatch()
     if written:
-        write_metrics(metrics, loss.watch(iter_merged_metrics(trained_together(ranks, parallel))))  # rank 0's model's
-    findings = run_findings(record.plan, observed, ranks, record.status == "completed", parallel)
-    findings += [found for found in (loss.finding(),) if found is not None]
+        rows = iter_merged_metrics(trained_together(ranks, parallel))  # rank 0's model's
+        write_metrics(metrics, finite.watch(loss.watch(rows)))
+    elif main is not None:
+        finite.scan(ascending(main.steps))
+    script = record.launch.get("script") or record.launch.get("module")
+    findings = run_findings(record.plan, observed, ranks, record.status == "completed", parallel, script)
+    findings += [found for found in (finite.finding(), loss.finding()) if found is not None]
     return record.model_copy(update={"observed": observed, "findings": findings, "metrics_from_observations": written})
 
 

@@ -20,6 +20,9 @@ from pathlib import Path
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 PARAMS_FILE = "final_params.pt"
+# Beside final_params.pt where rank 0 held shards (FSDP2's DTensors): per name, the shard's offset in the full
+# tensor and the full shape (final_params.pt holds rank 0's local shards, as plain tensors).
+SHARDS_FILE = "final_params.shards.json"
 CHECKPOINT_FILE = "checkpoint.pt"  # written by runtime.Context.checkpoint, read by resume
 LOGS_DIR = "logs"
 OBSERVED_DIR = "observed"

@@ -148,6 +148,7 @@ def summarize(ranks: dict[int, RankObservation], parallel: ParallelCheck | None 
     }  # fmt: skip
     return Observed(
         world_size=world if world is not None else len(ranks),
+        processes=whole_or_none(main.run.get("processes")) or max(world or 0, len(ranks)) or None,
         data_parallel_size=parallel.size,
         per_device_batch_size=per_device.value,
         grad_accum_steps=accumulation.value,

@@ -163,14 +163,17 @@ def _noise_values(row: dict[str, Any], batches: Any) -> dict[str, Any]:
 
 def _mean(values: list[Any]) -> float | str | None:
     """Mean of the finite numbers; "nan" when a rank's value was not a finite number (a NaN, an integer beyond float
-    range, a string), so a NaN loss is never hidden."""
-    numbers = []
+    range, a string), so a NaN loss is never hidden; "inf" ("-inf") where every such value was that infinity."""
+    numbers, infinite = [], set()
     for value in values:
         if isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool)):
             number = finite_or_none(value)
             if number is None:
-                return "nan"
+                infinite.add(str(value) if value in ("inf", "-inf") or value in (math.inf, -math.inf) else "nan")
+                continue
             numbers.append(number)
+    if infinite:
+        return infinite.pop() if len(infinite) == 1 and "nan" not in infinite else "nan"
     if not numbers:
         return None
     mean = math.fsum(numbers) / len(numbers)

@@ -7,12 +7,23 @@ each train a model of their own, and their parameters drift apart from the first
 processes whose gradients were averaged together, `data_parallel_size`, is the number of ranks whose parameters
 match rank 0's at the end (after the first step when the end was not recorded); 1 without a process group.
 Where the ranks hold shards of the parameters (FSDP, ZeRO-3, tensor parallelism) the comparison does not apply.
+
+Equal parameters are no proof of averaging: ranks that start from one seed and train on the very same batches end
+equal too, each a copy of one training (transformers' Trainer on CPU without --use_cpu never wraps its model). So
+equal ranks count as data-parallel only with evidence that something averaged them: a DDP wrapper, or the script's
+own collectives on the gradients (both observed); without either, and with the same first batches on every rank,
+they are `copies` of one training: data_parallel_size 1.
+
+A diverged run compares like any other: values are compared as bit patterns where they are not finite (a NaN on
+rank 0 equals a NaN on rank 1: both ranks averaged the same inf into the same NaN), and where the observer recorded
+each tensor's bits (an integer sum of its raw bits, `bits`) equal bits mean equal tensors whatever they hold.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ddpcli.jsonvalues import finite_or_none, text_or_none, whole_or_none
@@ -37,6 +48,8 @@ class ParallelCheck:
     at: str | None = None  # which digest was compared
     sharded: str | None = None  # what shards the parameters (the check does not apply)
     group_ranks: tuple[int, ...] | None = None  # the ranks that trained rank 0's model (None: all of them)
+    copies: bool = False  # equal parameters, nothing averaged them, the same batches: N copies of one training
+    frameworks: tuple[str, ...] = ()  # what the script imported (the switch that makes it data-parallel)
 
 
 def check_run(ranks: dict[int, Any]) -> ParallelCheck:
@@ -53,7 +66,7 @@ def check_data_parallel(ranks: dict[int, Any], world_size: int | None) -> Parall
     if processes < 2:  # nothing to compare: torch's world size (the other ranks' files are on other nodes)
         return ParallelCheck(processes, group, max(world_size or 1, 1) if processes else None, None)
     if group is False:
-        return ParallelCheck(processes, False, 1, False, group_ranks=(min(ranks),))
+        return ParallelCheck(processes, False, 1, False, group_ranks=(min(ranks),), frameworks=_frameworks(ranks))
     sharded = next((text for seen in ranks.values() for row in seen.params.values()
                     if (text := text_or_none(row.get("sharded")))), None)  # fmt: skip
     fallback = world_size if world_size is not None else processes
@@ -62,8 +75,43 @@ def check_data_parallel(ranks: dict[int, Any], world_size: int | None) -> Parall
     for at in AT_ORDER:
         digests = {rank: _values(seen.params.get(at)) for rank, seen in ranks.items()}
         if all(values is not None for values in digests.values()):
-            return _compared(processes, group, digests, at, fallback)  # type: ignore[arg-type]
+            return _unless_copies(_compared(processes, group, digests, at, fallback), ranks)  # type: ignore[arg-type]
     return ParallelCheck(processes, group, fallback, None)
+
+
+def _unless_copies(check: ParallelCheck, ranks: dict[int, Any]) -> ParallelCheck:
+    """Equal ranks with no evidence of averaging and the same first batches: copies of one training."""
+    if check.synchronized is not True or check.processes < 2 or averaged(ranks) is not False:
+        return check
+    if _same_batches(ranks) is not True:
+        return check  # different batches and still equal: something averaged them that the observer missed
+    return replace(check, size=1, group_ranks=(min(ranks),), copies=True, frameworks=_frameworks(ranks))
+
+
+def _frameworks(ranks: dict[int, Any]) -> tuple[str, ...]:
+    main = main_rank(ranks)
+    frameworks = main.end.get("frameworks") if main is not None else None
+    return tuple(str(name) for name in frameworks) if isinstance(frameworks, list) else ()
+
+
+def averaged(ranks: dict[int, Any]) -> bool | None:
+    """Whether something averaged the ranks' gradients: a DDP wrapper, or collectives of the script on `.grad`
+    tensors; None when the observer did not record the script's collectives (an older record)."""
+    if any(seen.run.get("ddp") is True for seen in ranks.values()):
+        return True
+    told = [seen.end.get("collectives") for seen in ranks.values()]
+    if not told or not all(isinstance(entry, dict) for entry in told):
+        return None
+    return any((whole_or_none(entry.get("grad_calls")) or 0) > 0 for entry in told)
+
+
+def _same_batches(ranks: dict[int, Any]) -> bool | None:
+    """True when every rank's first training batches had the same fingerprints (None: not recorded)."""
+    prints = [seen.fingerprints for seen in ranks.values()]
+    if len(prints) < 2 or not all(prints):
+        return None
+    count = min(len(each) for each in prints)
+    return all(each[:count] == prints[0][:count] for each in prints[1:])
 
 
 def _compared(
@@ -74,7 +122,7 @@ def _compared(
     if any(values[2] != main[2] or len(values[0]) != len(main[0]) for values in digests.values()):
         shards = "ranks hold parameters of different sizes"
         return ParallelCheck(processes, group, fallback, None, at=at, sharded=shards)
-    same = tuple(rank for rank, values in digests.items() if _close(main, values))
+    same = tuple(rank for rank, values in digests.items() if rank == min(digests) or _close(main, values))
     largest: float | None = 0.0
     for values in digests.values():
         difference = _largest_difference(main, values)
@@ -90,21 +138,41 @@ def _values(row: dict[str, Any] | None) -> tuple[list[float], list[float], int] 
     sums, samples, numel = row.get("sums"), row.get("samples"), whole_or_none(row.get("numel"))
     if not isinstance(sums, list) or not isinstance(samples, list) or numel is None:
         return None
-    return [_number(v) for v in sums], [_number(v) for v in samples], numel
+    bits = row.get("bits")
+    values = [_number(v) for v in sums], [_number(v) for v in samples], numel
+    if isinstance(bits, list) and all(whole_or_none(v) is not None for v in bits):
+        return (*values, [int(v) for v in bits])  # type: ignore[return-value]
+    return values
 
 
 def _number(value: Any) -> float:
+    """A digest's value: a finite number, or the non-finite one the stream wrote ("nan", "inf", "-inf"); anything
+    else is no number (NaN, which compares equal to nothing but another NaN here)."""
     number = finite_or_none(value)
-    return number if number is not None else float("nan")  # NaN never equals: a NaN rank is not in sync
+    if number is not None:
+        return number
+    if value in ("inf", "-inf"):
+        return float(value)
+    return float("nan")
 
 
-def _close(first: tuple[list[float], list[float], int], second: tuple[list[float], list[float], int]) -> bool:
+def _close(first: tuple[list[float], ...], second: tuple[list[float], ...]) -> bool:
+    """Equal within the tolerance, non-finite values equal when they are the same (NaN and NaN, inf and inf); equal
+    raw bits, where both ranks recorded them, are equal tensors whatever their values."""
+    if len(first) > 3 and len(second) > 3:
+        return first[3] == second[3]  # type: ignore[misc]
     pairs = [*zip(first[0], second[0], strict=True), *zip(first[1], second[1], strict=True)]
-    return all(abs(a - b) <= RELATIVE_TOLERANCE * max(1.0, abs(a), abs(b)) for a, b in pairs)
+    return all(_same_value(a, b) for a, b in pairs)
+
+
+def _same_value(a: float, b: float) -> bool:
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return (a != a and b != b) or a == b  # NaN and NaN, or the same infinity
+    return abs(a - b) <= RELATIVE_TOLERANCE * max(1.0, abs(a), abs(b))
 
 
 def _largest_difference(first: tuple[list[float], ...], second: tuple[list[float], ...]) -> float | None:
-    differences = [abs(a - b) for a, b in zip(first[1], second[1], strict=False)]
+    differences = [0.0 if _same_value(a, b) else abs(a - b) for a, b in zip(first[1], second[1], strict=False)]
     if any(difference != difference for difference in differences):  # NaN
         return None
     return max(differences, default=0.0)
@@ -133,21 +201,28 @@ def wrappers_seen(run: dict[str, Any]) -> str:
 
 def trained_together(ranks: dict[int, Any], check: ParallelCheck) -> dict[int, Any]:
     """The ranks whose samples fed rank 0's model: all of them, unless the check found separate trainings."""
-    if check.group_ranks is None or check.synchronized is not False:
+    if check.group_ranks is None or (check.synchronized is not False and not check.copies):
         return ranks
     return {rank: seen for rank, seen in ranks.items() if rank in check.group_ranks}
 
 
-def parallel_findings(check: ParallelCheck, batch: int | None, run: dict[str, Any]) -> list[Finding]:
-    """`batch`: the samples one process put into an optimizer step (per-device batch x accumulation)."""
+def parallel_findings(
+    check: ParallelCheck, batch: int | None, run: dict[str, Any], script: str | None = None
+) -> list[Finding]:
+    """`batch`: the samples one process put into an optimizer step (per-device batch x accumulation); `script`: the
+    plan's script, for the pointer to `ddpcli port` on a script with no DDP."""
     n = check.processes
     alone = f" (a global batch of {batch} each, not {n * batch})" if batch is not None else ""
+    port = _fix(check, script) if run.get("ddp") is not True else ""
     if check.process_group is False and n > 1:
+        each = f" (each one a batch of {batch} per optimizer step)" if batch is not None else ""
         return [Finding(
             code="no_process_group", severity="error",
             message=f"{n} processes were launched and none called init_process_group: they never communicated, so "
-            f"this was {n} separate trainings of one process each{alone}",
+            f"this was {n} separate trainings of one process each{each}{port}",
         )]  # fmt: skip
+    if check.copies:
+        return [copies_finding(check, batch, run, script)]
     if check.synchronized is False:
         difference = (
             f", largest difference {check.largest_difference:.3g} in the sampled parameters"
@@ -158,7 +233,8 @@ def parallel_findings(check: ParallelCheck, batch: int | None, run: dict[str, An
         return [Finding(
             code="ranks_not_synchronized", severity="error",
             message=f"the ranks ended with different parameters{difference}{together}: the processes never averaged "
-            f"gradients and each trained its own model, {n} separate trainings{alone}; seen: {wrappers_seen(run)}",
+            f"gradients and each trained its own model, {n} separate trainings{alone}; seen: {wrappers_seen(run)}"
+            f"{port}",
         )]  # fmt: skip
     if check.sharded:
         return [Finding(
@@ -167,6 +243,37 @@ def parallel_findings(check: ParallelCheck, batch: int | None, run: dict[str, An
             "model does not apply",
         )]  # fmt: skip
     return []
+
+
+SWITCHES = (  # the framework switch without which its CPU runs under torchrun are not data-parallel
+    ("transformers", "transformers' Trainer wraps the model in DDP on CPU only with --use_cpu "
+                     "(TrainingArguments(use_cpu=True))"),
+    ("accelerate", "accelerate runs data-parallel on CPU only with --cpu (Accelerator(cpu=True))"),
+)  # fmt: skip
+
+
+def copies_finding(check: ParallelCheck, batch: int | None, run: dict[str, Any], script: str | None = None) -> Finding:
+    """`copies_of_one_training`: the ranks agree because they computed the same thing, not because they averaged."""
+    n = check.processes
+    each = f", each a batch of {batch} per optimizer step" if batch is not None else ""
+    fix = _fix(check, script)
+    return Finding(
+        code="copies_of_one_training", severity="error",
+        message=f"{n} processes were launched and trained {n} copies of one training{each}: they ended with equal "
+        f"parameters only because every rank started from the same seed and trained on the same batches; nothing "
+        f"averaged them ({wrappers_seen(run)}), so data_parallel_size is 1 and the samples are one model's{fix}",
+    )  # fmt: skip
+
+
+def _fix(check: ParallelCheck, script: str | None) -> str:
+    """The framework's switch that makes the run data-parallel where one is known, else `ddpcli port`."""
+    switch = next((words for name, words in SWITCHES if name in check.frameworks), None)
+    return f"; {switch}" if switch else port_pointer(script)
+
+
+def port_pointer(script: str | None) -> str:
+    """The pointer at the end of a message about a script with no DDP: the command that makes it data-parallel."""
+    return f"; `ddpcli port {script or 'SCRIPT'}` makes a single-device script data-parallel"
 
 
 def initial_fingerprint(main: Any) -> str | None:

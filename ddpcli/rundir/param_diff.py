@@ -24,6 +24,7 @@ class ParamDiff:
     max_abs_diff: float | None = None
     mismatch: str | None = None
     error: str | None = None
+    scope: str | None = None  # what was compared, where not every parameter whole (a sharded run's shards)
 
 
 ParamDiffFn = Callable[[Path, Path], ParamDiff]

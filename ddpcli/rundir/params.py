@@ -66,6 +66,14 @@ def param_diff(path_a: Path, path_b: Path) -> ParamDiff:
         except Exception as error:  # torch.load raises many types (pickle, zip, RuntimeError): all mean "unreadable"
             return ParamDiff(error=f"cannot read {path}: {_first_line(error)}")
     state_a, state_b = states
+    shards = [_shards(path) for path in (path_a, path_b)]
+    scope = None
+    if shards[0] or shards[1]:
+        aligned = _aligned(state_a, state_b, *shards)
+        if isinstance(aligned, str):
+            return ParamDiff(mismatch=aligned)
+        state_a, state_b = aligned
+        scope = "rank 0's shard of each sharded parameter (the rest of it was held by other ranks and not saved)"
     mismatch = _structure_mismatch(state_a, state_b)
     if mismatch:
         return ParamDiff(mismatch=mismatch)
@@ -75,7 +83,56 @@ def param_diff(path_a: Path, path_b: Path) -> ParamDiff:
         if isinstance(difference, str):
             return ParamDiff(mismatch=difference)
         largest = max(largest, difference)
-    return ParamDiff(max_abs_diff=largest)
+    return ParamDiff(max_abs_diff=largest, scope=scope)
+
+
+def _shards(path: Path) -> dict[str, dict[str, Any]]:
+    """Where each tensor of a final_params.pt of local shards sits in the full tensor (SHARDS_FILE beside it)."""
+    from ddpcli.jsonvalues import loads_json
+    from ddpcli.rundir.layout import SHARDS_FILE
+
+    try:
+        found = loads_json(path.with_name(SHARDS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    shards = found.get("shards") if isinstance(found, dict) else None
+    if not isinstance(shards, dict):
+        return {}
+    # A "shard" that is the whole tensor (one rank holding everything) is the full tensor.
+    return {name: shard for name, shard in shards.items()
+            if isinstance(shard, dict) and shard.get("local_shape") != shard.get("shape")}  # fmt: skip
+
+
+def _aligned(
+    state_a: dict[str, Any], state_b: dict[str, Any], shards_a: dict[str, Any], shards_b: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]] | str:
+    """Both states cut to the parts both hold: a shard against the same slice of the other's full tensor, two
+    shards only where they cover the same slice."""
+    a, b = dict(state_a), dict(state_b)
+    for name in a.keys() & b.keys():
+        one, two = shards_a.get(name), shards_b.get(name)
+        if one is None and two is None:
+            continue
+        if one is not None and two is not None:
+            if one.get("offset") != two.get("offset") or one.get("shape") != two.get("shape"):
+                offsets = f"{one.get('offset')} and {two.get('offset')}"
+                return f"{name}: the two runs saved different shards of it (offsets {offsets})"
+            continue
+        shard, full, flip = (one, b, False) if one is not None else (two, a, True)
+        piece = _slice(full[name], shard, a[name] if not flip else b[name])
+        if isinstance(piece, str):
+            return f"{name}: {piece}"
+        full[name] = piece
+    return a, b
+
+
+def _slice(tensor: Any, shard: dict[str, Any], local: Any) -> Any:
+    """The part of a full tensor a shard covers."""
+    offset, shape = shard.get("offset"), shard.get("shape")
+    if not isinstance(offset, list) or list(getattr(tensor, "shape", ())) != shape:
+        return f"the full tensor has shape {_shape(getattr(tensor, 'shape', None))}, the shard came from {shape}"
+    index = tuple(slice(start, start + size) for start, size in zip(offset, local.shape, strict=False))
+    return tensor[index]
 
 
 def _structure_mismatch(state_a: dict[str, Any], state_b: dict[str, Any]) -> str | None:

@@ -48,6 +48,7 @@ class Observed(_Record):
     """What the run did, from every rank's observer: the values most optimizer steps had."""
 
     world_size: int | None = None
+    processes: int | None = None  # launched by torchrun (its WORLD_SIZE), whether or not they trained together
     data_parallel_size: int | None = None
     per_device_batch_size: int | None = None
     grad_accum_steps: int | None = None

@@ -13,6 +13,12 @@ first step's all-reduce, left out of the window). Per optimizer step, in seconds
     comm    = exposed communication per synchronising backward x synchronising backwards per step
     compute = forward + backward - comm
     other   = step - data - forward + backward - optimizer (the loop's own work, logging, a scheduler; >= 0)
+
+Without a DDP reducer, the script's own collectives (`dist.all_reduce` of the gradients by hand, FSDP's all-gathers
+and reduce-scatters: ddpcli.worker.observer.collectives) are the communication, timed on the host: comm is their
+seconds per step, taken out of forward + backward for the part inside it and out of `other` for the rest. What was
+not measured is null, never 0: `comm_from` says where comm came from (`ddp_reducer`, `script_collectives`,
+`no_collectives`: the script called none, so 0 is what happened) or why it is null (`not_measured: ...`).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class RankTime(StepTime):
     micro_batches_per_step: float | None = None
     all_reduces_per_step: float | None = None  # backwards of a DDP model that synchronised, per optimizer step
     load_average: float | None = None  # the host's 1-minute load average at the run's end
+    comm_from: str | None = None  # where comm_s came from on this rank, or why it is null (module docstring)
 
 
 class TimeBreakdown(_Model):
@@ -68,7 +75,8 @@ class ModelState(_Model):
     optimizer_options: dict[str, Any] = {}
     param_count: int | None = None
     param_dtype: str | None = None
-    param_bytes: int | None = None
+    param_bytes: int | None = None  # this rank's: a sharded run's shard
+    full_param_bytes: int | None = None  # the whole parameters, where the rank held a shard of them
     grad_bytes: int | None = None
     optimizer_state_bytes: int | None = None
     bucket_cap_bytes: int | None = None
@@ -130,17 +138,23 @@ def rank_time(rank: int, row: dict[str, Any]) -> RankTime | None:
     per_sync = exposed_comm_in_window(row.get("ddp_samples"), syncs * steps)
     if per_sync is None:
         per_sync = exposed_comm_per_sync(row.get("ddp"))
-    comm = min(per_sync * syncs, fb / steps) if per_sync is not None else 0.0
+    inside, outside, source = 0.0, 0.0, "ddp_reducer"
+    if per_sync is not None:
+        comm: float | None = min(per_sync * syncs, fb / steps)
+        inside = comm * steps
+    else:
+        comm, inside, outside, source = _script_comm(row, fb)
     micro = _number(row.get("micro_batches"))
     return RankTime(
         rank=rank,
         steps=steps,
         step_s=step / steps,
         data_s=data / steps,
-        compute_s=fb / steps - comm,
-        comm_s=comm,
+        compute_s=(fb - inside) / steps,
+        comm_s=comm / steps if comm is not None and per_sync is None else comm,
+        comm_from=source,
         optimizer_s=optimizer / steps,
-        other_s=max(step - data - fb - optimizer, 0.0) / steps,
+        other_s=max(step - data - fb - optimizer - outside, 0.0) / steps,
         peak_memory_bytes=_whole(row.get("peak_memory_bytes")),
         micro_batches_per_step=micro / steps if micro is not None else None,
         all_reduces_per_step=syncs if isinstance(row.get("ddp"), dict) else None,
@@ -148,6 +162,26 @@ def rank_time(rank: int, row: dict[str, Any]) -> RankTime | None:
         load_average=_number(row.get("load_average")),
         forward_backward_sd_s=_sd(fb, _number(row.get("forward_backward_squares")), steps),
     )
+
+
+def _script_comm(row: dict[str, Any], fb: float) -> tuple[float | None, float, float, str | None]:
+    """(comm seconds over the window or None, the part inside forward + backward, the part outside, comm_from)
+    where no DDP reducer timed the communication."""
+    if isinstance(row.get("ddp"), dict):
+        return None, 0.0, 0.0, "not_measured: the DDP reducer recorded no communication time"
+    seen = row.get("script_collectives")
+    if not isinstance(seen, dict):
+        return 0.0, 0.0, 0.0, None  # a record from before the script's collectives were timed
+    calls, untimed = _whole(seen.get("calls")) or 0, _whole(seen.get("untimed")) or 0
+    total, inside = _number(seen.get("seconds")), _number(seen.get("inside_forward_backward_s"))
+    if not calls and isinstance(row.get("sharded"), str):
+        return None, 0.0, 0.0, f"not_measured: the sharding collectives ({row['sharded']}) run inside torch, untimed"
+    if not calls:
+        return 0.0, 0.0, 0.0, "no_collectives"
+    if untimed or total is None or inside is None:
+        return None, 0.0, 0.0, "not_measured: the script's collectives were asynchronous or on a GPU"
+    inside = min(inside, fb)
+    return total, inside, max(total - inside, 0.0), "script_collectives"
 
 
 def _sd(total: float, squares: float | None, count: int) -> float | None:
@@ -174,7 +208,7 @@ def time_breakdown(rows: dict[int, dict[str, Any]]) -> TimeBreakdown | None:
     first = rows[ranks[0].rank]
     return TimeBreakdown(
         clock=first.get("clock") if isinstance(first.get("clock"), str) else None,
-        comm_from="ddp_reducer" if exposed_comm_per_sync(first.get("ddp")) is not None else None,
+        comm_from="ddp_reducer" if exposed_comm_per_sync(first.get("ddp")) is not None else ranks[0].comm_from,
         comm_samples=_window_samples(first),
         memory_source=first.get("memory_source") if isinstance(first.get("memory_source"), str) else None,
         median=median,
@@ -204,6 +238,7 @@ def model_state(rows: dict[int, dict[str, Any]]) -> ModelState | None:
         param_count=_whole(row.get("param_count")),
         param_dtype=row.get("param_dtype") if isinstance(row.get("param_dtype"), str) else None,
         param_bytes=_whole(row.get("param_bytes")),
+        full_param_bytes=_whole(row.get("full_param_bytes")),
         grad_bytes=_whole(row.get("grad_bytes")),
         optimizer_state_bytes=_whole(row.get("optimizer_state_bytes")),
         bucket_cap_bytes=_whole(ddp.get("bucket_cap_bytes")),

@@ -5,6 +5,8 @@ no download) learning a synthetic token language.
     torchrun --standalone --nproc-per-node 2 tests/observe_scripts/hf_train.py --batch-size 4 --grad-accum 2
 
 Under torchrun the Trainer (through accelerate) joins the process group, wraps the model in DDP and shards the data.
+With --no-use-cpu (run_clm.py on CPU without its --use_cpu) it never wraps the model: every rank trains its own copy
+on the same batches from the same seed.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--dataset-size", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-use-cpu", action="store_true", help="TrainingArguments(use_cpu=False)")
     parser.add_argument("--output-dir", default=None, help="the Trainer's output_dir (default: a temporary one)")
     args = parser.parse_args()
     set_seed(args.seed)
@@ -54,7 +57,7 @@ def main() -> None:
             gradient_accumulation_steps=args.grad_accum,
             learning_rate=args.lr,
             max_steps=args.steps,
-            use_cpu=True,
+            use_cpu=not args.no_use_cpu,
             report_to=[],
             save_strategy="no",
             logging_steps=1,

@@ -1,6 +1,8 @@
 """What the observer writes about the run as a whole: the `run` row at the first optimizer step, the `end` rows and
 rank 0's final parameters when the script is done."""
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +11,8 @@ import torch.distributed as dist
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
+from ddpcli.jsonvalues import write_json_atomic
+from ddpcli.rundir.layout import SHARDS_FILE
 from ddpcli.worker.observer.parallel import params_row
 from ddpcli.worker.observer.reading import initial_lrs
 from ddpcli.worker.tensors import save_atomic
@@ -25,6 +29,7 @@ def run_row(observer: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     return {
         "kind": "run",
         "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+        "processes": _launched(),
         "backend": str(dist.get_backend()) if dist.is_initialized() else None,
         "device": params[0].device.type if params else None,
         "ddp": bool(observer.ddp) or any(isinstance(module, DistributedDataParallel) for module in modules),
@@ -35,6 +40,17 @@ def run_row(observer: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         "amp": observer.amp,
         "optimizer": optimizer_row(optimizer),
     }
+
+
+def _launched() -> int | None:
+    """The processes torchrun launched (its WORLD_SIZE), whether or not they formed a process group."""
+    text = os.environ.get("WORLD_SIZE", "")
+    return int(text) if text.isdigit() else None
+
+
+def _frameworks() -> list[str]:
+    """The training frameworks the script imported: which switch makes their CPU runs data-parallel."""
+    return [name for name in ("transformers", "accelerate", "lightning", "pytorch_lightning") if name in sys.modules]
 
 
 _HYPER_PARAMETERS = ("betas", "momentum", "weight_decay", "eps", "nesterov", "dampening")
@@ -70,6 +86,8 @@ def end_rows(observer: Any) -> list[dict[str, Any]]:
         "script_comm_hook": observer.noise.script_comm_hook,
         "noise_scale_requested": observer.noise.requested,
         "noise_scale_by": observer.noise.by,
+        "collectives": observer.collectives.end(),
+        "frameworks": _frameworks(),
     }
     rows = [end]
     if observer.optimizers:
@@ -82,10 +100,28 @@ def save_params(optimizers: list[torch.optim.Optimizer], path: Path) -> None:
     a script run bare, under DDP, Lightning or accelerate. Not when the script saved its own (runtime)."""
     if path.exists() or not optimizers:
         return
-    state = {
-        f"{o}.{g}.{i}": param.detach().cpu().clone()
-        for o, optimizer in enumerate(optimizers)
-        for g, group in enumerate(optimizer.param_groups)
-        for i, param in enumerate(group["params"])
-    }
+    state, shards = {}, {}
+    for o, optimizer in enumerate(optimizers):
+        for g, group in enumerate(optimizer.param_groups):
+            for i, param in enumerate(group["params"]):
+                key = f"{o}.{g}.{i}"
+                state[key], shard = _plain(param)
+                if shard is not None:
+                    shards[key] = shard
     save_atomic(state, path)
+    if shards:  # no collective at the end (the script may have destroyed its group): rank 0's own shards
+        write_json_atomic(path.with_name(SHARDS_FILE), {"what": "rank 0's local shards", "shards": shards})
+
+
+def _plain(param: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any] | None]:
+    """A parameter as a plain CPU tensor (weights_only loads it), and for a DTensor where its local shard sits in
+    the full tensor."""
+    to_local = getattr(param, "to_local", None)
+    if not callable(to_local):
+        return param.detach().cpu().clone(), None
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    local = to_local().detach().cpu().clone()
+    shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+    return local, {"offset": [int(n) for n in offset], "shape": [int(n) for n in param.shape],
+                   "local_shape": [int(n) for n in shape]}  # fmt: skip

@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ddpcli.rundir.layout import PARAMS_FILE
+from ddpcli.worker.observer.collectives import ScriptCollectives
 from ddpcli.worker.observer.ending import end_rows, run_row, save_params
 from ddpcli.worker.observer.forwards import Counts, ForwardTracker
 from ddpcli.worker.observer.habits import ScriptHabits
@@ -94,6 +95,7 @@ class Observer:
         self.stepped = False  # the first optimizer step happened (its parameters were digested)
         self.habits = ScriptHabits(self.run_dir, lambda: self.stepped)
         self.timing = StepTiming(self)  # where each step's time goes (timing.py)
+        self.collectives = ScriptCollectives(self)  # the script's own dist.all_reduce ... (collectives.py)
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.stream.add({"kind": "start", "rank": self.rank, "restart": restart, "pid": os.getpid()})
 
@@ -112,6 +114,7 @@ class Observer:
         wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
         self.habits.patch(self._guard)
         self.timing.install()
+        self.collectives.install()
 
     def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Observation must never break training: an error is recorded once per kind and otherwise ignored."""

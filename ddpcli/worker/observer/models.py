@@ -8,11 +8,13 @@ its comm hook at its first one), AMP's autocast, and the forward tracker (sample
 """
 
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from ddpcli.worker.observer.attribution import skip_in_warnings
 from ddpcli.worker.observer.reading import fingerprint, first_tensor, tensors
@@ -99,5 +101,51 @@ class TopModules:
         for ref in self.roots.values():
             module = ref()
             if module is not None:
-                module.register_forward_pre_hook(guard(self._root_pre_forward), with_kwargs=True)
-                module.register_forward_hook(guard(self._root_forward), with_kwargs=True)
+                hook_privately(module, guard(self._root_pre_forward), guard(self._root_forward))
+
+
+HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_with_kwargs",
+              "_forward_hooks_always_called")  # fmt: skip
+
+
+class PrivateHooks(OrderedDict):
+    """A module's hook dict that holds the observer's hooks beside the script's and leaves them out when it is
+    pickled or copied: `torch.save(model)`, `copy.deepcopy(model)` write and copy the script's hooks alone, as a
+    plain OrderedDict (a file saved under observation loads without ddpcli, and a copy is not observed)."""
+
+    def __init__(self, items: Any = (), ours: set[int] | None = None) -> None:
+        super().__init__(items)
+        self.ours = ours if ours is not None else set()
+
+    def __reduce__(self) -> Any:
+        return OrderedDict, ([(key, value) for key, value in self.items() if key not in self.ours],)
+
+
+def hook_privately(module: nn.Module, pre: Callable[..., Any], post: Callable[..., Any]) -> None:
+    """module.register_forward_pre_hook(pre) and register_forward_hook(post), both with kwargs, kept out of what
+    pickles. The hook dicts are replaced only while they are empty (a handle the script holds refers to the dict it
+    was registered in); a module with hooks of its own gets the observer's through torch's global module hooks,
+    which only this module answers (slower: every module call then takes the hooked path)."""
+    if any(getattr(module, name, None) for name in HOOK_DICTS) or not all(hasattr(module, n) for n in HOOK_DICTS):
+        _global_hooks(module, pre, post)
+        return
+    ours: set[int] = set()
+    for name in HOOK_DICTS:
+        object.__setattr__(module, name, PrivateHooks(ours=ours))  # nn.Module.__setattr__ would look for modules
+    ours.add(module.register_forward_pre_hook(pre, with_kwargs=True).id)
+    ours.add(module.register_forward_hook(post, with_kwargs=True).id)
+
+
+def _global_hooks(module: nn.Module, pre: Callable[..., Any], post: Callable[..., Any]) -> None:
+    target = weakref.ref(module)
+
+    def pre_hook(called: nn.Module, args: tuple[Any, ...]) -> None:
+        if called is target():
+            pre(called, args, {})
+
+    def post_hook(called: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        if called is target():
+            post(called, args, kwargs, output)
+
+    register_module_forward_pre_hook(pre_hook)
+    register_module_forward_hook(post_hook, with_kwargs=True)

@@ -6,7 +6,9 @@ guess from the wrapper's class, each rank records a digest of the parameters its
 optimizer step (the initial parameters), after it, and at the end; ddpcli.rundir.parallel compares the ranks.
 
 The digest costs a few kernels per tensor, three times a run, and no collective: per tensor its sum (in float64,
-without a float64 copy) and SAMPLES evenly strided elements, stacked on the device and read at the next flush.
+without a float64 copy), SAMPLES evenly strided elements and the integer sum of its raw bits (`bits`: equal on ranks
+that hold the same tensor even when it is all NaN, which no float comparison says), stacked on the device and read
+at the next flush.
 Sharded parameters (FSDP, DTensor, DeepSpeed ZeRO-3) are not digested: each rank holds a different shard, so the
 comparison does not apply (and reading a DTensor may start a collective).
 """
@@ -18,6 +20,7 @@ import torch
 
 SAMPLES = 8
 _SHARDING_WRAPPERS = ("FullyShardedDataParallel", "FSDPModule", "DeepSpeedEngine")
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # an integer view of each element's bits
 
 
 def optimizer_params(optimizers: Iterable[torch.optim.Optimizer]) -> list[torch.Tensor]:
@@ -49,14 +52,21 @@ def digest(params: list[torch.Tensor], at: str) -> dict[str, Any]:
         return row
     device = live[0].device
     with torch.no_grad():
-        sums, samples = [], []
+        sums, samples, bits = [], [], []
         for param in live:
             flat = param.detach().reshape(-1)
             stride = max(1, flat.numel() // SAMPLES)
             sums.append(flat.sum(dtype=torch.float64).to(device))
             samples.append(flat[::stride][:SAMPLES].to(device, torch.float64))
+            integer = _BITS.get(flat.element_size()) if flat.is_floating_point() else None
+            if integer is not None and bits is not None:
+                bits.append(flat.view(integer).sum(dtype=torch.int64).to(device))  # wraps around: still exact
+            else:
+                bits = None
         row["sums"] = torch.stack(sums)
         row["samples"] = torch.cat(samples)
+        if bits:
+            row["bits"] = torch.stack(bits)
     return row
 
 

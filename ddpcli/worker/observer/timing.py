@@ -29,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
+from ddpcli.worker.observer.parallel import optimizer_params, sharding
 from ddpcli.worker.observer.reducer_samples import ReducerSamples
 
 RESOLVE_EVERY = 256  # steps between two cumulative `timing` rows (and two reads of completed CUDA events)
@@ -173,7 +174,7 @@ class StepTiming:
             self.optimizer_start = self.clock.mark()
         if self.grad_bytes is None:  # at the first step, while the gradients exist (zero_grad may drop them)
             params = [param for group in optimizer.param_groups for param in group["params"]]
-            self.grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+            self.grad_bytes = sum(_bytes(p.grad) for p in params if p.grad is not None)
 
     def step_done(self) -> None:
         """The observer counted an optimizer step: close its optimizer interval and the step itself."""
@@ -226,6 +227,8 @@ class StepTiming:
             **cpu_budget(),
             **model_bytes(self.observer.optimizers),
             "grad_bytes": self.grad_bytes,
+            "script_collectives": self.observer.collectives.timing(),
+            "sharded": sharding(optimizer_params(self.observer.optimizers), self.observer.models.modules()),
         }
 
     def _ddp_stats(self) -> dict[str, int] | None:
@@ -272,8 +275,20 @@ def cpu_budget() -> dict[str, Any]:
     }
 
 
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a tensor: a DTensor's local shard (FSDP2, tensor parallel), else the tensor itself."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
+def _bytes(tensor: torch.Tensor) -> int:
+    local = _local(tensor)
+    return local.numel() * local.element_size()
+
+
 def model_bytes(optimizers: list[torch.optim.Optimizer]) -> dict[str, Any]:
-    """Bytes of the first optimizer's parameters and of its state (every tensor it holds)."""
+    """Bytes of the first optimizer's parameters and of its state (every tensor it holds) on this rank: a sharded
+    run's shards (FSDP2's DTensors: their local part), with the parameters' full size beside them."""
     if not optimizers:
         return {}
     optimizer = optimizers[0]
@@ -281,6 +296,7 @@ def model_bytes(optimizers: list[torch.optim.Optimizer]) -> dict[str, Any]:
     state = [
         value for entry in optimizer.state.values() for value in entry.values() if isinstance(value, torch.Tensor)
     ]  # fmt: skip
+    full = sum(param.numel() * param.element_size() for param in params)
     return {
         "optimizer": type(optimizer).__name__,
         "optimizer_options": {
@@ -288,8 +304,9 @@ def model_bytes(optimizers: list[torch.optim.Optimizer]) -> dict[str, Any]:
             for key, value in optimizer.defaults.items()
             if isinstance(value, bool | int | float | str) and key in ("momentum", "amsgrad", "foreach", "fused")
         },
-        "param_count": sum(param.numel() for param in params),
-        "param_bytes": sum(param.numel() * param.element_size() for param in params),
-        "optimizer_state_bytes": sum(value.numel() * value.element_size() for value in state),
+        "param_count": sum(_local(param).numel() for param in params),
+        "param_bytes": sum(_bytes(param) for param in params),
+        "full_param_bytes": full if any(_local(param) is not param for param in params) else None,
+        "optimizer_state_bytes": sum(_bytes(value) for value in state),
         "param_dtype": str(params[0].dtype).removeprefix("torch.") if params else None,
     }
