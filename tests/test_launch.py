@@ -65,6 +65,7 @@ def test_build_launch_exact_argv_and_env(tmp_path: Path) -> None:
 ])  # fmt: skip
 def test_the_observer_runs_the_script_unless_observe_is_false(tmp_path: Path, line: str, entry: list[str]) -> None:
     text = FILE.replace('module = "ddpcli.examples.regression"', line)
+    (tmp_path / "train.py").write_text("", encoding="utf-8")
     plan = load_plan(write_toml(tmp_path, text))
     argv = build_launch(plan.baseline, tmp_path / "r", plan.file, python="/py").argv
     train = str((tmp_path / "train.py").resolve())
@@ -83,6 +84,7 @@ def test_no_observe_runs_every_script_bare(tmp_path: Path) -> None:
 
 def test_script_path_and_restarts(tmp_path: Path) -> None:
     text = FILE.replace('module = "ddpcli.examples.regression"', 'script = "train.py"\nmax_restarts = 2')
+    (tmp_path / "train.py").write_text("", encoding="utf-8")
     plan = load_plan(write_toml(tmp_path, text))
     spec = build_launch(plan.baseline, tmp_path / "r", plan.file, python="/py")
     assert spec.argv[spec.argv.index("--max-restarts") + 1] == "2"
@@ -139,7 +141,7 @@ def test_escaped_braces_are_literal(text: str) -> None:
 def test_notes_are_not_a_placeholder(tmp_path: Path) -> None:
     path = write_toml(tmp_path, FILE.replace("{total_steps}", "{notes}"))
     result = runner.invoke(app, ["plan", str(path)])
-    assert result.exit_code == 2 and "baseline.args[1]: unknown placeholder {notes}" in result.stderr
+    assert result.exit_code == 2 and "defaults.args[1]: unknown placeholder {notes}" in result.stderr
     assert "notes" not in result.stderr.split("known: ")[1]
 
 
@@ -183,7 +185,7 @@ def test_unknown_placeholder_exits_2_naming_it(tmp_path: Path) -> None:
     path = write_toml(tmp_path, FILE.replace("{total_steps}", "{total_step}"))
     result = runner.invoke(app, ["launch", str(path)])
     assert result.exit_code == 2
-    assert "baseline.args[1]: unknown placeholder {total_step}" in result.stderr
+    assert "defaults.args[1]: unknown placeholder {total_step}" in result.stderr  # where the file holds it
     assert not (tmp_path / "runs").exists()  # nothing started: every command is built before the first run
 
 

@@ -89,6 +89,7 @@ class ResolvedRun:
     timeout_s: float | None = None  # run.json's own top-level field
     known_noise_scale: float | None = None  # the file's `noise_scale` as a number: a known B_simple for the outlook
     stand_ins: tuple[str, ...] = ()  # plan fields whose values only stand in for the script's own (plan labels them)
+    arg_fields: tuple[str, ...] = ()  # where the file holds each of launch.args (`defaults.extra_args[0]`), for errors
 
     @property
     def name(self) -> str:

@@ -12,6 +12,7 @@ import re
 import socket
 import string
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,14 +58,20 @@ def placeholder_values(run: ResolvedRun, run_dir: Path) -> dict[str, object]:
 
 
 def check_placeholders(run: ResolvedRun, path: Path | str, where: str) -> None:
-    """Fill the run's args with a stand-in run directory, so that `plan` finds what `launch` would refuse."""
-    fill_placeholders(run.launch.args, placeholder_values(run, Path("RUN_DIR")), str(path), f"{where}.")
+    """Fill the run's args with a stand-in run directory, so that `plan` finds what `launch` would refuse. A mistake
+    is named by the field the file holds it in (`defaults.extra_args[0]`), not by its place in the merged args."""
+    fields = run.arg_fields or tuple(f"{where}.args[{index}]" for index in range(len(run.launch.args)))
+    fill_placeholders(run.launch.args, placeholder_values(run, Path("RUN_DIR")), str(path), fields)
 
 
-def fill_placeholders(args: list[str], values: dict[str, object], where: str, field_prefix: str = "") -> list[str]:
+def fill_placeholders(
+    args: list[str], values: dict[str, object], where: str, fields: Sequence[str] | None = None
+) -> list[str]:
     """`{total_steps}` -> "128", `{lr:.2f}` -> "0.20" (Python format specs). Unknown or empty placeholders are
-    errors that name the run and the argument."""
-    return [_fill_one(arg, values, where, f"{field_prefix}args[{index}]") for index, arg in enumerate(args)]
+    errors that name the run and the argument (`fields[i]` names args[i], by default `args[i]`)."""
+    if fields is None or len(fields) != len(args):
+        fields = [f"args[{index}]" for index in range(len(args))]
+    return [_fill_one(arg, values, where, field) for arg, field in zip(args, fields, strict=True)]
 
 
 def _fill_one(arg: str, values: dict[str, object], where: str, field: str) -> str:
@@ -110,9 +117,22 @@ def _formatted(value: object, spec: str, written: str, where: str, field: str) -
             where, field, f"{written}: nested placeholders and widths or precisions over 999 are not supported"
         )
     try:
-        return format(_as_arg(value) if isinstance(value, bool) else value, spec)
-    except ValueError as error:
+        text = format(_as_arg(value) if isinstance(value, bool) else value, spec)
+    except (ValueError, OverflowError) as error:  # `{total_steps * 300000:c}`: no such character
         raise ConfigError(where, field, f"{written}: {error}") from None
+    return _argument(text, written, where, field)
+
+
+def _argument(text: str, written: str, where: str, field: str) -> str:
+    """`text`, once it is known to fit in an argv: `{seed:c}` of seed 0 is a NUL byte, which ends a C string, and
+    `{n:c}` of a surrogate (55296-57343) has no bytes in the file system's encoding."""
+    if "\0" in text:
+        raise ConfigError(where, field, f"{written}: gives a NUL byte, which no command-line argument can hold")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        raise ConfigError(where, field, f"{written}: gives {text!r}, which cannot be a command-line argument") from None
+    return text
 
 
 def _as_arg(value: object) -> str:
