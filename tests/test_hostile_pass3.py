@@ -4,6 +4,8 @@ naming the file and the field, nothing started and nothing written."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,123 @@ def test_a_script_that_does_not_exist_starts_nothing(tmp_path: Path) -> None:
     (tmp_path / "missing" / "train.py").write_text("", encoding="utf-8")
     result = runner.invoke(app, ["plan", str(write_toml(tmp_path, text))])
     assert result.exit_code == 2 and ": experiments[0].script: " in result.stderr and "not a file" in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# torchrun's own parser: every script argument reaches the script (item 5); workdir = "run" finds modules (item 6)
+
+# Each abbreviates one of torchrun's options or more (argparse's allow_abbrev): "ambiguous option" before the fix.
+FLAGS = ["--run", "r", "--n", "1", "--num", "--log", "l", "--s", "--max", "2", "--node", "--nproc", "3",
+         "--nnodes", "4", "-m", "x", "--", "--standalone"]  # fmt: skip
+
+ENTRY_FILE = """\
+[defaults]
+max_steps = 2
+args = ARGS
+
+[baseline]
+name = "a"
+per_device_batch_size = 4
+lr = 0.1
+ENTRY
+"""
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ['script = "train.py"', 'script = "train.py"\nobserve = false', 'module = "mypkg.train"',
+     'module = "mypkg.train"\nobserve = false\nworkdir = "run"'],
+)  # fmt: skip
+def test_torchruns_own_parser_hands_every_argument_to_the_script(tmp_path: Path, entry: str) -> None:
+    """Read with torch.distributed.run's real parser: its options end before the script, whatever the script's
+    flags are called."""
+    from torch.distributed.run import parse_args
+
+    from ddpcli.experiment.planning import load_plan
+    from ddpcli.launch.argv import build_launch
+
+    (tmp_path / "train.py").write_text("", encoding="utf-8")
+    text = ENTRY_FILE.replace("ARGS", str(FLAGS).replace("'", '"')).replace("ENTRY", entry)
+    plan = load_plan(write_toml(tmp_path, text))
+    spec = build_launch(plan.baseline, tmp_path / "runs" / "a" / "ID", plan.file)
+    parsed = parse_args(spec.argv[3:])
+    target = [str(tmp_path / "train.py")] if "script" in entry else ["-m", "mypkg.train"]
+    if "observe = false" in entry:
+        assert (parsed.module, parsed.training_script) == ("module" in entry, target[-1])
+        assert parsed.training_script_args == FLAGS
+    else:
+        assert (parsed.module, parsed.training_script) == (True, "ddpcli.worker.observer")
+        assert parsed.training_script_args == [*target, *FLAGS]
+    assert parsed.nproc_per_node == "1" and parsed.standalone and parsed.tee == "3"
+
+
+def test_the_all_reduce_probes_arguments_reach_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.distributed.run import parse_args
+
+    from ddpcli.launch import probe
+
+    monkeypatch.setenv("DDPCLI_CACHE_DIR", str(tmp_path))
+    seen: list[list[str]] = []
+
+    def run(command: list[str], **_: object) -> None:
+        seen.append(command)
+        raise OSError("not started")
+
+    with pytest.raises(Exception, match="not started"):
+        probe.measured_allreduce("gloo", 2, 1024, 0.0, run=run)
+    parsed = parse_args(seen[0][3:])
+    assert (parsed.module, parsed.training_script) == (True, "ddpcli.worker.allreduce_probe")
+    assert parsed.training_script_args[:4] == ["--bytes", "1024", "--backend", "gloo"]
+
+
+def test_workdir_run_finds_a_module_where_workdir_launch_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """python -m looks in the working directory first: under workdir = "launch" that is where ddpcli runs, so a
+    run started in its run directory gets that folder on PYTHONPATH first (then the file's folder), and relative
+    PYTHONPATH entries are made absolute from there."""
+    from ddpcli.experiment.planning import load_plan
+    from ddpcli.launch.argv import build_launch
+
+    experiment, here = tmp_path / "exp", tmp_path / "here"
+    experiment.mkdir()
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["src", "/abs/lib"]))
+    text = ENTRY_FILE.replace("ARGS", "[]").replace("ENTRY", 'module = "mypkg.train"\nworkdir = "run"')
+    plan = load_plan(write_toml(experiment, text))
+    spec = build_launch(plan.baseline, tmp_path / "runs" / "a" / "ID", plan.file)
+    assert spec.env_added["PYTHONPATH"].split(os.pathsep) == [
+        str(here), str(experiment.resolve()), str(here / "src"), "/abs/lib"
+    ]  # fmt: skip
+
+
+ARGV_SCRIPT = """\
+import json, os, sys
+with open(os.path.join(os.environ["DDPCLI_RUN_DIR"], "argv.json"), "w") as out:
+    json.dump(sys.argv[1:], out)
+"""
+
+
+@pytest.mark.e2e
+def test_real_torchrun_hands_the_flags_to_the_script_and_finds_the_module_under_workdir_run(tmp_path: Path) -> None:
+    """One launch, two runs (one process each): an observed script, and a bare module found from where ddpcli
+    runs while it runs in its run directory."""
+    import subprocess
+    import sys
+
+    experiment, here = tmp_path / "exp", tmp_path / "here"
+    (here / "mypkg").mkdir(parents=True)
+    experiment.mkdir()
+    (here / "mypkg" / "__init__.py").write_text("", encoding="utf-8")
+    (here / "mypkg" / "train.py").write_text(ARGV_SCRIPT, encoding="utf-8")
+    (experiment / "train.py").write_text(ARGV_SCRIPT, encoding="utf-8")
+    text = ENTRY_FILE.replace("ARGS", str(FLAGS).replace("'", '"')).replace("ENTRY", 'script = "train.py"')
+    text += '\n[[experiments]]\nname = "m"\nmodule = "mypkg.train"\nobserve = false\nworkdir = "run"\n'
+    path = write_toml(experiment, text)
+    result = subprocess.run([sys.executable, "-m", "ddpcli", "launch", str(path)], cwd=here, capture_output=True,
+                            text=True, timeout=300, check=False)  # fmt: skip
+    for name in ("a", "m"):
+        (run_dir,) = (experiment / "runs" / name).iterdir()
+        assert json.loads((run_dir / "argv.json").read_text()) == FLAGS, (name, result.stderr)
+    assert result.returncode == 0, result.stderr

@@ -47,7 +47,7 @@ def test_build_launch_exact_argv_and_env(tmp_path: Path) -> None:
     spec = build_launch(run, run_dir, plan.file, python="/py")
     assert spec.argv == [
         "/py", "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "4", "--standalone",
-        "--log-dir", f"{run_dir}/logs", "--tee", "3", "-m", "ddpcli.worker.observer", "-m",
+        "--log-dir", f"{run_dir}/logs", "--tee", "3", "-m", "--", "ddpcli.worker.observer", "-m",
         "ddpcli.examples.regression", "--steps", "16", "--lr", "0.2", "--out", f"{run_dir}/extra", "--literal",
         "{braces}",
     ]  # fmt: skip
@@ -59,9 +59,9 @@ def test_build_launch_exact_argv_and_env(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("line", "entry"), [
-    ('script = "train.py"', ["-m", "ddpcli.worker.observer", "TRAIN"]),
-    ('script = "train.py"\nobserve = false', ["TRAIN"]),
-    ('module = "pkg.train"\nobserve = false', ["-m", "pkg.train"]),
+    ('script = "train.py"', ["-m", "--", "ddpcli.worker.observer", "TRAIN"]),
+    ('script = "train.py"\nobserve = false', ["--", "TRAIN"]),
+    ('module = "pkg.train"\nobserve = false', ["-m", "--", "pkg.train"]),
 ])  # fmt: skip
 def test_the_observer_runs_the_script_unless_observe_is_false(tmp_path: Path, line: str, entry: list[str]) -> None:
     text = FILE.replace('module = "ddpcli.examples.regression"', line)
@@ -78,8 +78,8 @@ def test_no_observe_runs_every_script_bare(tmp_path: Path) -> None:
     observed = runner.invoke(app, ["launch", str(path), "--dry-run"])
     bare = runner.invoke(app, ["launch", str(path), "--dry-run", "--no-observe"])
     assert observed.exit_code == bare.exit_code == 0
-    assert observed.stdout.count("-m ddpcli.worker.observer -m ddpcli.examples.regression") == 2
-    assert "ddpcli.worker.observer" not in bare.stdout and bare.stdout.count("-m ddpcli.examples.regression") == 2
+    assert observed.stdout.count("-m -- ddpcli.worker.observer -m ddpcli.examples.regression") == 2
+    assert "ddpcli.worker.observer" not in bare.stdout and bare.stdout.count("-m -- ddpcli.examples.regression") == 2
 
 
 def test_script_path_and_restarts(tmp_path: Path) -> None:

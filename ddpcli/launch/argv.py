@@ -29,6 +29,10 @@ MAX_SPEC_DIGITS = 3  # widths and precisions in `{lr:.2f}` up to 999
 
 # torchrun's entry point when a run is observed: `python -m ddpcli.worker.observer (SCRIPT | -m MODULE) ARGS...`.
 OBSERVER_ENTRY = ("-m", "ddpcli.worker.observer")
+# Where torchrun's own options end. Its parser (argparse, allow_abbrev) reads every `--word` on the line, the
+# script's too, as a possible abbreviation of its options: `--run`, `--n`, `--max` or `--nproc` stopped torchrun with
+# "ambiguous option" before the script started. After `--` every word is positional: the script and its arguments.
+END_OF_OPTIONS = "--"
 
 
 @dataclass(frozen=True)
@@ -189,12 +193,18 @@ def build_launch(
 
 
 def _workdir_env(launch: LaunchSettings, experiment_dir: Path) -> dict[str, str]:
-    """A module run from the run directory is still found where it was: the experiment file's folder leads
-    PYTHONPATH (python -m looks in the working directory first, which is then the run directory)."""
-    if launch.workdir != "run" or launch.module is None:
+    """A module run from the run directory is found where it is found from where ddpcli runs (workdir = "launch"):
+    python -m looks in the working directory first, so that folder leads PYTHONPATH, then the experiment file's
+    folder; relative PYTHONPATH entries keep meaning what they meant there. Scripts find their own folder anyway."""
+    if launch.workdir != "run":
         return {}
-    inherited = launch.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-    return {"PYTHONPATH": os.pathsep.join(part for part in (str(experiment_dir), inherited) if part)}
+    here = os.getcwd()
+    inherited = [part for part in launch.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", "")).split(os.pathsep)
+                 if part]  # fmt: skip
+    kept = [os.path.join(here, part) for part in inherited]  # an absolute entry stays as it is
+    if launch.module is None:
+        return {"PYTHONPATH": os.pathsep.join(kept)} if kept != inherited else {}
+    return {"PYTHONPATH": os.pathsep.join(dict.fromkeys([here, str(experiment_dir), *kept]))}
 
 
 def _topology_args(plan: RunPlan, rendezvous: Rendezvous | None) -> list[str]:
@@ -212,11 +222,15 @@ def _topology_args(plan: RunPlan, rendezvous: Rendezvous | None) -> list[str]:
 
 
 def _entry_point(run: ResolvedRun, experiment_file: str) -> list[str]:
-    """`-m MODULE` or `SCRIPT`, behind the observer (which then runs it as python would) unless observe = false."""
+    """`-m MODULE` or `SCRIPT`, behind the observer (which then runs it as python would) unless observe = false;
+    torchrun's `-m` is its own option, so END_OF_OPTIONS comes after it: `-m -- MODULE ARGS`, `-- SCRIPT ARGS`."""
     if run.launch.module:
         target = ["-m", run.launch.module]
     elif run.launch.script:
         target = [run.launch.script]
     else:
         raise ConfigError(experiment_file, run.name, "needs `module` or `script` to launch")
-    return [*OBSERVER_ENTRY, *target] if run.launch.observe else target
+    if run.launch.observe:
+        target = [*OBSERVER_ENTRY, *target]
+    own = target[:1] if target[0] == "-m" else []  # torchrun's own -m (run the entry point as a module)
+    return [*own, END_OF_OPTIONS, *target[len(own) :]]

@@ -91,7 +91,7 @@ def measured_allreduce(
     with tempfile.TemporaryDirectory(prefix="ddpcli-probe-") as folder:
         out = Path(folder) / "probe.json"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
-                   "-m", "ddpcli.worker.allreduce_probe", "--bytes", str(size_bytes), "--backend", backend,
+                   "-m", "--", "ddpcli.worker.allreduce_probe", "--bytes", str(size_bytes), "--backend", backend,
                    "--work", repr(work_s), "--out", str(out)]  # fmt: skip
         env = cpu_probe.env_importing_ddpcli({**os.environ, "OMP_NUM_THREADS": "1"})
         result = run(command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
