@@ -164,9 +164,7 @@ def test_the_all_reduce_probes_arguments_reach_it(tmp_path: Path, monkeypatch: p
     assert parsed.training_script_args[:4] == ["--bytes", "1024", "--backend", "gloo"]
 
 
-def test_workdir_run_finds_a_module_where_workdir_launch_does(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_workdir_run_finds_a_module_where_workdir_launch_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """python -m looks in the working directory first: under workdir = "launch" that is where ddpcli runs, so a
     run started in its run directory gets that folder on PYTHONPATH first (then the file's folder), and relative
     PYTHONPATH entries are made absolute from there."""
@@ -215,3 +213,32 @@ def test_real_torchrun_hands_the_flags_to_the_script_and_finds_the_module_under_
         (run_dir,) = (experiment / "runs" / name).iterdir()
         assert json.loads((run_dir / "argv.json").read_text()) == FLAGS, (name, result.stderr)
     assert result.returncode == 0, result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The probe: its cache holds only finite positive numbers (item 2); nothing outlives it (items 3, 4)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -0.0064, 0.0, float("inf"), "1", True])
+def test_a_cache_value_that_is_not_a_finite_positive_number_is_probed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: object
+) -> None:
+    import socket
+
+    from ddpcli.launch import probe
+
+    monkeypatch.setenv("DDPCLI_CACHE_DIR", str(tmp_path))
+    key = f"v2/gloo/2/1024/{socket.gethostname()}/0ms"
+    entry = {"seconds": bad, "idle_seconds": 0.001, "work_s": 0.0}
+    (tmp_path / "allreduce.json").write_text(json.dumps({key: entry}), encoding="utf-8")  # json writes NaN, Infinity
+    calls = []
+
+    def run(command: list[str], **_: object) -> object:
+        calls.append(command)
+        out = Path(command[command.index("--out") + 1])
+        out.write_text(json.dumps({"seconds": 0.002, "idle_seconds": 0.001, "work_s": 0.0}), encoding="utf-8")
+        return None
+
+    assert probe.measured_allreduce("gloo", 2, 1024, 0.0, run=run).seconds == 0.002
+    assert len(calls) == 1
+    assert json.loads((tmp_path / "allreduce.json").read_text())[key]["seconds"] == 0.002

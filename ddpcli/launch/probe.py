@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import subprocess
@@ -113,7 +114,12 @@ def _cached(value: object) -> AllReduceProbe | None:
     numbers = [value.get(key) for key in ("seconds", "idle_seconds", "work_s")]
     if not all(isinstance(number, int | float) and not isinstance(number, bool) for number in numbers):
         return None
-    return AllReduceProbe(*(float(number) for number in numbers))  # type: ignore[arg-type]
+    seconds, idle, work = (float(number) for number in numbers)  # type: ignore[arg-type]
+    # A cache is a file anyone can edit: NaN printed "nan ms a step", a negative time "-6.4 samples/s". An
+    # all-reduce takes some time, and CPU work before it none or some: anything else is probed again.
+    if not all(math.isfinite(number) for number in (seconds, idle, work)) or seconds <= 0 or idle <= 0 or work < 0:
+        return None
+    return AllReduceProbe(seconds, idle, work)
 
 
 def _read_cache(path: Path) -> dict[str, object]:
