@@ -242,3 +242,116 @@ def test_a_cache_value_that_is_not_a_finite_positive_number_is_probed_again(
     assert probe.measured_allreduce("gloo", 2, 1024, 0.0, run=run).seconds == 0.002
     assert len(calls) == 1
     assert json.loads((tmp_path / "allreduce.json").read_text())[key]["seconds"] == 0.002
+
+
+# A stand-in for torchrun: it starts two children in sessions of their own (as torchrun starts its workers, so a
+# signal to its process group misses them), writes their pids, and waits.
+LAUNCHER = """\
+import subprocess, sys, time
+children = [subprocess.Popen(["sleep", "600"], start_new_session=True) for _ in range(2)]
+with open(sys.argv[1], "w") as out:
+    out.write(" ".join(str(child.pid) for child in children))
+time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"  # a zombie has ended; only its parent's wait is missing
+
+
+def wait_for(path: Path, deadline_s: float = 60) -> list[int]:
+    import time
+
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if path.exists() and path.read_text().strip():
+            return [int(pid) for pid in path.read_text().split()]
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never written")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_a_stop_signal_during_a_probe_leaves_nothing_running(tmp_path: Path, signum: str) -> None:
+    import signal
+    import sys
+    import threading
+
+    from ddpcli.launch.probe_run import ProbeStopped, run_probe, stopping_on_signals
+
+    pids_file = tmp_path / "pids"
+    number = getattr(signal, signum)
+    threading.Thread(target=lambda: (wait_for(pids_file), os.kill(os.getpid(), number)), daemon=True).start()
+    with pytest.raises(ProbeStopped) as stopped, stopping_on_signals():
+        run_probe([sys.executable, "-c", LAUNCHER, str(pids_file)], dict(os.environ), timeout=120)
+    assert stopped.value.exit_code == 128 + number and signum in str(stopped.value)
+    children = wait_for(pids_file)
+    assert len(children) == 2 and not any(alive(pid) for pid in children)
+    assert signal.getsignal(number) is not None and signal.getsignal(number) != signal.SIG_IGN
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_a_probe_past_its_timeout_is_one_line_and_leaves_nothing_running(tmp_path: Path) -> None:
+    import sys
+
+    from ddpcli.launch.probe_run import ProbeTimedOut, run_probe
+
+    pids_file = tmp_path / "pids"
+    with pytest.raises(ProbeTimedOut, match=r"the test probe did not finish in 3 s; it was stopped"):
+        run_probe([sys.executable, "-c", LAUNCHER, str(pids_file)], dict(os.environ), timeout=3,
+                  what="the test probe")  # fmt: skip
+    if pids_file.exists():  # under heavy load the stand-in may not have started its children in 3 s
+        assert not any(alive(pid) for pid in wait_for(pids_file))
+
+
+def processes_with(marker: bytes) -> list[int]:
+    from ddpcli.launch.supervisor import worker_pids
+
+    return [pid for pid in worker_pids(marker) if alive(pid)]
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_plan_stopped_during_the_real_all_reduce_probe_leaves_nothing(tmp_path: Path, signum: str) -> None:
+    """`plan --predict-from` with an empty cache runs the CPU probe, then torchrun's all-reduce probe (2 workers);
+    the signal comes once the all-reduce workers run. Every process carries the test's cache folder in its
+    environment: none may remain, nor a probe folder in the test's TMPDIR."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_predict import write_baseline
+
+    write_baseline(tmp_path / "runs" / "base" / "r1")
+    (tmp_path / "train.py").write_text("", encoding="utf-8")
+    (tmp_path / "tmp").mkdir()
+    path = write_toml(tmp_path, '[defaults]\nscript = "train.py"\nper_device_batch_size = 64\nlr = 0.1\n'
+                      '[baseline]\nname = "base"\n[[experiments]]\nname = "2x64"\nnproc_per_node = 2\n')  # fmt: skip
+    cache = tmp_path / "cache"
+    env = {**os.environ, "DDPCLI_CACHE_DIR": str(cache), "TMPDIR": str(tmp_path / "tmp")}
+    plan = subprocess.Popen([sys.executable, "-m", "ddpcli", "plan", str(path), "--predict-from",
+                             str(tmp_path / "runs" / "base" / "r1")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    marker = f"DDPCLI_CACHE_DIR={cache}".encode()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and plan.poll() is None:
+        workers = [
+            pid for pid in processes_with(marker) if b"LOCAL_RANK=1" in Path(f"/proc/{pid}/environ").read_bytes()
+        ]
+        if workers:
+            break
+        time.sleep(0.05)
+    assert plan.poll() is None, plan.communicate()
+    plan.send_signal(getattr(signal, signum))
+    _, stderr = plan.communicate(timeout=60)
+    assert plan.returncode == 128 + getattr(signal, signum), stderr
+    assert stderr.strip().splitlines() == [
+        f"error: stopped by {signum}; the probe and every process it started are gone"
+    ]
+    assert processes_with(marker) == [] and list((tmp_path / "tmp").iterdir()) == []

@@ -33,6 +33,8 @@ WORKER_SIDE = ("ddpcli.worker", "ddpcli.runtime", "ddpcli.examples")
 HOST_MODULES = (
     "ddpcli.launch.sweep",
     "ddpcli.launch.probe",
+    "ddpcli.launch.probe_run",
+    "ddpcli.launch.cpu_probe",
     "ddpcli.launch.forecast",
     "ddpcli.launch.supervisor",
     "ddpcli.rundir.params",

@@ -13,7 +13,6 @@ import json
 import math
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ from ddpcli.experiment.predict_contention import target_threads
 from ddpcli.experiment.resolved import ResolvedRun
 from ddpcli.jsonvalues import read_json, write_json_atomic
 from ddpcli.launch import cpu_probe
+from ddpcli.launch.probe_run import run_probe
 from ddpcli.rundir.observations import RankObservation, main_rank, read_observations
 from ddpcli.rundir.record import RunRecord
 
@@ -77,7 +77,7 @@ class AllReduceProbe:
 
 
 def measured_allreduce(
-    backend: str, world: int, size_bytes: int, work_s: float = 0.0, run: Callable[..., object] = subprocess.run
+    backend: str, world: int, size_bytes: int, work_s: float = 0.0, run: Callable[..., object] = run_probe
 ) -> AllReduceProbe:
     """One all-reduce of `size_bytes` over `world` local processes after `work_s` of CPU work each (cached; 0 for
     one process)."""
@@ -95,11 +95,12 @@ def measured_allreduce(
                    "-m", "--", "ddpcli.worker.allreduce_probe", "--bytes", str(size_bytes), "--backend", backend,
                    "--work", repr(work_s), "--out", str(out)]  # fmt: skip
         env = cpu_probe.env_importing_ddpcli({**os.environ, "OMP_NUM_THREADS": "1"})
-        result = run(command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
+        what = f"the all-reduce probe ({backend}, {world} processes)"
+        result = run(command, env=env, timeout=PROBE_TIMEOUT_S, what=what)  # nothing of it outlives this call
         found = _cached(json.loads(out.read_text())) if out.exists() else None
         if found is None:
             tail = (getattr(result, "stderr", "") or "").strip().splitlines()[-1:] or ["no output"]
-            raise UserError(f"the all-reduce probe ({backend}, {world} processes) failed: {tail[0]}")
+            raise UserError(f"{what} failed: {tail[0]}")
     cache[key] = found.as_json()
     with contextlib.suppress(OSError):  # an unwritable cache only costs the next probe
         path.parent.mkdir(parents=True, exist_ok=True)
