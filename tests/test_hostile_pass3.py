@@ -347,7 +347,7 @@ def test_plan_stopped_during_the_real_all_reduce_probe_leaves_nothing(tmp_path: 
         if workers:
             break
         time.sleep(0.05)
-    assert plan.poll() is None, plan.communicate()
+    assert plan.poll() is None and workers, plan.communicate()
     plan.send_signal(getattr(signal, signum))
     _, stderr = plan.communicate(timeout=60)
     assert plan.returncode == 128 + getattr(signal, signum), stderr
@@ -355,3 +355,13 @@ def test_plan_stopped_during_the_real_all_reduce_probe_leaves_nothing(tmp_path: 
         f"error: stopped by {signum}; the probe and every process it started are gone"
     ]
     assert processes_with(marker) == [] and list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="Linux")
+def test_the_cpu_probes_ranks_die_with_their_parent_yet_measure() -> None:
+    """Its ranks and their threads' processes arm a parent-death signal naming the process that forked them (armed
+    with their own pid, each killed itself at once and the probe hung for its timeout)."""
+    from ddpcli.launch import cpu_probe
+
+    found = cpu_probe.measure(2, 2, work_s=0.002, rounds=3)
+    assert found is not None and found.share > 0 and found.wait >= 0

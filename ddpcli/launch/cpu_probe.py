@@ -35,10 +35,11 @@ class CpuProbe:
     wait: float  # excess of the slowest rank's round over the mean, as a fraction of the mean round
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
+    """In a forked child: SIGTERM when `parent` (the process that forked it) dies (ddpcli.launch.parent_death)."""
     from ddpcli.launch.parent_death import die_with_parent
 
-    arm = die_with_parent()
+    arm = die_with_parent(parent)
     if arm is not None:
         arm()
 
@@ -67,14 +68,14 @@ def summarize(walls: dict[int, list[float]], processes: int, threads: int, work_
     return CpuProbe(share=share, wait=sum(excess) / sum(means) if sum(means) > 0 else 0.0)
 
 
-def rank(rank_index: int, threads: int, work_s: float, rounds: int, barrier: Any, results: Any) -> None:
+def rank(rank_index: int, threads: int, work_s: float, rounds: int, barrier: Any, results: Any, parent: int) -> None:
     """One rank: a session of its own (as torchrun's workers), its threads as busy-loop workers forked in it. It
     dies with the probe (a parent-death signal): a stopped probe leaves no rank waiting at the barrier."""
-    _die_with_parent()
+    _die_with_parent(parent)
     os.setsid()
     context = multiprocessing.get_context("fork")
     others = [context.Process(target=_spin_with_parent, args=(work_s, rounds, barrier, results,
-                                                              rank_index * threads + thread))
+                                                              rank_index * threads + thread, os.getpid()))
               for thread in range(1, threads)]  # fmt: skip
     for worker in others:
         worker.start()
@@ -83,15 +84,15 @@ def rank(rank_index: int, threads: int, work_s: float, rounds: int, barrier: Any
         worker.join()
 
 
-def _spin_with_parent(work_s: float, rounds: int, barrier: Any, results: Any, index: int) -> None:
-    _die_with_parent()
+def _spin_with_parent(work_s: float, rounds: int, barrier: Any, results: Any, index: int, parent: int) -> None:
+    _die_with_parent(parent)
     spin(work_s, rounds, barrier, results, index)
 
 
 def run_workers(processes: int, threads: int, work_s: float, rounds: int) -> CpuProbe:
     context = multiprocessing.get_context("fork")
     barrier, results = context.Barrier(processes * threads), context.Queue()
-    ranks = [context.Process(target=rank, args=(index, threads, work_s, rounds, barrier, results))
+    ranks = [context.Process(target=rank, args=(index, threads, work_s, rounds, barrier, results, os.getpid()))
              for index in range(processes)]  # fmt: skip
     for process in ranks:
         process.start()

@@ -84,11 +84,13 @@ def run_probe(
     token = uuid.uuid4().hex
     marker = f"{PROBE_MARKER}={token}".encode()
     with tempfile.TemporaryDirectory(prefix="ddpcli-probe-output-") as folder:
-        out_path, err_path = Path(folder) / "stdout", Path(folder) / "stderr"
+        out_path, err_path, scratch = Path(folder) / "stdout", Path(folder) / "stderr", Path(folder) / "tmp"
+        scratch.mkdir()  # its TMPDIR: torchrun's torchelastic_* folder goes with this one, however it ends
         with out_path.open("wb") as out, err_path.open("wb") as err:
+            env = {**env, PROBE_MARKER: token, "TMPDIR": str(scratch)}
             process = subprocess.Popen(
-                list(command), env={**env, PROBE_MARKER: token}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True, preexec_fn=die_with_parent(),
+                list(command), env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
+                preexec_fn=die_with_parent(),
             )  # fmt: skip
             try:
                 _wait(process, time.monotonic() + timeout, timeout, what)
