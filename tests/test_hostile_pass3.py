@@ -365,3 +365,13 @@ def test_the_cpu_probes_ranks_die_with_their_parent_yet_measure() -> None:
 
     found = cpu_probe.measure(2, 2, work_s=0.002, rounds=3)
     assert found is not None and found.share > 0 and found.wait >= 0
+
+
+def test_the_all_reduce_probes_time_limit_grows_with_the_bytes_it_all_reduces() -> None:
+    """36 all-reduces of a ~1B-parameter model (4 GiB of fp32 gradients) at the 0.7 s a GiB measured on a 2-core
+    host take 100 s: the flat 120 s limit left no room for torchrun's start on a loaded host."""
+    from ddpcli.launch.probe import PROBE_TIMEOUT_S, probe_timeout_s
+
+    assert probe_timeout_s(0) == PROBE_TIMEOUT_S == 120
+    assert probe_timeout_s(4 * 2**30) == pytest.approx(120 + 36 * 2.8 * 4)
+    assert probe_timeout_s(4 * 2**30) > 4 * (36 * 0.7 * 4)

@@ -41,7 +41,12 @@ from ddpcli.launch.probe_run import run_probe
 from ddpcli.rundir.observations import RankObservation, main_rank, read_observations
 from ddpcli.rundir.record import RunRecord
 
-PROBE_TIMEOUT_S = 120
+PROBE_TIMEOUT_S = 120  # torchrun's start, the workers' and the rendezvous, for a small model
+# The probe runs 2 x (3 warm-up + 15 timed) all-reduces (ddpcli.worker.allreduce_probe). A 400 MB gloo all-reduce
+# took 0.26 s on a 2-core host (0.7 s a GiB): a ~1B-parameter baseline came near the flat limit. Four times that
+# per GiB all-reduced is allowed on top.
+PROBE_ALLREDUCES = 36
+PROBE_S_PER_GIB = 2.8
 PROBE_ROUNDS = 12  # rounds of the busy-loop CPU probe
 MAX_STEP_TIMES = 20_000  # steps of the baseline whose durations are read
 
@@ -96,7 +101,9 @@ def measured_allreduce(
                    "--work", repr(work_s), "--out", str(out)]  # fmt: skip
         env = cpu_probe.env_importing_ddpcli({**os.environ, "OMP_NUM_THREADS": "1"})
         what = f"the all-reduce probe ({backend}, {world} processes)"
-        result = run(command, env=env, timeout=PROBE_TIMEOUT_S, what=what)  # nothing of it outlives this call
+        result = run(
+            command, env=env, timeout=probe_timeout_s(size_bytes), what=what
+        )  # nothing of it outlives this call
         found = _cached(json.loads(out.read_text())) if out.exists() else None
         if found is None:
             tail = (getattr(result, "stderr", "") or "").strip().splitlines()[-1:] or ["no output"]
@@ -106,6 +113,11 @@ def measured_allreduce(
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, cache)
     return found
+
+
+def probe_timeout_s(size_bytes: int) -> float:
+    """How long the all-reduce probe of `size_bytes` may run before it is stopped."""
+    return PROBE_TIMEOUT_S + PROBE_ALLREDUCES * PROBE_S_PER_GIB * size_bytes / 2**30
 
 
 def _cached(value: object) -> AllReduceProbe | None:

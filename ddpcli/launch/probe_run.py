@@ -110,7 +110,10 @@ def _wait(process: subprocess.Popen[bytes], deadline: float, timeout: float, wha
             pass
         _raise_if_stopped()
         if time.monotonic() > deadline:
-            raise ProbeTimedOut(f"{what} did not finish in {timeout:g} s; it was stopped with every process it started")
+            raise ProbeTimedOut(
+                f"{what} did not finish in {timeout:.0f} s; it was stopped with every process it started "
+                "(--link-gbps predicts without probing)"
+            )
 
 
 def kill_marked(marker: bytes, wait_s: float = STOP_GRACE_S) -> list[int]:
