@@ -115,8 +115,9 @@ def test_extra_args_append_to_the_inherited_args_and_workdir_run_starts_in_the_r
 
 
 def test_an_arithmetic_mistake_is_a_plan_error_naming_the_field(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("", encoding="utf-8")
     (tmp_path / "experiments.toml").write_text(
         FILE.replace("{total_steps - 1}", "{total_steps - open}"), encoding="utf-8"
     )
-    with pytest.raises(ConfigError, match=r"baseline\.args\[3\].*unknown key 'open'"):
+    with pytest.raises(ConfigError, match=r"baseline\.extra_args\[0\].*unknown key 'open'"):  # the field it is in
         load_plan(tmp_path / "experiments.toml")

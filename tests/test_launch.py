@@ -47,7 +47,7 @@ def test_build_launch_exact_argv_and_env(tmp_path: Path) -> None:
     spec = build_launch(run, run_dir, plan.file, python="/py")
     assert spec.argv == [
         "/py", "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "4", "--standalone",
-        "--log-dir", f"{run_dir}/logs", "--tee", "3", "-m", "ddpcli.worker.observer", "-m",
+        "--log-dir", f"{run_dir}/logs", "--tee", "3", "-m", "--", "ddpcli.worker.observer", "-m",
         "ddpcli.examples.regression", "--steps", "16", "--lr", "0.2", "--out", f"{run_dir}/extra", "--literal",
         "{braces}",
     ]  # fmt: skip
@@ -59,12 +59,13 @@ def test_build_launch_exact_argv_and_env(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("line", "entry"), [
-    ('script = "train.py"', ["-m", "ddpcli.worker.observer", "TRAIN"]),
-    ('script = "train.py"\nobserve = false', ["TRAIN"]),
-    ('module = "pkg.train"\nobserve = false', ["-m", "pkg.train"]),
+    ('script = "train.py"', ["-m", "--", "ddpcli.worker.observer", "TRAIN"]),
+    ('script = "train.py"\nobserve = false', ["--", "TRAIN"]),
+    ('module = "pkg.train"\nobserve = false', ["-m", "--", "pkg.train"]),
 ])  # fmt: skip
 def test_the_observer_runs_the_script_unless_observe_is_false(tmp_path: Path, line: str, entry: list[str]) -> None:
     text = FILE.replace('module = "ddpcli.examples.regression"', line)
+    (tmp_path / "train.py").write_text("", encoding="utf-8")
     plan = load_plan(write_toml(tmp_path, text))
     argv = build_launch(plan.baseline, tmp_path / "r", plan.file, python="/py").argv
     train = str((tmp_path / "train.py").resolve())
@@ -77,12 +78,13 @@ def test_no_observe_runs_every_script_bare(tmp_path: Path) -> None:
     observed = runner.invoke(app, ["launch", str(path), "--dry-run"])
     bare = runner.invoke(app, ["launch", str(path), "--dry-run", "--no-observe"])
     assert observed.exit_code == bare.exit_code == 0
-    assert observed.stdout.count("-m ddpcli.worker.observer -m ddpcli.examples.regression") == 2
-    assert "ddpcli.worker.observer" not in bare.stdout and bare.stdout.count("-m ddpcli.examples.regression") == 2
+    assert observed.stdout.count("-m -- ddpcli.worker.observer -m ddpcli.examples.regression") == 2
+    assert "ddpcli.worker.observer" not in bare.stdout and bare.stdout.count("-m -- ddpcli.examples.regression") == 2
 
 
 def test_script_path_and_restarts(tmp_path: Path) -> None:
     text = FILE.replace('module = "ddpcli.examples.regression"', 'script = "train.py"\nmax_restarts = 2')
+    (tmp_path / "train.py").write_text("", encoding="utf-8")
     plan = load_plan(write_toml(tmp_path, text))
     spec = build_launch(plan.baseline, tmp_path / "r", plan.file, python="/py")
     assert spec.argv[spec.argv.index("--max-restarts") + 1] == "2"
@@ -139,7 +141,7 @@ def test_escaped_braces_are_literal(text: str) -> None:
 def test_notes_are_not_a_placeholder(tmp_path: Path) -> None:
     path = write_toml(tmp_path, FILE.replace("{total_steps}", "{notes}"))
     result = runner.invoke(app, ["plan", str(path)])
-    assert result.exit_code == 2 and "baseline.args[1]: unknown placeholder {notes}" in result.stderr
+    assert result.exit_code == 2 and "defaults.args[1]: unknown placeholder {notes}" in result.stderr
     assert "notes" not in result.stderr.split("known: ")[1]
 
 
@@ -183,7 +185,7 @@ def test_unknown_placeholder_exits_2_naming_it(tmp_path: Path) -> None:
     path = write_toml(tmp_path, FILE.replace("{total_steps}", "{total_step}"))
     result = runner.invoke(app, ["launch", str(path)])
     assert result.exit_code == 2
-    assert "baseline.args[1]: unknown placeholder {total_step}" in result.stderr
+    assert "defaults.args[1]: unknown placeholder {total_step}" in result.stderr  # where the file holds it
     assert not (tmp_path / "runs").exists()  # nothing started: every command is built before the first run
 
 

@@ -161,16 +161,16 @@ def test_experiments_do_not_inherit_baseline_lr_or_batch() -> None:
     assert run.plan.lr == pytest.approx(0.1)  # scale 2, not the baseline's lr unchanged
 
 
-def test_env_tables_merge_and_script_is_relative_to_file() -> None:
-    plan = plan_of(
-        {**SEED, "env": {"B": "2"}},
-        {"name": "e", "env": {"C": "3"}, "script": "train.py"},
-        defaults={"env": {"A": "1", "B": "1"}},
-    )
+def test_env_tables_merge_and_script_is_relative_to_file(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("", encoding="utf-8")
+    data = {"defaults": {"env": {"A": "1", "B": "1"}}, "baseline": {"name": "base", **SEED, "env": {"B": "2"}},
+            "experiments": [{"name": "e", "env": {"C": "3"}, "script": "train.py"}]}  # fmt: skip
+    source = tmp_path / "experiments.toml"
+    plan = resolve_plan(validate_experiment_data(data, source), source)
     assert plan.baseline.launch.env == {"A": "1", "B": "2"}
     assert plan.experiments[0].launch.env == {"A": "1", "B": "2", "C": "3"}
-    assert plan.experiments[0].launch.script == "/tmp/exp/train.py"
-    assert plan.runs_dir == Path("/tmp/exp/runs")
+    assert plan.experiments[0].launch.script == str((tmp_path / "train.py").resolve())
+    assert plan.runs_dir == tmp_path / "runs"
 
 
 def test_plan_json_keys_are_the_contract() -> None:

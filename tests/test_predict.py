@@ -127,6 +127,7 @@ def write_baseline(run_dir: Path) -> None:
 
 def test_plan_predict_from_with_a_link_bandwidth(tmp_path: Path) -> None:
     write_baseline(tmp_path / "runs" / "base" / "r1")
+    (tmp_path / "train.py").write_text("", encoding="utf-8")  # plan refuses a script that is not there
     path = write_toml(tmp_path, """
 [defaults]
 script = "train.py"

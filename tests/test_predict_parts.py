@@ -193,6 +193,7 @@ def test_plan_predicts_from_two_runs_with_a_fitted_compute_line(
     probed = {"seconds": 0.001, "idle_seconds": 0.0008, "work_s": 0.005, "timed_from": "last_arrival"}
     key = f"v2/gloo/2/{PARAMS}/{socket.gethostname()}/5ms"  # 6 ms of compute at a core's pace: 5 ms of work
     (tmp_path / "cache" / "allreduce.json").write_text(json.dumps({key: probed}))
+    (tmp_path / "train.py").write_text("", encoding="utf-8")  # plan refuses a script that is not there
     path = write_toml(tmp_path, """
 [defaults]
 script = "train.py"

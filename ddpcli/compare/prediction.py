@@ -13,10 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ddpcli.compare.row import ComparisonRow
     from ddpcli.rundir.record import RunRecord
 
 NOTE_ABOVE = 0.25
@@ -86,7 +85,18 @@ def _sharded(record: RunRecord) -> bool:
     return state is not None and state.full_param_bytes is not None
 
 
-def prediction_notes(rows: Sequence[ComparisonRow]) -> list[str]:
+class ScoredRow(Protocol):
+    """What prediction_notes reads of a comparison row (ddpcli.compare.row imports this module, so not the row's
+    class: a type-only import back would still be a cycle)."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def prediction(self) -> PredictionScore | None: ...
+
+
+def prediction_notes(rows: Sequence[ScoredRow]) -> list[str]:
     """One note per run whose prediction missed by more than NOTE_ABOVE, naming the term furthest off."""
     notes = []
     for row in rows:

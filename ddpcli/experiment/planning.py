@@ -62,12 +62,13 @@ def resolve_plan(experiment_file: ExperimentFile, path: Path) -> Plan:
     """Resolve every run of a validated experiment file. Raises ConfigError naming the field at fault."""
     defaults = experiment_file.defaults
     base_dir = path.parent
-    baseline = _resolve_run(_merge(defaults, experiment_file.baseline, None), "baseline", None, path, base_dir)
+    baseline = _resolve_run(
+        _merge(defaults, experiment_file.baseline, None, "baseline"), "baseline", None, path, base_dir
+    )
     experiments = [
-        _resolve_run(
-            _merge(defaults, entry, experiment_file.baseline), f"experiments[{index}]", baseline, path, base_dir
-        )
+        _resolve_run(_merge(defaults, entry, experiment_file.baseline, where), where, baseline, path, base_dir)
         for index, entry in enumerate(experiment_file.experiments)
+        for where in [f"experiments[{index}]"]
     ]
     return Plan(
         file=str(path),
@@ -78,31 +79,39 @@ def resolve_plan(experiment_file: ExperimentFile, path: Path) -> Plan:
     )
 
 
-def _merge(defaults: RunFields, entry: RunEntry, baseline: RunEntry | None) -> dict[str, Any]:
+def _merge(defaults: RunFields, entry: RunEntry, baseline: RunEntry | None, where: str) -> dict[str, Any]:
     """Most specific wins: entry over baseline over defaults, except for the fields scaling derives.
 
     An experiment never inherits the baseline's batch fields, lr or warmup: those are what the scaling rules
     compute. Its batch fields come from its own entry, else from [defaults] as a group (mixing one field from
     each could contradict), else the baseline's per-device batch is kept (see `_resolve_batch`). lr and
     warmup_steps in [defaults] are the baseline's.
+
+    `origins` says which table (`defaults`, `baseline`, `where`) each merged field came from, so that errors name
+    the field as the file holds it; `arg_fields` names each of the merged args that way.
     """
     merged: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     own_batch = bool(entry.model_fields_set & set(BATCH_FIELDS))
-    for layer in (defaults, baseline, entry):
-        if layer is None:
-            continue
+    layers = [(label, layer) for label, layer in (("defaults", defaults), ("baseline", baseline), (where, entry))
+              if layer is not None]  # fmt: skip
+    for label, layer in layers:
         for key in layer.model_fields_set - {"runs_dir", "name", "env", "extra_args"}:
             inherited = layer is not entry and baseline is not None
             if inherited and key in DERIVED_FIELDS and (key not in BATCH_FIELDS or own_batch or layer is baseline):
                 continue
-            merged[key] = getattr(layer, key)
+            merged[key], origins[key] = getattr(layer, key), label
             merged.pop(EXCLUSIVE.get(key, ""), None)  # a more specific `script` replaces `module`, etc.
     merged["name"] = entry.name
     # The file's env is a table: merge its keys rather than replace the whole table.
     merged["env"] = {**(defaults.env or {}), **((baseline.env or {}) if baseline else {}), **(entry.env or {})}
     # extra_args add to the inherited args: each layer's, from the least specific to the entry's own.
-    merged["args"] = [*(merged.get("args") or []), *(arg for layer in (defaults, baseline, entry) if layer is not None
-                                                   for arg in layer.extra_args or [])]  # fmt: skip
+    args = list(merged.get("args") or [])
+    arg_fields = [f"{origins.get('args')}.args[{index}]" for index in range(len(args))]
+    for label, layer in layers:
+        args += layer.extra_args or []
+        arg_fields += [f"{label}.extra_args[{index}]" for index in range(len(layer.extra_args or []))]
+    merged["args"], merged["arg_fields"], merged["origins"] = args, tuple(arg_fields), origins
     return merged
 
 
@@ -153,7 +162,9 @@ def _resolve_run(
         known_noise_scale=_known_noise_scale(fields.get("noise_scale")),
         stand_ins=tuple(fields.get("stand_ins") or ()),
         sample_tokens=fields.get("sample_tokens"),
+        arg_fields=fields.get("arg_fields", ()),
     )
+    _check_script(run, fields, path)
     if run.known_noise_scale is not None and not math.isfinite(global_batch / run.known_noise_scale):
         raise fail("noise_scale", f"{run.known_noise_scale:g} is too small to compare with global batch {global_batch}")
     check_placeholders(run, path, where)  # so that `plan` finds what `launch` would refuse
@@ -171,6 +182,17 @@ def _launch_settings(fields: dict[str, Any], base_dir: Path) -> LaunchSettings:
         observe=fields.get("observe") is not False,
         workdir=fields.get("workdir", "launch"),
     )
+
+
+def _check_script(run: ResolvedRun, fields: dict[str, Any], path: Path) -> None:
+    """A script that is not there (or is a folder) is the file's mistake, found before anything starts: launch would
+    start torchrun only to record a failed run. Named by the table that holds `script`."""
+    script = run.launch.script
+    if script is None or Path(script).is_file():
+        return
+    origin = fields.get("origins", {}).get("script")
+    why = "not a file" if Path(script).exists() else "no such file"
+    raise ConfigError(path, f"{origin}.script" if origin else None, f"{fields['script']!r}: {why} ({script})")
 
 
 def _known_noise_scale(value: bool | float | None) -> float | None:

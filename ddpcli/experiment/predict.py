@@ -47,23 +47,13 @@ from ddpcli.experiment.predict_comm import (
 )
 from ddpcli.experiment.predict_compute import ComputeModel, compute_model
 from ddpcli.experiment.predict_contention import HostNow, contention_of, target_threads
+from ddpcli.experiment.predict_target import Target
 
-__all__ = [  # what predict offers; the parts live in predict_baseline, predict_comm, predict_compute, _contention
+__all__ = [  # what predict offers; the parts live in predict_baseline, _comm, _compute, _contention, _target
     "DDP_FIRST_BUCKET_BYTES", "TERMS", "Baseline", "ComputeModel", "HostNow", "NoBaseline", "Prediction", "Target",
     "baseline_from", "compute_model", "ddp_bucket_sizes", "excess_of_max", "expected_max", "predict",
     "predicted_memory", "ring_allreduce_s", "static_bytes",
 ]  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Target:
-    """What the cost model needs of a planned run."""
-
-    world_size: int
-    nproc_per_node: int
-    per_device_batch_size: int
-    grad_accum_steps: int
-    threads: int | None  # OMP_NUM_THREADS of its env, else None (torchrun: 1 when nproc > 1)
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,7 @@ class ResolvedRun:
     known_noise_scale: float | None = None  # the file's `noise_scale` as a number: a known B_simple for the outlook
     stand_ins: tuple[str, ...] = ()  # plan fields whose values only stand in for the script's own (plan labels them)
     sample_tokens: int | None = None  # tokens per sample, where the script counts its batch in tokens
+    arg_fields: tuple[str, ...] = ()  # where the file holds each of launch.args (`defaults.extra_args[0]`), for errors
 
     @property
     def name(self) -> str:

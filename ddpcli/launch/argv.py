@@ -12,6 +12,7 @@ import re
 import socket
 import string
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,10 @@ MAX_SPEC_DIGITS = 3  # widths and precisions in `{lr:.2f}` up to 999
 
 # torchrun's entry point when a run is observed: `python -m ddpcli.worker.observer (SCRIPT | -m MODULE) ARGS...`.
 OBSERVER_ENTRY = ("-m", "ddpcli.worker.observer")
+# Where torchrun's own options end. Its parser (argparse, allow_abbrev) reads every `--word` on the line, the
+# script's too, as a possible abbreviation of its options: `--run`, `--n`, `--max` or `--nproc` stopped torchrun with
+# "ambiguous option" before the script started. After `--` every word is positional: the script and its arguments.
+END_OF_OPTIONS = "--"
 
 
 @dataclass(frozen=True)
@@ -57,14 +62,20 @@ def placeholder_values(run: ResolvedRun, run_dir: Path) -> dict[str, object]:
 
 
 def check_placeholders(run: ResolvedRun, path: Path | str, where: str) -> None:
-    """Fill the run's args with a stand-in run directory, so that `plan` finds what `launch` would refuse."""
-    fill_placeholders(run.launch.args, placeholder_values(run, Path("RUN_DIR")), str(path), f"{where}.")
+    """Fill the run's args with a stand-in run directory, so that `plan` finds what `launch` would refuse. A mistake
+    is named by the field the file holds it in (`defaults.extra_args[0]`), not by its place in the merged args."""
+    fields = run.arg_fields or tuple(f"{where}.args[{index}]" for index in range(len(run.launch.args)))
+    fill_placeholders(run.launch.args, placeholder_values(run, Path("RUN_DIR")), str(path), fields)
 
 
-def fill_placeholders(args: list[str], values: dict[str, object], where: str, field_prefix: str = "") -> list[str]:
+def fill_placeholders(
+    args: list[str], values: dict[str, object], where: str, fields: Sequence[str] | None = None
+) -> list[str]:
     """`{total_steps}` -> "128", `{lr:.2f}` -> "0.20" (Python format specs). Unknown or empty placeholders are
-    errors that name the run and the argument."""
-    return [_fill_one(arg, values, where, f"{field_prefix}args[{index}]") for index, arg in enumerate(args)]
+    errors that name the run and the argument (`fields[i]` names args[i], by default `args[i]`)."""
+    if fields is None or len(fields) != len(args):
+        fields = [f"args[{index}]" for index in range(len(args))]
+    return [_fill_one(arg, values, where, field) for arg, field in zip(args, fields, strict=True)]
 
 
 def _fill_one(arg: str, values: dict[str, object], where: str, field: str) -> str:
@@ -110,9 +121,22 @@ def _formatted(value: object, spec: str, written: str, where: str, field: str) -
             where, field, f"{written}: nested placeholders and widths or precisions over 999 are not supported"
         )
     try:
-        return format(_as_arg(value) if isinstance(value, bool) else value, spec)
-    except ValueError as error:
+        text = format(_as_arg(value) if isinstance(value, bool) else value, spec)
+    except (ValueError, OverflowError) as error:  # `{total_steps * 300000:c}`: no such character
         raise ConfigError(where, field, f"{written}: {error}") from None
+    return _argument(text, written, where, field)
+
+
+def _argument(text: str, written: str, where: str, field: str) -> str:
+    """`text`, once it is known to fit in an argv: `{seed:c}` of seed 0 is a NUL byte, which ends a C string, and
+    `{n:c}` of a surrogate (55296-57343) has no bytes in the file system's encoding."""
+    if "\0" in text:
+        raise ConfigError(where, field, f"{written}: gives a NUL byte, which no command-line argument can hold")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        raise ConfigError(where, field, f"{written}: gives {text!r}, which cannot be a command-line argument") from None
+    return text
 
 
 def _as_arg(value: object) -> str:
@@ -169,12 +193,18 @@ def build_launch(
 
 
 def _workdir_env(launch: LaunchSettings, experiment_dir: Path) -> dict[str, str]:
-    """A module run from the run directory is still found where it was: the experiment file's folder leads
-    PYTHONPATH (python -m looks in the working directory first, which is then the run directory)."""
-    if launch.workdir != "run" or launch.module is None:
+    """A module run from the run directory is found where it is found from where ddpcli runs (workdir = "launch"):
+    python -m looks in the working directory first, so that folder leads PYTHONPATH, then the experiment file's
+    folder; relative PYTHONPATH entries keep meaning what they meant there. Scripts find their own folder anyway."""
+    if launch.workdir != "run":
         return {}
-    inherited = launch.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-    return {"PYTHONPATH": os.pathsep.join(part for part in (str(experiment_dir), inherited) if part)}
+    here = os.getcwd()
+    inherited = [part for part in launch.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", "")).split(os.pathsep)
+                 if part]  # fmt: skip
+    kept = [os.path.join(here, part) for part in inherited]  # an absolute entry stays as it is
+    if launch.module is None:
+        return {"PYTHONPATH": os.pathsep.join(kept)} if kept != inherited else {}
+    return {"PYTHONPATH": os.pathsep.join(dict.fromkeys([here, str(experiment_dir), *kept]))}
 
 
 def _topology_args(plan: RunPlan, rendezvous: Rendezvous | None) -> list[str]:
@@ -192,11 +222,15 @@ def _topology_args(plan: RunPlan, rendezvous: Rendezvous | None) -> list[str]:
 
 
 def _entry_point(run: ResolvedRun, experiment_file: str) -> list[str]:
-    """`-m MODULE` or `SCRIPT`, behind the observer (which then runs it as python would) unless observe = false."""
+    """`-m MODULE` or `SCRIPT`, behind the observer (which then runs it as python would) unless observe = false;
+    torchrun's `-m` is its own option, so END_OF_OPTIONS comes after it: `-m -- MODULE ARGS`, `-- SCRIPT ARGS`."""
     if run.launch.module:
         target = ["-m", run.launch.module]
     elif run.launch.script:
         target = [run.launch.script]
     else:
         raise ConfigError(experiment_file, run.name, "needs `module` or `script` to launch")
-    return [*OBSERVER_ENTRY, *target] if run.launch.observe else target
+    if run.launch.observe:
+        target = [*OBSERVER_ENTRY, *target]
+    own = target[:1] if target[0] == "-m" else []  # torchrun's own -m (run the entry point as a module)
+    return [*own, END_OF_OPTIONS, *target[len(own) :]]

@@ -20,7 +20,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -34,6 +33,15 @@ PROBE_TIMEOUT_S = 60
 class CpuProbe:
     share: float  # cores' worth of CPU one rank got
     wait: float  # excess of the slowest rank's round over the mean, as a fraction of the mean round
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a forked child: SIGTERM when `parent` (the process that forked it) dies (ddpcli.launch.parent_death)."""
+    from ddpcli.launch.parent_death import die_with_parent
+
+    arm = die_with_parent(parent)
+    if arm is not None:
+        arm()
 
 
 def spin(work_s: float, rounds: int, barrier: Any, results: Any, index: int) -> None:
@@ -60,11 +68,14 @@ def summarize(walls: dict[int, list[float]], processes: int, threads: int, work_
     return CpuProbe(share=share, wait=sum(excess) / sum(means) if sum(means) > 0 else 0.0)
 
 
-def rank(rank_index: int, threads: int, work_s: float, rounds: int, barrier: Any, results: Any) -> None:
-    """One rank: a session of its own (as torchrun's workers), its threads as busy-loop workers forked in it."""
+def rank(rank_index: int, threads: int, work_s: float, rounds: int, barrier: Any, results: Any, parent: int) -> None:
+    """One rank: a session of its own (as torchrun's workers), its threads as busy-loop workers forked in it. It
+    dies with the probe (a parent-death signal): a stopped probe leaves no rank waiting at the barrier."""
+    _die_with_parent(parent)
     os.setsid()
     context = multiprocessing.get_context("fork")
-    others = [context.Process(target=spin, args=(work_s, rounds, barrier, results, rank_index * threads + thread))
+    others = [context.Process(target=_spin_with_parent, args=(work_s, rounds, barrier, results,
+                                                              rank_index * threads + thread, os.getpid()))
               for thread in range(1, threads)]  # fmt: skip
     for worker in others:
         worker.start()
@@ -73,10 +84,15 @@ def rank(rank_index: int, threads: int, work_s: float, rounds: int, barrier: Any
         worker.join()
 
 
+def _spin_with_parent(work_s: float, rounds: int, barrier: Any, results: Any, index: int, parent: int) -> None:
+    _die_with_parent(parent)
+    spin(work_s, rounds, barrier, results, index)
+
+
 def run_workers(processes: int, threads: int, work_s: float, rounds: int) -> CpuProbe:
     context = multiprocessing.get_context("fork")
     barrier, results = context.Barrier(processes * threads), context.Queue()
-    ranks = [context.Process(target=rank, args=(index, threads, work_s, rounds, barrier, results))
+    ranks = [context.Process(target=rank, args=(index, threads, work_s, rounds, barrier, results, os.getpid()))
              for index in range(processes)]  # fmt: skip
     for process in ranks:
         process.start()
@@ -100,13 +116,14 @@ def measure(processes: int, threads: int, work_s: float, rounds: int) -> CpuProb
         return None
     command = [sys.executable, "-m", "ddpcli.launch.cpu_probe", "--processes", str(processes), "--threads",
                str(threads), "--work", repr(work_s), "--rounds", str(rounds)]  # fmt: skip
+    from ddpcli.launch.probe_run import ProbeTimedOut, run_probe  # host: only the launching side runs probes
+
     env = env_importing_ddpcli(dict(os.environ))
-    try:
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                                start_new_session=True, check=False)  # fmt: skip
+    try:  # its ranks, each in a session of its own, carry the probe's marker: none outlives a stop or a timeout
+        result = run_probe(command, env, PROBE_TIMEOUT_S, what="the CPU probe")
         found = json.loads(result.stdout)
         return CpuProbe(share=float(found["share"]), wait=float(found["wait"]))
-    except (OSError, ValueError, KeyError, TypeError, subprocess.TimeoutExpired):
+    except (OSError, ValueError, KeyError, TypeError, ProbeTimedOut):
         return None
 
 

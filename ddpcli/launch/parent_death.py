@@ -12,7 +12,7 @@ from collections.abc import Callable
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> Callable[[], None] | None:
+def die_with_parent(parent: int | None = None) -> Callable[[], None] | None:
     """A preexec_fn that has the child get SIGTERM when this process dies (Linux prctl PR_SET_PDEATHSIG; None
     elsewhere). The signal follows the thread that forks: Popen runs on the launcher's main thread, which lives as
     long as the launcher. libc is looked up here, before the fork, so the child only makes two system calls."""
@@ -22,7 +22,7 @@ def die_with_parent() -> Callable[[], None] | None:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    parent = os.getpid()
+    parent = os.getpid() if parent is None else parent  # a forked child names the process that forked it
 
     def set_parent_death_signal() -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)

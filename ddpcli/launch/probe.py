@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,10 +37,16 @@ from ddpcli.experiment.predict_contention import target_threads
 from ddpcli.experiment.resolved import ResolvedRun
 from ddpcli.jsonvalues import read_json, write_json_atomic
 from ddpcli.launch import cpu_probe
+from ddpcli.launch.probe_run import run_probe
 from ddpcli.rundir.observations import RankObservation, main_rank, read_observations
 from ddpcli.rundir.record import RunRecord
 
-PROBE_TIMEOUT_S = 120
+PROBE_TIMEOUT_S = 120  # torchrun's start, the workers' and the rendezvous, for a small model
+# The probe runs 2 x (3 warm-up + 15 timed) all-reduces (ddpcli.worker.allreduce_probe). A 400 MB gloo all-reduce
+# took 0.26 s on a 2-core host (0.7 s a GiB): a ~1B-parameter baseline came near the flat limit. Four times that
+# per GiB all-reduced is allowed on top.
+PROBE_ALLREDUCES = 36
+PROBE_S_PER_GIB = 2.8
 PROBE_ROUNDS = 12  # rounds of the busy-loop CPU probe
 MAX_STEP_TIMES = 20_000  # steps of the baseline whose durations are read
 
@@ -76,7 +82,7 @@ class AllReduceProbe:
 
 
 def measured_allreduce(
-    backend: str, world: int, size_bytes: int, work_s: float = 0.0, run: Callable[..., object] = subprocess.run
+    backend: str, world: int, size_bytes: int, work_s: float = 0.0, run: Callable[..., object] = run_probe
 ) -> AllReduceProbe:
     """One all-reduce of `size_bytes` over `world` local processes after `work_s` of CPU work each (cached; 0 for
     one process)."""
@@ -91,19 +97,27 @@ def measured_allreduce(
     with tempfile.TemporaryDirectory(prefix="ddpcli-probe-") as folder:
         out = Path(folder) / "probe.json"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
-                   "-m", "ddpcli.worker.allreduce_probe", "--bytes", str(size_bytes), "--backend", backend,
+                   "-m", "--", "ddpcli.worker.allreduce_probe", "--bytes", str(size_bytes), "--backend", backend,
                    "--work", repr(work_s), "--out", str(out)]  # fmt: skip
         env = cpu_probe.env_importing_ddpcli({**os.environ, "OMP_NUM_THREADS": "1"})
-        result = run(command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
+        what = f"the all-reduce probe ({backend}, {world} processes)"
+        result = run(
+            command, env=env, timeout=probe_timeout_s(size_bytes), what=what
+        )  # nothing of it outlives this call
         found = _cached(json.loads(out.read_text())) if out.exists() else None
         if found is None:
             tail = (getattr(result, "stderr", "") or "").strip().splitlines()[-1:] or ["no output"]
-            raise UserError(f"the all-reduce probe ({backend}, {world} processes) failed: {tail[0]}")
+            raise UserError(f"{what} failed: {tail[0]}")
     cache[key] = found.as_json()
     with contextlib.suppress(OSError):  # an unwritable cache only costs the next probe
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, cache)
     return found
+
+
+def probe_timeout_s(size_bytes: int) -> float:
+    """How long the all-reduce probe of `size_bytes` may run before it is stopped."""
+    return PROBE_TIMEOUT_S + PROBE_ALLREDUCES * PROBE_S_PER_GIB * size_bytes / 2**30
 
 
 def _cached(value: object) -> AllReduceProbe | None:
@@ -113,7 +127,12 @@ def _cached(value: object) -> AllReduceProbe | None:
     numbers = [value.get(key) for key in ("seconds", "idle_seconds", "work_s")]
     if not all(isinstance(number, int | float) and not isinstance(number, bool) for number in numbers):
         return None
-    return AllReduceProbe(*(float(number) for number in numbers))  # type: ignore[arg-type]
+    seconds, idle, work = (float(number) for number in numbers)  # type: ignore[arg-type]
+    # A cache is a file anyone can edit: NaN printed "nan ms a step", a negative time "-6.4 samples/s". An
+    # all-reduce takes some time, and CPU work before it none or some: anything else is probed again.
+    if not all(math.isfinite(number) for number in (seconds, idle, work)) or seconds <= 0 or idle <= 0 or work < 0:
+        return None
+    return AllReduceProbe(seconds, idle, work)
 
 
 def _read_cache(path: Path) -> dict[str, object]:

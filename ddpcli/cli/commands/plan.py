@@ -124,9 +124,11 @@ def plan_command(
     predictions = {}
     if predict_from:
         from ddpcli.launch.probe import predict_runs, read_baselines
+        from ddpcli.launch.probe_run import stopping_on_signals
 
         baseline, others = read_baselines(predict_from)
-        predictions = predict_runs(baseline, plan.select(only), link_gbps, others)
+        with stopping_on_signals():  # a stop signal tears a running probe down, then plan exits 128 + its number
+            predictions = predict_runs(baseline, plan.select(only), link_gbps, others)
     elif link_gbps is not None:
         raise UserError("--link-gbps needs --predict-from")
     report = plan_report(
