@@ -21,6 +21,7 @@ OBSERVED_KEYS = (
     "distinct_samples_across_ranks", "batchnorm_layers", "batchnorm_synchronized", "amp", "backend", "device", "ddp",
     "initial_params_fingerprint", "optimizer",
     "time_breakdown", "model_state",
+    "frameworks", "numerics",
 )  # fmt: skip
 COMPARE_KEYS = (
     "name", "status", "run_dir", "world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size",

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpcli.jsonvalues import text_or_none, whole_or_none
+from ddpcli.rundir.framework_advice import frameworks_row, numerics_row
 from ddpcli.rundir.observations import RankObservation, lr_of, main_rank
 from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, initial_fingerprint, trained_together
 from ddpcli.rundir.record import Observed
@@ -173,4 +174,6 @@ def summarize(ranks: dict[int, RankObservation], parallel: ParallelCheck | None 
         optimizer=main.run.get("optimizer") if isinstance(main.run.get("optimizer"), dict) else None,
         time_breakdown=time_breakdown(timing := {rank: seen.timing for rank, seen in ranks.items()}),
         model_state=model_state(timing),
+        frameworks=frameworks_row(main.end),
+        numerics=numerics_row(main.end),
     )

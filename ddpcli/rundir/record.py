@@ -72,6 +72,8 @@ class Observed(_Record):
     optimizer: dict[str, Any] | None = None  # class and hyper-parameters of the first param group
     time_breakdown: TimeBreakdown | None = None  # seconds per optimizer step, per rank (ddpcli.rundir.timing)
     model_state: ModelState | None = None  # bytes of parameters, gradients, optimizer state on one device
+    frameworks: dict[str, Any] | None = None  # imported, optimizer_stepped_by, schedulers (rundir.framework_advice)
+    numerics: dict[str, Any] | None = None  # TF32, float32 matmul precision, deterministic algorithms
 
 
 class RunRecord(_Record):

@@ -11,6 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ddpcli.worker.observer.parallel import params_row
 from ddpcli.worker.observer.reading import initial_lrs
+from ddpcli.worker.observer.stacks import numerics
 from ddpcli.worker.tensors import save_atomic
 
 _SYNCHRONISED_BATCHNORM = ("SyncBatchNorm", "CrossProcessBatchNorm")
@@ -70,6 +71,8 @@ def end_rows(observer: Any) -> list[dict[str, Any]]:
         "script_comm_hook": observer.noise.script_comm_hook,
         "noise_scale_requested": observer.noise.requested,
         "noise_scale_by": observer.noise.by,
+        "stacks": observer.stacks.row(),
+        "numerics": numerics(),
     }
     rows = [end]
     if observer.optimizers:

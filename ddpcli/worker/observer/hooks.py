@@ -44,6 +44,7 @@ from ddpcli.worker.observer.reading import (
     wants_noise_scale,
     wrap,
 )
+from ddpcli.worker.observer.stacks import StackWatch
 from ddpcli.worker.observer.timing import StepTiming
 from ddpcli.worker.stream import RankStream, rank_stream
 
@@ -94,6 +95,7 @@ class Observer:
         self.stepped = False  # the first optimizer step happened (its parameters were digested)
         self.habits = ScriptHabits(self.run_dir, lambda: self.stepped)
         self.timing = StepTiming(self)  # where each step's time goes (timing.py)
+        self.stacks = StackWatch()  # the framework that stepped the optimizer and schedulers (stacks.py)
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.stream.add({"kind": "start", "rank": self.rank, "restart": restart, "pid": os.getpid()})
 
@@ -111,6 +113,7 @@ class Observer:
         wrap(DistributedDataParallel, "__init__", after=self._guard(self._ddp_built))
         wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
         self.habits.patch(self._guard)
+        self.stacks.install(self._guard)
         self.timing.install()
 
     def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
