@@ -576,3 +576,21 @@ def test_far_above_the_critical_batch_is_flagged(tmp_path: Path) -> None:
     comparison = cmp.compare_runs(cmp.collect_runs([tmp_path])[0], param_diff=lambda a, b: None)
     assert comparison.rows[0].data_efficiency is None  # the baseline measured nothing
     assert any("at 13x the critical batch, more devices buy almost no fewer steps" in note for note in comparison.notes)
+
+
+def test_a_small_divergence_names_the_observed_autocast_before_float32_rounding(
+    tmp_path: Path, torch_or_skip: Any
+) -> None:
+    """build-nanogpt under autocast bfloat16: 3.6e-4 apart (4.2e-7 without): bfloat16, not float32, rounds here."""
+    bf16 = {"observed": {"world_size": 2, "optimizer_steps": 25, "amp": "autocast bfloat16", "device": "cpu",
+                         "numerics": {"tf32_matmul": False, "deterministic": False}}}  # fmt: skip
+    make_run(tmp_path, "1x64", per_device=64, lr=0.2, steps=25, params=state(w=[1.0, 2.0]))
+    make_run(tmp_path, "2x32", nproc=2, per_device=32, lr=0.2, steps=25, params=state(w=[1.0, 2.0 + 3.6e-4]),
+             extra=bf16)  # fmt: skip
+    make_run(tmp_path, "4x16", nproc=4, lr=0.2, steps=25, params=state(w=[1.0, 2.0 + 3.6e-4]))
+    notes = "\n".join(cmp.compare_runs(cmp.collect_runs([tmp_path])[0], param_diff=param_diff).notes)
+    (bf16_note,) = [note for note in notes.splitlines() if note.startswith("2x32 diverged")]
+    assert "2x32 trained under autocast bfloat16 (as observed)" in bf16_note
+    assert "float32 rounding" not in bf16_note and "deterministic" not in bf16_note  # CPU: no such kernels
+    (plain,) = [note for note in notes.splitlines() if note.startswith("4x16 diverged")]
+    assert "float32 rounding accumulates" in plain and "autocast" not in plain
