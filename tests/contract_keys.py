@@ -38,4 +38,5 @@ FINDING_CODES = {
     "resumed_from_other_run", "loss_scaled_by_world_size", "record_not_written",
     "input_bound", "communication_bound", "straggler_rank", "accumulation_syncs_every_micro_batch",
     "cpu_oversubscribed", "find_unused_parameters_unneeded", "loss_constant",
+    "same_file_written_by_ranks",
 }  # fmt: skip

@@ -8,7 +8,9 @@ from ddpcli.compare.initial import initial_params_cause
 from ddpcli.compare.script_notes import beta2_note
 from ddpcli.rundir.causes import script_findings, with_causes
 from ddpcli.rundir.findings import plan_mismatches
+from ddpcli.rundir.observations import RankObservation
 from ddpcli.rundir.record import Finding, Observed, RunRecord
+from ddpcli.rundir.script_io import spawn_findings
 
 
 def explained(plan: dict[str, Any], observed: Observed, end: dict[str, Any] | None = None) -> dict[str, str]:
@@ -48,8 +50,15 @@ def test_fewer_steps_after_a_file_loaded_at_start_name_the_file() -> None:
 
 
 def test_spawned_processes_are_a_finding() -> None:
-    [finding] = script_findings({"spawned": 2}, 0)
+    """From an older observation's end row (torch.multiprocessing.spawn counted there), and from `spawn` rows."""
+    [finding] = spawn_findings({0: RankObservation(0, end={"spawned": 2})}, 0)
     assert finding.code == "script_spawned_processes" and "2 processes" in finding.message
+    assert script_findings({"spawned": 2}, 0) == []  # rundir.script_io's now
+    rows = [{"kind": "spawn", "how": "multiprocessing.Process", "count": 1, "target": "run"}] * 2
+    [finding] = spawn_findings({0: RankObservation(0, spawns=rows), 1: RankObservation(1, spawns=rows)}, None)
+    assert finding.message.startswith(
+        "the script started 2 processes of its own (2 with multiprocessing.Process) running run (ranks 0, 1 each did)"
+    )
 
 
 def record(name: str, fingerprint: str | None, **observed: Any) -> RunRecord:

@@ -127,16 +127,8 @@ def loss_scale_findings(steps: dict[int, dict[str, Any]], world: int | None) -> 
 
 
 def script_findings(end: dict[str, Any], steps: int | None) -> list[Finding]:
-    """What the script did at start or around its training: spawned processes, a checkpoint of another run."""
-    found = []
-    spawned = whole_or_none(end.get("spawned"))
-    if spawned:
-        found.append(Finding(
-            code="script_spawned_processes", severity="warning",
-            message=f"the script started {spawned} process{'es' if spawned > 1 else ''} of its own with "
-            f"torch.multiprocessing.spawn: the training in them is not observed (optimizer steps {steps or 0} here); "
-            "under torchrun, call the training function directly: torchrun already starts one process per rank",
-        ))  # fmt: skip
+    """What the script did at start: a checkpoint of another run (processes it spawned: rundir.script_io)."""
+    found = []  # processes spawned: ddpcli.rundir.script_io
     for entry in _loaded(end):
         if entry.get("written_by") or entry.get("during_sweep") is True:
             found.append(Finding(

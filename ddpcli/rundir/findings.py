@@ -16,6 +16,7 @@ from ddpcli.rundir.merge import training_loader
 from ddpcli.rundir.observations import RankObservation, main_rank
 from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, parallel_findings
 from ddpcli.rundir.record import Finding, Observed
+from ddpcli.rundir.script_io import same_file_findings, spawn_findings
 from ddpcli.rundir.slowness import slowness_findings
 from ddpcli.rundir.steps import step_findings
 
@@ -43,7 +44,8 @@ def run_findings(
     if parallel_check is None:
         parallel_check = check_data_parallel(ranks, observed.world_size)
     parallel = parallel_findings(parallel_check, _one_process_batch(observed), main.run)
-    findings += parallel + script_findings(main.end, observed.optimizer_steps)
+    findings += parallel + spawn_findings(ranks, observed.optimizer_steps)
+    findings += script_findings(main.end, observed.optimizer_steps) + same_file_findings(ranks)
     findings += loss_scale_findings(main.steps, observed.world_size)
     world = observed.world_size or len(ranks)
     if observed.distinct_samples_across_ranks is False:

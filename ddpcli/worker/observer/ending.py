@@ -73,6 +73,7 @@ def end_rows(observer: Any) -> list[dict[str, Any]]:
         "noise_scale_by": observer.noise.by,
         "stacks": observer.stacks.row(),
         "numerics": numerics(),
+        "written": observer.outside.written,
     }
     rows = [end]
     if observer.optimizers:

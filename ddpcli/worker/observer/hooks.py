@@ -36,6 +36,7 @@ from ddpcli.worker.observer.habits import ScriptHabits
 from ddpcli.worker.observer.models import FINGERPRINT_BATCHES, TopModules
 from ddpcli.worker.observer.noise import NoiseWatch
 from ddpcli.worker.observer.optimizers import replaces, watch_instance_steps
+from ddpcli.worker.observer.outside import OutsideWatch
 from ddpcli.worker.observer.parallel import params_row
 from ddpcli.worker.observer.reading import (
     loader_info,
@@ -96,6 +97,7 @@ class Observer:
         self.habits = ScriptHabits(self.run_dir, lambda: self.stepped)
         self.timing = StepTiming(self)  # where each step's time goes (timing.py)
         self.stacks = StackWatch()  # the framework that stepped the optimizer and schedulers (stacks.py)
+        self.outside = OutsideWatch(self.stream.add, self.stream.flush, self.run_dir)  # processes, files
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.stream.add({"kind": "start", "rank": self.rank, "restart": restart, "pid": os.getpid()})
 
@@ -114,6 +116,7 @@ class Observer:
         wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
         self.habits.patch(self._guard)
         self.stacks.install(self._guard)
+        self.outside.install(self._guard)
         self.timing.install()
 
     def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
