@@ -13,6 +13,7 @@ from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.run_checks import separate_models_note
 from ddpcli.compare.runs import NO_FILE, ComparedRun, status_reason
 from ddpcli.compare.script_notes import beta2_note
+from ddpcli.compare.throughput import throughput_notes
 from ddpcli.experiment.outlook import far_above_critical
 from ddpcli.rundir.findings import explaining
 from ddpcli.rundir.record import Finding
@@ -47,6 +48,7 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
         notes += _equivalence_notes(row, atol)
     for row in rows:
         notes += separate_models_note(row.label, row.run.record)
+    notes += throughput_notes(rows)
     for row in rows:
         notes += _noise_scale_notes(row)
     notes += [note for row in rows if (note := beta2_note(row.label, row.run.record.record))]
