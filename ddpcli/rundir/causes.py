@@ -21,16 +21,23 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ddpcli.jsonvalues import finite_or_none, text_or_none, whole_or_none
+from ddpcli.rundir.derived import derived_cause
 from ddpcli.rundir.record import Finding, Observed
 
 
 def with_causes(
-    findings: list[Finding], plan: dict[str, Any], observed: Observed, end: dict[str, Any]
+    findings: list[Finding],
+    plan: dict[str, Any],
+    observed: Observed,
+    end: dict[str, Any],
+    args: list[str] | None = None,  # the run's launch args with their placeholders (None: not known)
 ) -> list[Finding]:
     """The plan_mismatch findings with their cause appended to the message where one is seen."""
     explained = []
     for finding in findings:
-        cause = _cause(finding, plan, observed, end) if finding.code == "plan_mismatch" else None
+        cause = None
+        if finding.code == "plan_mismatch":
+            cause = derived_cause(finding, observed, plan, args) or _cause(finding, plan, observed, end)
         explained.append(finding.model_copy(update={"message": f"{finding.message}: {cause}"}) if cause else finding)
     return explained
 
@@ -40,11 +47,6 @@ def _cause(finding: Finding, plan: dict[str, Any], observed: Observed, end: dict
     if planned is None or seen is None:
         return None
     world = observed.world_size or whole_or_none(plan.get("world_size"))
-    if finding.field == "grad_accum_steps" and world and world > 1 and planned == seen * world:
-        return (
-            f"the script divides its accumulation by the world size ({seen} = {planned} / {world} processes); pass "
-            f"it {planned * world} (grad_accum_steps x world_size) to get {planned} micro-batches per process"
-        )
     if finding.field == "total_steps":
         if seen == planned + 1:
             return (

@@ -37,9 +37,10 @@ def run_findings(
     ranks: dict[int, RankObservation],
     completed: bool,
     parallel_check: ParallelCheck | None = None,  # the run's (ddpcli.rundir.finish makes it once)
+    launch_args: list[str] | None = None,  # run.json's launch args, placeholders kept: which values a flag sets
 ) -> list[Finding]:
     main = main_rank(ranks) or RankObservation(0)
-    findings = with_causes(plan_mismatches(plan, observed, completed), plan, observed, main.end)
+    findings = with_causes(plan_mismatches(plan, observed, completed), plan, observed, main.end, launch_args)
     findings += step_findings(plan, observed, ranks, completed)
     if parallel_check is None:
         parallel_check = check_data_parallel(ranks, observed.world_size)

@@ -43,7 +43,9 @@ def observe(record: RunRecord, run_dir: Path, write: bool = True) -> RunRecord:
     loss = LossWatch()
     if written:
         write_metrics(metrics, loss.watch(iter_merged_metrics(trained_together(ranks, parallel))))  # rank 0's model's
-    findings = run_findings(record.plan, observed, ranks, record.status == "completed", parallel)
+    args = record.launch.get("args")
+    args = [str(arg) for arg in args] if isinstance(args, list) else None
+    findings = run_findings(record.plan, observed, ranks, record.status == "completed", parallel, args)
     findings += [found for found in (loss.finding(),) if found is not None]
     return record.model_copy(update={"observed": observed, "findings": findings, "metrics_from_observations": written})
 
