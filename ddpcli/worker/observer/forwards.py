@@ -55,11 +55,19 @@ class ForwardTracker:
         self.counts = Counts()
         self.first_trained: list[Forward] = []  # the first training forwards, for their fingerprints
         self.trained: set[int] = set()  # ids of the modules whose forwards a backward reached
+        self.layout: Any = None  # sequence.BatchLayout: which dimension is the batch
 
     @staticmethod
     def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
         batch = first_tensor((args, kwargs))
         return int(batch.shape[0]) if batch is not None and batch.dim() > 0 else None
+
+    def _samples(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], loader: int | None) -> int | None:
+        """The batch size, in the dimension the model's convention says (sequence.py), else the leading one."""
+        batch = first_tensor((args, kwargs))
+        if batch is None or batch.dim() == 0:
+            return None
+        return int(batch.shape[self.layout.batch_dim(module, batch, loader) if self.layout is not None else 0])
 
     def forward(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
                 loader: int | None, fingerprint: Callable[[], Any] | None) -> None:  # fmt: skip
@@ -68,7 +76,7 @@ class ForwardTracker:
         if not nodes:
             return  # nothing a backward could reach (a frozen model, an output detached)
         self.order += 1
-        record = Forward(self.order, id(module), self.batch_size(args, kwargs), loader)
+        record = Forward(self.order, id(module), self._samples(module, args, kwargs, loader), loader)
         if fingerprint is not None:
             record.fingerprint = fingerprint()
         loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)

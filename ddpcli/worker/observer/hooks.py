@@ -45,6 +45,7 @@ from ddpcli.worker.observer.reading import (
     wants_noise_scale,
     wrap,
 )
+from ddpcli.worker.observer.sequence import BatchLayout
 from ddpcli.worker.observer.stacks import StackWatch
 from ddpcli.worker.observer.timing import StepTiming
 from ddpcli.worker.stream import RankStream, rank_stream
@@ -86,6 +87,7 @@ class Observer:
         self.models = TopModules(self)  # which modules are the model; their forwards (models.py)
         self.fingerprints = 0
         self.loaders: dict[int, dict[str, Any]] = {}
+        self.forwards.layout = BatchLayout(self.loaders)  # sequence-first models: the batch in dim 1 (sequence.py)
         self.last_loader: int | None = None
         self.amp: str | None = None
         self.ddp: list[dict[str, Any]] = []
