@@ -35,3 +35,16 @@ def test_an_lstm_fed_bptt_by_batch_counts_the_batch_not_the_sequence(tmp_path: P
     assert (seq.optimizer_steps, seq.per_device_batch_size, seq.samples_seen) == (4, 4, 16)
     first = observed_of(tmp_path / "first", "--batch-first")
     assert (first.optimizer_steps, first.per_device_batch_size, first.samples_seen) == (4, 4, 16)
+
+
+def test_a_hand_written_sgd_gets_its_steps_lr_and_final_parameters(tmp_path: Path) -> None:
+    """word_language_model's default update: `p.data.add_(p.grad, alpha=-lr)`, no torch.optim: 0 steps before."""
+    import torch
+
+    observed = observed_of(tmp_path / "hand", "--hand-sgd")
+    assert (observed.optimizer_steps, observed.per_device_batch_size, observed.samples_seen) == (4, 4, 16)
+    assert observed.lr_base == 0.5
+    params = torch.load(tmp_path / "hand" / "final_params.pt", weights_only=True)
+    assert len(params) == 7  # embedding, the LSTM's 4 tensors, the head's 2
+    with_optimizer = observed_of(tmp_path / "optim")
+    assert with_optimizer.optimizer_steps == 4  # a torch optimizer's steps are not counted twice

@@ -33,6 +33,7 @@ from ddpcli.rundir.layout import PARAMS_FILE
 from ddpcli.worker.observer.ending import end_rows, run_row, save_params
 from ddpcli.worker.observer.forwards import Counts, ForwardTracker
 from ddpcli.worker.observer.habits import ScriptHabits
+from ddpcli.worker.observer.hand_sgd import HandSteps
 from ddpcli.worker.observer.models import FINGERPRINT_BATCHES, TopModules
 from ddpcli.worker.observer.noise import NoiseWatch
 from ddpcli.worker.observer.optimizers import replaces, watch_instance_steps
@@ -100,6 +101,7 @@ class Observer:
         self.timing = StepTiming(self)  # where each step's time goes (timing.py)
         self.stacks = StackWatch()  # the framework that stepped the optimizer and schedulers (stacks.py)
         self.outside = OutsideWatch(self.stream.add, self.stream.flush, self.run_dir)  # processes, files
+        self.hand = HandSteps(self)  # steps of a hand-written update, no torch.optim (hand_sgd.py)
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.stream.add({"kind": "start", "rank": self.rank, "restart": restart, "pid": os.getpid()})
 
@@ -110,7 +112,7 @@ class Observer:
         register_optimizer_step_post_hook(self._guard(self._after_step))
         self.models.install()
         wrap(torch.autograd, "backward", before=self._guard(self._before_backward),
-             after=self._guard(self.forwards.backward_ended))  # fmt: skip
+             after=self._guard(self._after_backward))  # fmt: skip
         wrap(torch.amp.GradScaler, "scale", after=self._guard(self._scaled))
         wrap(DataLoader, "__iter__", after=self._guard(self._loader_iter))
         wrap(_BaseDataLoaderIter, "__next__", before=self._guard(self._loader_next))
@@ -149,12 +151,17 @@ class Observer:
         if not given:
             return
         watch_instance_steps(self.habits.optimizers, self)
+        self.hand.check()  # a hand-written update since the last backward is a step (before this one's counts)
         self.forwards.backward_started()
         for tensor in given:
             if tensor.numel() == 1:
                 loss = self.unscaled.pop(id(tensor), tensor).detach().reshape(())
                 self.loss = loss if self.loss is None else self.loss + loss
         self.unscaled.clear()
+
+    def _after_backward(self, *args: Any, **kwargs: Any) -> None:
+        self.forwards.backward_ended()
+        self.hand.backward_ended()
 
     def _scaled(self, result: Any, scaler: Any, outputs: Any) -> None:
         if isinstance(outputs, torch.Tensor) and isinstance(result, torch.Tensor) and result is not outputs:
@@ -259,6 +266,7 @@ class Observer:
             return
         self.finished = True
         try:
+            self._guard(self.hand.check)()  # the last hand-written update
             if self.models.discovering and self.optimizers:  # it stepped, but no training forward was ever seen
                 self._describe_run(self.optimizers[0])
             self.timing.finish()
