@@ -22,6 +22,7 @@ OBSERVED_KEYS = (
     "initial_params_fingerprint", "optimizer",
     "time_breakdown", "model_state",
     "frameworks", "numerics",
+    "tokens_per_micro_batch", "tokens_per_step",
 )  # fmt: skip
 COMPARE_KEYS = (
     "name", "status", "run_dir", "world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size",

@@ -633,3 +633,12 @@ def test_a_one_step_run_has_no_throughput_and_says_why(tmp_path: Path) -> None:
         "2x8: 1 logged step, none timed after the first (whose time holds the start-up): no samples/s, speedup or "
         "prediction error." in result.notes
     )
+
+
+def test_a_model_fed_token_ids_shows_tokens_per_step_and_tokens_per_s(tmp_path: Path) -> None:
+    """build-nanogpt counts tokens: 4-sequence micro-batches of 32 tokens, 512 tokens an optimizer step."""
+    tokens = {"observed": {"world_size": 1, "optimizer_steps": 100, "per_device_batch_size": 16,
+                           "tokens_per_micro_batch": 512, "tokens_per_step": 512}}  # fmt: skip
+    make_run(tmp_path, "1x16", extra=tokens, step_time=0.01)
+    notes = cmp.compare_runs(cmp.collect_runs([tmp_path])[0]).notes
+    assert "1x16: 512 tokens per optimizer step (a sample is a sequence of 32 tokens), 51,200 tokens/s." in notes

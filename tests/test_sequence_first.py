@@ -33,6 +33,8 @@ def test_an_lstm_fed_bptt_by_batch_counts_the_batch_not_the_sequence(tmp_path: P
     """word_language_model: (bptt 8, batch 4) into an LSTM with batch_first=False: 4 sequences a micro-batch."""
     seq = observed_of(tmp_path / "seq")
     assert (seq.optimizer_steps, seq.per_device_batch_size, seq.samples_seen) == (4, 4, 16)
+    # token ids: 4 sequences of 8 tokens a micro-batch (build-nanogpt counts its steps in tokens)
+    assert (seq.tokens_per_micro_batch, seq.tokens_per_step) == (32, 32)
     first = observed_of(tmp_path / "first", "--batch-first")
     assert (first.optimizer_steps, first.per_device_batch_size, first.samples_seen) == (4, 4, 16)
 

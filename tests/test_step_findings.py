@@ -146,3 +146,14 @@ def test_an_epoch_plan_counts_its_shortfall_against_its_own_samples(tmp_path: Pa
     assert "896 samples in all against the plan's 960 (2 epochs of 480 samples, 240 per process an epoch)" in (
         short.message
     )
+
+
+def test_tokens_are_counted_over_ranks_only_where_the_steps_had_token_ids(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        write_rank(tmp_path / "lm", rank, [*({**step(n, 2, 16), "tokens": 16 * 32} for n in (1, 2)), run_rows(2),
+                                           end()])  # fmt: skip
+        write_rank(tmp_path / "mlp", rank, [*(step(n, 2, 16) for n in (1, 2)), run_rows(2), end()])
+    lm, mlp = summarize(read_observations(tmp_path / "lm")), summarize(read_observations(tmp_path / "mlp"))
+    assert lm is not None and mlp is not None
+    assert (lm.tokens_per_micro_batch, lm.tokens_per_step) == (256, 1024)
+    assert (mlp.tokens_per_micro_batch, mlp.tokens_per_step) == (None, None)

@@ -67,4 +67,18 @@ def throughput_notes(rows: Sequence[ComparisonRow]) -> list[str]:
                 f"{row.label}: 1 logged step, none timed after the first (whose time holds the start-up): no "
                 "samples/s, speedup or prediction error"
             )
+        notes += _token_note(row)
     return [f"{note}." for note in notes]
+
+
+def _token_note(row: ComparisonRow) -> list[str]:
+    """A model fed token ids: its steps and throughput in tokens, what its own script counts (build-nanogpt)."""
+    observed = row.run.record.record.observed
+    if observed is None or not observed.tokens_per_step or not observed.tokens_per_micro_batch:
+        return []
+    per_device = observed.per_device_batch_size
+    length = observed.tokens_per_micro_batch // per_device if per_device else None
+    sequence = f" (a sample is a sequence of {length} tokens)" if length else ""
+    speed = row.samples_per_s
+    rate = f", {speed * length:,.0f} tokens/s" if speed is not None and length else ""
+    return [f"{row.label}: {observed.tokens_per_step:,} tokens per optimizer step{sequence}{rate}"]

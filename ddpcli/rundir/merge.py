@@ -26,6 +26,7 @@ from ddpcli.rundir.record import Observed
 from ddpcli.rundir.steps import base_lr
 from ddpcli.rundir.timeline import ascending
 from ddpcli.rundir.timing import model_state, time_breakdown
+from ddpcli.rundir.tokens import token_counts
 
 
 @dataclass(frozen=True)
@@ -176,4 +177,6 @@ def summarize(ranks: dict[int, RankObservation], parallel: ParallelCheck | None 
         model_state=model_state(timing),
         frameworks=frameworks_row(main.end),
         numerics=numerics_row(main.end),
+        tokens_per_micro_batch=(tokens := token_counts(ranks, main))[0],
+        tokens_per_step=tokens[1],
     )

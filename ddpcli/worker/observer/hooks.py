@@ -196,6 +196,8 @@ class Observer:
             "lr": [snapshot(group["lr"]) for group in optimizer.param_groups],
             "time": round(time.perf_counter() - self.start, 6),
         }  # fmt: skip
+        if counts.tokens and counts.micro_batches:
+            row["tokens"] = counts.tokens  # token ids of [B, T] integer batches (a language model's)
         if counts.output_loss is not None:
             row["output_loss"] = counts.output_loss  # the model's own loss: the script may scale what it back-props
         norms = self.noise.take(self.scaler)
