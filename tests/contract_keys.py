@@ -22,6 +22,8 @@ OBSERVED_KEYS = (
     "distinct_samples_across_ranks", "batchnorm_layers", "batchnorm_synchronized", "amp", "backend", "device", "ddp",
     "initial_params_fingerprint", "optimizer",
     "time_breakdown", "model_state",
+    "frameworks", "numerics",
+    "tokens_per_micro_batch", "tokens_per_step",
 )  # fmt: skip
 COMPARE_KEYS = (
     "name", "status", "run_dir", "world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size",
@@ -38,5 +40,5 @@ FINDING_CODES = {
     "resumed_from_other_run", "loss_scaled_by_world_size", "record_not_written",
     "input_bound", "communication_bound", "straggler_rank", "accumulation_syncs_every_micro_batch",
     "cpu_oversubscribed", "find_unused_parameters_unneeded", "loss_constant",
-    "loss_not_finite", "copies_of_one_training",
+    "loss_not_finite", "copies_of_one_training", "same_file_written_by_ranks",
 }  # fmt: skip

@@ -8,7 +8,9 @@ from ddpcli.compare.initial import initial_params_cause
 from ddpcli.compare.script_notes import beta2_note
 from ddpcli.rundir.causes import script_findings, with_causes
 from ddpcli.rundir.findings import plan_mismatches
+from ddpcli.rundir.observations import RankObservation
 from ddpcli.rundir.record import Finding, Observed, RunRecord
+from ddpcli.rundir.script_io import spawn_findings
 
 
 def explained(plan: dict[str, Any], observed: Observed, end: dict[str, Any] | None = None) -> dict[str, str]:
@@ -33,7 +35,9 @@ def test_an_lr_left_at_the_baselines_is_named_only_when_the_plan_scaled_it() -> 
 
 def test_accumulation_divided_by_the_world_size_needs_that_arithmetic() -> None:
     plan = {"grad_accum_steps": 8, "world_size": 4}
-    assert "pass it 32" in explained(plan, Observed(world_size=4, grad_accum_steps=2))["grad_accum_steps"]
+    message = explained(plan, Observed(world_size=4, grad_accum_steps=2))["grad_accum_steps"]
+    assert "divides its accumulation by the world size (2 = 8 / 4 processes)" in message
+    assert "pass it" not in message  # whether a flag sets it is unknown here: no flag is named
     assert "divides" not in explained(plan, Observed(world_size=4, grad_accum_steps=3))["grad_accum_steps"]
 
 
@@ -48,8 +52,15 @@ def test_fewer_steps_after_a_file_loaded_at_start_name_the_file() -> None:
 
 
 def test_spawned_processes_are_a_finding() -> None:
-    [finding] = script_findings({"spawned": 2}, 0)
+    """From an older observation's end row (torch.multiprocessing.spawn counted there), and from `spawn` rows."""
+    [finding] = spawn_findings({0: RankObservation(0, end={"spawned": 2})}, 0)
     assert finding.code == "script_spawned_processes" and "2 processes" in finding.message
+    assert script_findings({"spawned": 2}, 0) == []  # rundir.script_io's now
+    rows = [{"kind": "spawn", "how": "multiprocessing.Process", "count": 1, "target": "run"}] * 2
+    [finding] = spawn_findings({0: RankObservation(0, spawns=rows), 1: RankObservation(1, spawns=rows)}, None)
+    assert finding.message.startswith(
+        "the script started 2 processes of its own (2 with multiprocessing.Process) running run (ranks 0, 1 each did)"
+    )
 
 
 def record(name: str, fingerprint: str | None, **observed: Any) -> RunRecord:
@@ -82,3 +93,31 @@ def test_the_beta2_note_uses_the_scripts_beta2() -> None:
 def test_one_process_where_several_ran_without_a_process_group_is_named() -> None:
     message = explained({"world_size": 2}, Observed(world_size=1), {"process_group": False})["world_size"]
     assert message.endswith("no process called init_process_group: 2 separate trainings (see no_process_group)")
+
+
+def test_a_value_the_script_derives_from_the_world_size_is_named_with_its_flag_or_none() -> None:
+    """build-nanogpt derives its accumulation (`total_batch_size // (B * T * world)`, no flag); dist_tuto its batch
+    (`bsz = 128 // world`). The placeholder is named only where the run's args hold it."""
+    plan = {"world_size": 2, "grad_accum_steps": 4, "per_device_batch_size": 128}
+    observed = Observed(world_size=2, grad_accum_steps=2, per_device_batch_size=64)
+    mismatches = plan_mismatches(plan, observed, completed=True)
+
+    def messages(args: list[str] | None) -> dict[str, str]:
+        return {str(f.field): f.message for f in with_causes(mismatches, plan, observed, {}, args)}
+
+    bare = messages(["--steps", "{total_steps}"])
+    assert bare["grad_accum_steps"] == (
+        "the script ran micro-batches per optimizer step 2; the plan said 4: the script divides its accumulation by "
+        "the world size (2 = 4 / 2 processes): no flag in the run's args takes {grad_accum_steps}; the script "
+        "computes it from a total of its own (e.g. `total // world_size`), so it keeps that total at every world "
+        "size: change the total in the script, or compare the runs by what they ran"
+    )
+    assert "pass it" not in bare["grad_accum_steps"]
+    assert (
+        "the script divides its batch per process by the world size (64 = 128 / 2 processes)"
+        in bare["per_device_batch_size"]
+    )
+    wired = messages(["--grad-accum", "{grad_accum_steps}"])
+    assert "pass it 8 (grad_accum_steps x world_size) to get 4 per process" in wired["grad_accum_steps"]
+    assert "pass it" not in wired["per_device_batch_size"]
+    assert "pass it" not in messages(None)["grad_accum_steps"]

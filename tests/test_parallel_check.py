@@ -140,7 +140,7 @@ def copies(framework: str | None, *, grad_calls: int = 0, prints: tuple[float, f
     ranks = {number: rank(number, [1.0, 2.0], **run) for number in (0, 1)}
     for number, seen in ranks.items():
         seen.end["collectives"] = {"calls": grad_calls, "grad_calls": grad_calls}
-        seen.end["frameworks"] = [framework] if framework else []
+        seen.end["stacks"] = {"imported": [framework] if framework else []}
         seen.fingerprints = [[prints[number]]]
     return check_data_parallel(ranks, 2)
 

@@ -33,11 +33,18 @@ def linear(speed: float = 1.0) -> Callable[[float], float]:
     return lambda done: 0.05 * max(0.0, 1 - speed * done)
 
 
-def schedule_runs(tmp_path: Path, speed: float, script: str = "train.py") -> tuple[Path, Path]:
+ACCELERATE = {"imported": ["accelerate"], "optimizer_stepped_by": ["accelerate"],
+              "schedulers": [{"class": "LambdaLR", "steps": 32, "stepped_by": ["accelerate"]}]}  # fmt: skip
+
+
+def schedule_runs(
+    tmp_path: Path, speed: float, script: str = "train.py", frameworks: dict[str, Any] | None = ACCELERATE
+) -> tuple[Path, Path]:
     base = make_run(tmp_path, "1x16", steps=32, extra={"launch": {"script": "train.py"}, "observed": observed(1, 32)})
     two = make_run(
-        tmp_path, "2x16", nproc=2, steps=16, extra={"launch": {"script": script}, "observed": observed(2, 16)}
-    )
+        tmp_path, "2x16", nproc=2, steps=16,
+        extra={"launch": {"script": script}, "observed": observed(2, 16, frameworks=frameworks)},
+    )  # fmt: skip
     with_schedule(base, linear())
     with_schedule(two, linear(speed))
     return base, two
@@ -56,6 +63,43 @@ def test_a_schedule_twice_as_fast_as_the_baselines_is_found_and_marked(tmp_path:
     assert not result.baseline.marked and not result.baseline.compare_findings
     assert [entry["code"] for entry in row.as_json()["findings"]] == ["lr_schedule_mismatch"]
     assert any(note.startswith("2x16: the lr schedule advanced 2x") for note in result.notes)
+
+
+def test_accelerates_cause_is_named_only_where_accelerate_stepped_the_scheduler(tmp_path: Path) -> None:
+    """A loop of its own (no accelerate on any stack) gets what was seen: which scheduler stepped how often."""
+    plain = {"imported": [], "optimizer_stepped_by": [],
+             "schedulers": [{"class": "LambdaLR", "steps": 32, "stepped_by": []}]}  # fmt: skip
+    for frameworks in (plain, None):
+        folder = tmp_path / str(frameworks is None)
+        (finding,) = row_of(cmp.compare_runs(records(*schedule_runs(folder, 2.0, frameworks=frameworks))),
+                            "2x16").compare_findings  # fmt: skip
+        assert "advanced 2x as fast as 1x16's" in finding.message
+        assert "accelerate" not in finding.message.lower() and "Accelerator" not in finding.message
+    (finding,) = row_of(cmp.compare_runs(records(*schedule_runs(tmp_path / "p", 2.0, frameworks=plain))),
+                        "2x16").compare_findings  # fmt: skip
+    assert "its LambdaLR stepped 32 times over 16 optimizer steps: check where the lr is set" in finding.message
+
+
+def test_a_batch_the_script_derives_is_compared_on_what_ran(tmp_path: Path) -> None:
+    """build-nanogpt at 2 processes: its accumulation halves (total_batch_size // (B x T x world)), its lr is its
+    own; per optimizer step it ran the baseline's tokens and lr. No schedule finding, and no accelerate advice."""
+    seen = observed(1, 32, per_device_batch_size=8, grad_accum_steps=2, lr_base=0.05)
+    base = make_run(tmp_path, "1x16", per_device=8, accum=2, steps=32,
+                    extra={"launch": {"script": "train.py"}, "observed": seen})  # fmt: skip
+    mismatches = [{"code": "plan_mismatch", "severity": "warning", "message": "m", "field": field,
+                   "planned": planned, "observed": seen}
+                  for field, planned, seen in (("grad_accum_steps", 2, 1), ("global_batch_size", 32, 16),
+                                               ("lr", 0.1, 0.05))]  # fmt: skip
+    run = make_run(tmp_path, "2x16", nproc=2, per_device=8, accum=2, lr=0.1, steps=32,
+                   extra={"launch": {"script": "train.py"}, "findings": mismatches,
+                          "observed": {**observed(2, 32, per_device_batch_size=8, grad_accum_steps=1),
+                                       "global_batch_size": 16, "lr_base": 0.05}})  # fmt: skip
+    path = run / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({**row, "samples": row["step"] * 16}) + "\n" for row in rows))
+    with_schedule(base, linear())
+    with_schedule(run, linear())
+    assert row_of(cmp.compare_runs(records(base, run)), "2x16").compare_findings == ()
 
 
 def test_a_schedule_stepped_per_epoch_names_the_epoch(tmp_path: Path) -> None:

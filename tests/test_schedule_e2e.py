@@ -167,3 +167,13 @@ def test_a_library_warning_names_the_scripts_line(schedules: dict[str, dict[str,
     assert lines, logs[-2000:]
     assert all("schedule_loop.py:" in line for line in lines), lines
     assert "reading.py" not in logs
+
+
+def test_the_framework_that_stepped_the_scheduler_is_recorded(schedules: dict[str, dict[str, Any]]) -> None:
+    """Accelerate's cause of a fast schedule is named only where accelerate stepped it: the observer records who."""
+    loop = schedules["loop-1x16"]["record"]["observed"]["frameworks"]
+    assert loop == {"imported": [], "optimizer_stepped_by": [],
+                    "schedulers": [{"class": "LambdaLR", "steps": 8, "stepped_by": []}]}  # fmt: skip
+    accel = schedules["accel-2x8"]["record"]["observed"]["frameworks"]
+    assert accel["optimizer_stepped_by"] == ["accelerate"] and "accelerate" in accel["imported"]
+    assert accel["schedulers"] == [{"class": "LambdaLR", "steps": 16, "stepped_by": ["accelerate"]}]

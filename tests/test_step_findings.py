@@ -112,3 +112,48 @@ def test_an_unsynchronised_batchnorm_finding_on_cpu_does_not_say_syncbatchnorm_a
         "or runtime.convert_batchnorm(model) before DDP), GroupNorm instead of BatchNorm, or running on GPUs with "
         "SyncBatchNorm"
     )
+
+
+EPOCHS_480 = {"world_size": 2, "per_device_batch_size": 32, "grad_accum_steps": 1, "global_batch_size": 64,
+              "total_steps": 16, "lr": 0.1, "dataset_size": 480, "epochs": 2, "samples_per_rank": 240,
+              "drop_last": False, "steps_per_epoch": 8}  # fmt: skip
+
+
+def test_partial_last_batches_the_plan_holds_are_no_sample_shortfall(tmp_path: Path) -> None:
+    """Fabric's image_classifier: 480 samples x 2 epochs at 2 x 32 ran 960 samples, the plan's own dataset; 16 x
+    64 = 1024 is no number the plan said."""
+    epoch = [*(32 for _ in range(7)), 16]
+    for rank in (0, 1):
+        rows = [step(n + 1, 1, samples) for n, samples in enumerate(epoch + epoch)]
+        write_rank(tmp_path, rank, [*rows, run_rows(2), end()])
+    assert "samples_below_plan" not in [finding.code for finding in findings_of(tmp_path, EPOCHS_480)]
+    one = {"world_size": 1, "per_device_batch_size": 48, "grad_accum_steps": 1, "global_batch_size": 48,
+           "total_steps": 8, "dataset_size": 160, "epochs": 2, "samples_per_rank": 160}  # fmt: skip
+    write_rank(tmp_path / "one", 0, [*(step(n + 1, 1, s) for n, s in enumerate([48, 48, 48, 16] * 2)), run_rows(1),
+                                     end()])  # fmt: skip
+    assert "samples_below_plan" not in [finding.code for finding in findings_of(tmp_path / "one", one)]
+
+
+def test_an_epoch_plan_counts_its_shortfall_against_its_own_samples(tmp_path: Path) -> None:
+    """A first step of 1 micro-batch of 2 trains fewer than the epochs hold: named against 960, not 1024."""
+    plan = {**EPOCHS_480, "grad_accum_steps": 2, "global_batch_size": 128, "total_steps": 8, "steps_per_epoch": 4}
+    epoch = [64, 64, 64, 48]  # one process: 7 x 32 + 16 in steps of 2 micro-batches
+    for rank in (0, 1):
+        rows = [step(1, 1, 32), *(step(n + 2, 2, s) for n, s in enumerate(epoch[1:] + epoch))]
+        write_rank(tmp_path, rank, [*rows, run_rows(2), end()])
+    (short,) = [finding for finding in findings_of(tmp_path, plan) if finding.code == "samples_below_plan"]
+    assert (short.planned, short.observed) == (960, 960 - 64)
+    assert "896 samples in all against the plan's 960 (2 epochs of 480 samples, 240 per process an epoch)" in (
+        short.message
+    )
+
+
+def test_tokens_are_counted_over_ranks_only_where_the_steps_had_token_ids(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        write_rank(tmp_path / "lm", rank, [*({**step(n, 2, 16), "tokens": 16 * 32} for n in (1, 2)), run_rows(2),
+                                           end()])  # fmt: skip
+        write_rank(tmp_path / "mlp", rank, [*(step(n, 2, 16) for n in (1, 2)), run_rows(2), end()])
+    lm, mlp = summarize(read_observations(tmp_path / "lm")), summarize(read_observations(tmp_path / "mlp"))
+    assert lm is not None and mlp is not None
+    assert (lm.tokens_per_micro_batch, lm.tokens_per_step) == (256, 1024)
+    assert (mlp.tokens_per_micro_batch, mlp.tokens_per_step) == (None, None)

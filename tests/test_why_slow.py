@@ -130,3 +130,22 @@ def test_model_state_is_rank_zeros_bytes() -> None:
     assert (state.param_bytes, state.optimizer, state.optimizer_state_bytes) == (4, "AdamW", 12)
     assert state.bucket_cap_bytes == 25 * 2**20
     assert model_state({0: row()}) is None
+
+
+@pytest.mark.parametrize(
+    ("stepped_by", "says"),
+    [
+        (["accelerate", "transformers"], "under transformers, pass `--ddp_find_unused_parameters False`"),
+        (["lightning"], 'under lightning, use strategy="ddp", not "ddp_find_unused_parameters_true"'),
+        (["accelerate"], "DistributedDataParallelKwargs(find_unused_parameters=False)"),
+        ([], "turn it off (DistributedDataParallel(..., find_unused_parameters=False))"),
+    ],
+)
+def test_unused_parameters_advice_is_in_the_framework_that_stepped(stepped_by: list[str], says: str) -> None:
+    """A Trainer user cannot 'turn off' a DDP argument Trainer passes: the switch is its own flag."""
+    unused = ddp(1, 0, find_unused_parameters=1)
+    rows = {0: row(ddp=unused), 1: row(ddp=unused)}
+    frameworks = {"imported": stepped_by, "optimizer_stepped_by": stepped_by, "schedulers": []}
+    observed = Observed(world_size=2, device="cpu", time_breakdown=time_breakdown(rows), frameworks=frameworks)
+    (finding,) = [f for f in slowness_findings(observed, rows) if f.code == "find_unused_parameters_unneeded"]
+    assert finding.message.endswith(says) or says in finding.message

@@ -53,7 +53,7 @@ class MetricsSummary:
         first_samples, first_time = self.first_samples, self.first_time
         if self.rows >= 2 and first_samples is not None and first_time is not None and self.last_time > first_time:
             return finite_or_none((self.samples_seen - first_samples) / (self.last_time - first_time))
-        return finite_or_none(self.samples_seen / self.last_time) if self.last_time > 0 else None
+        return None  # one row: its time holds the start-up, no steady throughput (compare.throughput notes it)
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,13 @@ from collections.abc import Sequence
 
 from ddpcli.compare.equivalence import DIVERGED
 from ddpcli.compare.initial import initial_params_cause
+from ddpcli.compare.numerics import numeric_regime
 from ddpcli.compare.prediction import prediction_notes
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.run_checks import separate_models_note
 from ddpcli.compare.runs import NO_FILE, ComparedRun, status_reason
 from ddpcli.compare.script_notes import beta2_note
+from ddpcli.compare.throughput import throughput_notes
 from ddpcli.experiment.outlook import far_above_critical
 from ddpcli.rundir.findings import explaining
 from ddpcli.rundir.record import Finding
@@ -46,6 +48,7 @@ def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
         notes += _equivalence_notes(row, atol)
     for row in rows:
         notes += separate_models_note(row.label, row.run.record)
+    notes += throughput_notes(rows)
     for row in rows:
         notes += _noise_scale_notes(row)
     notes += [note for row in rows if (note := beta2_note(row.label, row.run.record.record))]
@@ -132,6 +135,10 @@ def divergence_note(row: ComparisonRow, atol: float) -> str:
         # Different tensors or shapes: not the same model at all, which no loss reduction or data order explains;
         # non-finite values: training blew up, which the mismatch already says.
         return " ".join([head, *(f"{cause}." for cause in causes or [_structural(diff.mismatch)])])
+    regime = numeric_regime(run, partner) if not causes else None
+    if regime is not None:  # before float32 rounding: the observed regime is what rounds coarsest
+        small = diff.max_abs_diff is not None and diff.max_abs_diff <= 100 * atol
+        causes = [regime] if small else [regime, _unexplained(run, partner)]
     if not causes and diff.max_abs_diff is not None and diff.max_abs_diff <= 100 * atol:
         causes = [
             "The difference is small: summing gradients across processes rounds in a different order than one "

@@ -47,6 +47,7 @@ class ComparisonRow:
     predicted_step_speedup: float | None = None
     data_efficiency: float | None = None
     compare_findings: tuple[Finding, ...] = ()  # found between runs (lr_schedule_mismatch), not in run.json
+    speed_unreliable: bool = False  # the run or its baseline was starved of CPU (compare.throughput): marked ?
 
     @property
     def findings(self) -> list[Finding]:

@@ -8,6 +8,7 @@ from ddpcli.compare.metrics import RunSummary
 from ddpcli.compare.runs import ComparedRun
 from ddpcli.compare.schedule import ScheduleMismatch, compare_schedules, points
 from ddpcli.jsonvalues import finite_or_none, whole_or_none
+from ddpcli.rundir.framework_advice import scheduler_per_process_cause, schedulers_seen
 from ddpcli.rundir.record import Finding
 
 LR_SCHEDULE_MISMATCH = "lr_schedule_mismatch"
@@ -99,10 +100,13 @@ def _likely_factors(run: ComparedRun, reference: ComparedRun) -> list[float]:
 def _lr_ratio(run: ComparedRun, reference: ComparedRun) -> float | None:
     """The planned lr ratio; the observed base lrs' where a plan has no lr."""
     ours, its = run.record, reference.record
-    for mine, theirs in (
+    pairs = [
         (ours.plan.get("lr"), its.plan.get("lr")),
         (ours.observed and ours.observed.lr_base, its.observed and its.observed.lr_base),
-    ):
+    ]
+    if _not_taken(run, "lr") or _not_taken(reference, "lr"):  # the script kept its own lr: compare what ran
+        pairs.reverse()
+    for mine, theirs in pairs:
         mine, theirs = finite_or_none(mine), finite_or_none(theirs)
         if mine and theirs and mine > 0 and theirs > 0:
             return mine / theirs
@@ -133,9 +137,18 @@ def _same_planned_warmup(run: ComparedRun, reference: ComparedRun) -> bool:
 
 
 def _planned_samples(run: ComparedRun) -> int | None:
-    plan = run.record.plan
+    """The plan's steps x its global batch, or x the global batch the run observed where the script made its own
+    (build-nanogpt derives its accumulation from the world size: same tokens per step at every world size)."""
+    plan, observed = run.record.plan, run.record.observed
     steps, batch = whole_or_none(plan.get("total_steps")), whole_or_none(plan.get("global_batch_size"))
+    if _not_taken(run, "global_batch_size") and observed is not None and observed.global_batch_size:
+        batch = observed.global_batch_size
     return steps * batch if steps and batch else None
+
+
+def _not_taken(run: ComparedRun, field: str) -> bool:
+    """The run has a plan_mismatch on `field`: the script did not take that number from the plan."""
+    return any(finding.code == "plan_mismatch" and finding.field == field for finding in run.record.findings)
 
 
 def _message(mismatch: ScheduleMismatch, run: ComparedRun, reference: ComparedRun, label: str, ratio: float) -> str:
@@ -167,11 +180,10 @@ def _cause(k: float | None, run: ComparedRun, reference: ComparedRun, label: str
     processes = _ratio(run.world_size, reference.world_size)
     accumulation = _ratio(run.grad_accum_steps, reference.grad_accum_steps)
     causes = []
-    if whole is not None and whole == processes:
-        causes.append(
-            "accelerate steps a prepared scheduler once per process per optimizer step: pass "
-            "step_scheduler_with_optimizer=False to Accelerator, or scale the scheduler's length by the processes"
-        )
+    frameworks = run.record.observed.frameworks if run.record.observed is not None else None
+    per_process = scheduler_per_process_cause(frameworks)
+    if whole is not None and whole == processes and per_process:  # only where accelerate stepped a scheduler
+        causes.append(per_process)
     if whole is not None and whole == accumulation:
         causes.append(
             "a scheduler stepped once per micro-batch instead of once per optimizer step: step it where the "
@@ -187,6 +199,9 @@ def _cause(k: float | None, run: ComparedRun, reference: ComparedRun, label: str
         causes.append(f"{label} stepped its scheduler once per micro-batch, this run once per optimizer step")
     if causes:
         return "; or ".join(causes)
+    seen = schedulers_seen(frameworks, run.record.observed.optimizer_steps if run.record.observed else None)
+    if seen:
+        return f"{seen}: check where the lr is set or scheduler.step() is called, and the length it was built with"
     if k < 1:
         return (
             f"it was stepped less often than {label}'s (per epoch where the other steps per step?) or given a "

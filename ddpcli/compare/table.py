@@ -15,6 +15,7 @@ from ddpcli.compare.notes import comparison_notes
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.run_checks import per_model, schedule_findings, separate_models
 from ddpcli.compare.runs import NO_FILE, ComparedRun, size_key
+from ddpcli.compare.throughput import speed_unreliable
 from ddpcli.experiment.outlook import BatchOutlook
 from ddpcli.jsonvalues import finite_or_none
 
@@ -143,6 +144,7 @@ def _row(
         predicted_step_speedup=step_speedup,
         data_efficiency=efficiency,
         compare_findings=tuple(schedule_findings(run, _references(base, partner, labels))),
+        speed_unreliable=ratio is not None and run is not base and speed_unreliable(run.record, base.record),
     )
 
 

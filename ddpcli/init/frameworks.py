@@ -128,3 +128,17 @@ LIGHTNING_CLI_TRAINER = (
     ("--trainer.accumulate_grad_batches", "1"),
     ("--trainer.default_root_dir", None),
 )
+
+# The switch a user of each framework turns, for what a finding advises (ddpcli.rundir.framework_advice): a run under
+# transformers' Trainer cannot "turn off" find_unused_parameters in a DDP call it never writes.
+FIND_UNUSED_OFF = {
+    "transformers": "pass `--ddp_find_unused_parameters False` (TrainingArguments(ddp_find_unused_parameters=False))",
+    "lightning": 'use strategy="ddp", not "ddp_find_unused_parameters_true" '
+    "(or DDPStrategy(find_unused_parameters=False))",
+    "fabric": "pass strategy=DDPStrategy(find_unused_parameters=False) to Fabric",
+    "accelerate": "pass kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=False)] to Accelerator",
+}
+SCHEDULER_PER_PROCESS = {
+    "accelerate": "accelerate steps a prepared scheduler once per process per optimizer step: pass "
+    "step_scheduler_with_optimizer=False to Accelerator, or scale the scheduler's length by the processes",
+}

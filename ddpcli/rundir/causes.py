@@ -21,16 +21,23 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ddpcli.jsonvalues import finite_or_none, text_or_none, whole_or_none
+from ddpcli.rundir.derived import derived_cause
 from ddpcli.rundir.record import Finding, Observed
 
 
 def with_causes(
-    findings: list[Finding], plan: dict[str, Any], observed: Observed, end: dict[str, Any]
+    findings: list[Finding],
+    plan: dict[str, Any],
+    observed: Observed,
+    end: dict[str, Any],
+    args: list[str] | None = None,  # the run's launch args with their placeholders (None: not known)
 ) -> list[Finding]:
     """The plan_mismatch findings with their cause appended to the message where one is seen."""
     explained = []
     for finding in findings:
-        cause = _cause(finding, plan, observed, end) if finding.code == "plan_mismatch" else None
+        cause = None
+        if finding.code == "plan_mismatch":
+            cause = derived_cause(finding, observed, plan, args) or _cause(finding, plan, observed, end)
         explained.append(finding.model_copy(update={"message": f"{finding.message}: {cause}"}) if cause else finding)
     return explained
 
@@ -40,11 +47,6 @@ def _cause(finding: Finding, plan: dict[str, Any], observed: Observed, end: dict
     if planned is None or seen is None:
         return None
     world = observed.world_size or whole_or_none(plan.get("world_size"))
-    if finding.field == "grad_accum_steps" and world and world > 1 and planned == seen * world:
-        return (
-            f"the script divides its accumulation by the world size ({seen} = {planned} / {world} processes); pass "
-            f"it {planned * world} (grad_accum_steps x world_size) to get {planned} micro-batches per process"
-        )
     if finding.field == "total_steps":
         if seen == planned + 1:
             return (
@@ -127,16 +129,8 @@ def loss_scale_findings(steps: dict[int, dict[str, Any]], world: int | None) -> 
 
 
 def script_findings(end: dict[str, Any], steps: int | None) -> list[Finding]:
-    """What the script did at start or around its training: spawned processes, a checkpoint of another run."""
-    found = []
-    spawned = whole_or_none(end.get("spawned"))
-    if spawned:
-        found.append(Finding(
-            code="script_spawned_processes", severity="warning",
-            message=f"the script started {spawned} process{'es' if spawned > 1 else ''} of its own with "
-            f"torch.multiprocessing.spawn: the training in them is not observed (optimizer steps {steps or 0} here); "
-            "under torchrun, call the training function directly: torchrun already starts one process per rank",
-        ))  # fmt: skip
+    """What the script did at start: a checkpoint of another run (processes it spawned: rundir.script_io)."""
+    found = []  # processes spawned: ddpcli.rundir.script_io
     for entry in _loaded(end):
         if entry.get("written_by") or entry.get("during_sweep") is True:
             found.append(Finding(

@@ -16,6 +16,7 @@ from ddpcli.rundir.merge import training_loader
 from ddpcli.rundir.observations import RankObservation, main_rank
 from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, parallel_findings, trained_together
 from ddpcli.rundir.record import Finding, Observed
+from ddpcli.rundir.script_io import same_file_findings, spawn_findings
 from ddpcli.rundir.slowness import slowness_findings
 from ddpcli.rundir.steps import step_findings
 
@@ -37,16 +38,18 @@ def run_findings(
     completed: bool,
     parallel_check: ParallelCheck | None = None,  # the run's (ddpcli.rundir.finish makes it once)
     script: Any = None,  # the script (or module) launched, for the pointer to `ddpcli port`
+    launch_args: list[str] | None = None,  # run.json's launch args, placeholders kept: which values a flag sets
 ) -> list[Finding]:
     main = main_rank(ranks) or RankObservation(0)
-    findings = with_causes(plan_mismatches(plan, observed, completed), plan, observed, main.end)
+    findings = with_causes(plan_mismatches(plan, observed, completed), plan, observed, main.end, launch_args)
     if parallel_check is None:
         parallel_check = check_data_parallel(ranks, observed.world_size)
     # Steps as rank 0's model took them: a separate training's samples are not another's global batch.
     findings += step_findings(plan, observed, trained_together(ranks, parallel_check), completed)
     script = script if isinstance(script, str) else None
     parallel = parallel_findings(parallel_check, _one_process_batch(observed), main.run, script)
-    findings += parallel + script_findings(main.end, observed.optimizer_steps)
+    findings += parallel + spawn_findings(ranks, observed.optimizer_steps)
+    findings += script_findings(main.end, observed.optimizer_steps) + same_file_findings(ranks)
     findings += loss_scale_findings(main.steps, observed.world_size)
     world = observed.world_size or len(ranks)
     alone = any(finding.severity == "error" for finding in parallel)  # separate trainings: no global batch at all

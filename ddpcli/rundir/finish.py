@@ -49,7 +49,9 @@ def observe(record: RunRecord, run_dir: Path, write: bool = True) -> RunRecord:
     elif main is not None:
         finite.scan(ascending(main.steps))
     script = record.launch.get("script") or record.launch.get("module")
-    findings = run_findings(record.plan, observed, ranks, record.status == "completed", parallel, script)
+    args = record.launch.get("args")
+    args = [str(arg) for arg in args] if isinstance(args, list) else None
+    findings = run_findings(record.plan, observed, ranks, record.status == "completed", parallel, script, args)
     findings += [found for found in (finite.finding(), loss.finding()) if found is not None]
     return record.model_copy(update={"observed": observed, "findings": findings, "metrics_from_observations": written})
 

@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpcli.jsonvalues import text_or_none, whole_or_none
+from ddpcli.rundir.framework_advice import frameworks_row, numerics_row
 from ddpcli.rundir.observations import RankObservation, lr_of, main_rank
 from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, initial_fingerprint, trained_together
 from ddpcli.rundir.record import Observed
 from ddpcli.rundir.steps import base_lr
 from ddpcli.rundir.timeline import ascending
 from ddpcli.rundir.timing import model_state, time_breakdown
+from ddpcli.rundir.tokens import token_counts
 
 
 @dataclass(frozen=True)
@@ -174,4 +176,8 @@ def summarize(ranks: dict[int, RankObservation], parallel: ParallelCheck | None 
         optimizer=main.run.get("optimizer") if isinstance(main.run.get("optimizer"), dict) else None,
         time_breakdown=time_breakdown(timing := {rank: seen.timing for rank, seen in ranks.items()}),
         model_state=model_state(timing),
+        frameworks=frameworks_row(main.end),
+        numerics=numerics_row(main.end),
+        tokens_per_micro_batch=(tokens := token_counts(ranks, main))[0],
+        tokens_per_step=tokens[1],
     )

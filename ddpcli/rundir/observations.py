@@ -13,6 +13,7 @@ Row kinds (ddpcli.worker.observer and ddpcli.worker.runtime write them; docs/con
   timing       cumulative seconds of the timed steps (data, forward+backward, optimizer, step), the DDP
                reducer's timers, peak memory, threads and cores, parameter and optimizer-state bytes
   error        something inside the observer failed (training went on)
+  spawn        the script started processes of its own (how, count, target), written the moment it did
 A process that starts again (a torchrun restart, a resume) appends to the same file. Step numbers are absolute (the
 runtime helper tells the observer the step it resumed from), so for a step seen twice the later row wins.
 
@@ -48,6 +49,7 @@ class RankObservation:
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter digests by "at" (rundir.parallel)
     errors: list[str] = field(default_factory=list)
     skipped_lines: int = 0
+    spawns: list[dict[str, Any]] = field(default_factory=list)  # `spawn` rows: processes the script started
 
 
 def read_rank_file(path: Path, rank: int) -> RankObservation:
@@ -86,6 +88,8 @@ def _note(seen: RankObservation, kind: Any, row: dict[str, Any]) -> None:
         seen.fingerprints.append([value for value in row["values"] if finite_or_none(value) is not None])
     elif kind in ("run", "end", "timing"):
         setattr(seen, kind, row)
+    elif kind == "spawn" and len(seen.spawns) < MAX_ERRORS:
+        seen.spawns.append(row)
     elif kind == "params":
         seen.params[str(row.get("at"))] = row
     elif kind == "error" and len(seen.errors) < MAX_ERRORS:

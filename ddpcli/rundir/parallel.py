@@ -89,9 +89,11 @@ def _unless_copies(check: ParallelCheck, ranks: dict[int, Any]) -> ParallelCheck
 
 
 def _frameworks(ranks: dict[int, Any]) -> tuple[str, ...]:
+    """The frameworks rank 0's script imported (its end row's `stacks.imported`, worker/observer/stacks.py)."""
     main = main_rank(ranks)
-    frameworks = main.end.get("frameworks") if main is not None else None
-    return tuple(str(name) for name in frameworks) if isinstance(frameworks, list) else ()
+    stacks = main.end.get("stacks") if main is not None else None
+    imported = stacks.get("imported") if isinstance(stacks, dict) else None
+    return tuple(str(name) for name in imported) if isinstance(imported, list) else ()
 
 
 def averaged(ranks: dict[int, Any]) -> bool | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ddpcli.rundir.framework_advice import find_unused_off
 from ddpcli.rundir.record import Finding, Observed
 from ddpcli.rundir.timing import RankTime, TimeBreakdown
 
@@ -43,7 +44,7 @@ def slowness_findings(observed: Observed, rows: dict[int, dict[str, Any]]) -> li
         found += _straggler(breakdown, rows)
         found += _accumulation_syncs(breakdown)
     found += _oversubscribed(observed, rows)
-    found += _unused_parameters(rows)
+    found += _unused_parameters(rows, observed.frameworks)
     return found
 
 
@@ -144,7 +145,7 @@ def _oversubscribed(observed: Observed, rows: dict[int, dict[str, Any]]) -> list
     return []
 
 
-def _unused_parameters(rows: dict[int, dict[str, Any]]) -> list[Finding]:
+def _unused_parameters(rows: dict[int, dict[str, Any]], frameworks: dict[str, Any] | None) -> list[Finding]:
     stats = [row["ddp"] for row in rows.values() if isinstance(row.get("ddp"), dict)]
     if not stats or not all(
         s.get("find_unused_parameters") == 1 and s.get("unused_parameter_size") == 0 for s in stats
@@ -153,5 +154,6 @@ def _unused_parameters(rows: dict[int, dict[str, Any]]) -> list[Finding]:
     return [Finding(
         code="find_unused_parameters_unneeded", severity="info",
         message="find_unused_parameters=True, but every parameter got a gradient (the DDP reducer found none "
-        "unused): the flag costs an extra traversal of the autograd graph every backward; turn it off",
+        "unused): the flag costs an extra traversal of the autograd graph every backward; "
+        + find_unused_off(frameworks),
     )]  # fmt: skip

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from ddpcli.jsonvalues import finite_or_none, whole_or_none
+from ddpcli.rundir.planned_samples import planned_samples
 from ddpcli.rundir.record import Finding, Observed
 
 if TYPE_CHECKING:  # merge imports this module (base_lr)
@@ -80,8 +81,8 @@ def _uneven_accumulation(ranks: dict[int, RankObservation]) -> Finding | None:
 def _samples_below(
     plan: dict[str, Any], observed: Observed, ranks: dict[int, RankObservation], completed: bool
 ) -> Finding | None:
-    """Steps whose samples over every rank fell below the run's usual global batch; with the plan's numbers when
-    the run otherwise followed them."""
+    """Steps whose samples over every rank fell below the run's usual global batch, in a completed run that trained
+    fewer samples than its plan holds (rundir.planned_samples: epochs x shard, partial last batches included)."""
     by_step: dict[int, int] = {}
     reported: Counter[int] = Counter()
     for seen in ranks.values():
@@ -99,12 +100,11 @@ def _samples_below(
     detail = ", ".join(f"{step} ({samples})" for step, samples in list(short.items())[:LISTED_STEPS])
     more = f" and {len(short) - LISTED_STEPS} more" if len(short) > LISTED_STEPS else ""
     total = sum(by_step.values())
-    planned_steps, planned_batch = whole_or_none(plan.get("total_steps")), whole_or_none(plan.get("global_batch_size"))
-    against = ""
-    planned = None
-    if completed and planned_steps and planned_batch == usual and planned_steps == len(by_step):
-        planned = planned_steps * planned_batch
-        against = f"; {total} samples in all against the plan's {planned_steps} x {planned_batch} = {planned}"
+    plan_holds = planned_samples(plan) if completed else None
+    if plan_holds is None or total >= plan_holds.samples:
+        return None  # short steps that still trained what the plan holds (a partial last batch it planned)
+    planned = plan_holds.samples
+    against = f"; {total} samples in all against the plan's {plan_holds.words}"
     return Finding(
         code=SAMPLES_BELOW_PLAN, severity="warning", planned=planned, observed=total,
         message=f"{len(short)} of {len(by_step)} optimizer steps trained on fewer samples than the global batch "

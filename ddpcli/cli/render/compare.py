@@ -69,6 +69,8 @@ def _cells(row: ComparisonRow) -> list[Text]:
         fixed(row.samples_per_s, 0),
     ]
     speed = [MISSING if row.speedup is None else f"{row.speedup:.2f}x", percent(row.scaling_efficiency)]
+    if row.speed_unreliable:  # a starved run or baseline: not a measure of DDP (the note says why)
+        speed = [cell if cell == MISSING else f"{cell}?" for cell in speed]
     breakdown = run.record.observed.time_breakdown if run.record.observed is not None else None
     return [
         Text(row.label + _marks(row), style="bold" if row.is_baseline else ""),

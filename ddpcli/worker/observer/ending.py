@@ -2,7 +2,6 @@
 rank 0's final parameters when the script is done."""
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from ddpcli.jsonvalues import write_json_atomic
 from ddpcli.rundir.layout import SHARDS_FILE
 from ddpcli.worker.observer.parallel import params_row
 from ddpcli.worker.observer.reading import initial_lrs
+from ddpcli.worker.observer.stacks import numerics
 from ddpcli.worker.tensors import save_atomic
 
 _SYNCHRONISED_BATCHNORM = ("SyncBatchNorm", "CrossProcessBatchNorm")
@@ -46,11 +46,6 @@ def _launched() -> int | None:
     """The processes torchrun launched (its WORLD_SIZE), whether or not they formed a process group."""
     text = os.environ.get("WORLD_SIZE", "")
     return int(text) if text.isdigit() else None
-
-
-def _frameworks() -> list[str]:
-    """The training frameworks the script imported: which switch makes their CPU runs data-parallel."""
-    return [name for name in ("transformers", "accelerate", "lightning", "pytorch_lightning") if name in sys.modules]
 
 
 _HYPER_PARAMETERS = ("betas", "momentum", "weight_decay", "eps", "nesterov", "dampening")
@@ -87,7 +82,9 @@ def end_rows(observer: Any) -> list[dict[str, Any]]:
         "noise_scale_requested": observer.noise.requested,
         "noise_scale_by": observer.noise.by,
         "collectives": observer.collectives.end(),
-        "frameworks": _frameworks(),
+        "stacks": observer.stacks.row(),
+        "numerics": numerics(),
+        "written": observer.outside.written,
     }
     rows = [end]
     if observer.optimizers:

@@ -35,6 +35,7 @@ class Forward:
     fingerprint: Any = None  # device tensor, kept for the first training batches
     loss: Any = None  # the scalar `loss` the module returned (a Hugging Face model's), detached
     reached: bool = False
+    tokens: int | None = None  # an integer [B, T] batch (token ids): B x T
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Counts:
     micro_batches: int = 0
     samples: int | None = 0  # None once one micro-batch's size is unknown
     output_loss: Any = None  # sum of the losses the model returned (to tell a loss the script scaled afterwards)
+    tokens: int | None = 0  # token ids in the micro-batches' [B, T] integer batches; None once one had none
     loaders: set[int] = field(default_factory=set)
 
 
@@ -55,11 +57,19 @@ class ForwardTracker:
         self.counts = Counts()
         self.first_trained: list[Forward] = []  # the first training forwards, for their fingerprints
         self.trained: set[int] = set()  # ids of the modules whose forwards a backward reached
+        self.layout: Any = None  # sequence.BatchLayout: which dimension is the batch
 
     @staticmethod
     def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
         batch = first_tensor((args, kwargs))
         return int(batch.shape[0]) if batch is not None and batch.dim() > 0 else None
+
+    def _samples(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], loader: int | None) -> int | None:
+        """The batch size, in the dimension the model's convention says (sequence.py), else the leading one."""
+        batch = first_tensor((args, kwargs))
+        if batch is None or batch.dim() == 0:
+            return None
+        return int(batch.shape[self.layout.batch_dim(module, batch, loader) if self.layout is not None else 0])
 
     def forward(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
                 loader: int | None, fingerprint: Callable[[], Any] | None) -> None:  # fmt: skip
@@ -68,9 +78,12 @@ class ForwardTracker:
         if not nodes:
             return  # nothing a backward could reach (a frozen model, an output detached)
         self.order += 1
-        record = Forward(self.order, id(module), self.batch_size(args, kwargs), loader)
+        record = Forward(self.order, id(module), self._samples(module, args, kwargs, loader), loader)
         if fingerprint is not None:
             record.fingerprint = fingerprint()
+        batch = first_tensor((args, kwargs))
+        if batch is not None and batch.dim() == 2 and not batch.is_floating_point() and batch.dtype != torch.bool:
+            record.tokens = int(batch.numel())
         loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
         if isinstance(loss, torch.Tensor) and loss.numel() == 1:
             record.loss = loss.detach().reshape(())
@@ -108,6 +121,7 @@ class ForwardTracker:
             if not reached_any:  # no model output seen on its way (a model called through .forward): unknown size
                 self.counts.micro_batches += 1
                 self.counts.samples = None
+                self.counts.tokens = None
             return
         self.counts.micro_batches += 1
         self.trained.update(record.module for record in reached)
@@ -115,6 +129,9 @@ class ForwardTracker:
         sizes = [record.samples for record in reached if record.module == first]
         samples = None if any(size is None for size in sizes) else sum(sizes)  # type: ignore[misc]
         self.counts.samples = None if samples is None or self.counts.samples is None else self.counts.samples + samples
+        tokens = [record.tokens for record in reached if record.module == first]
+        known = None if any(count is None for count in tokens) else sum(tokens)  # type: ignore[misc]
+        self.counts.tokens = None if known is None or self.counts.tokens is None else self.counts.tokens + known
         for record in reached:
             if record.module == first and record.loss is not None:
                 loss = self.counts.output_loss

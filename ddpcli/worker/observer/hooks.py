@@ -34,9 +34,11 @@ from ddpcli.worker.observer.collectives import ScriptCollectives
 from ddpcli.worker.observer.ending import end_rows, run_row, save_params
 from ddpcli.worker.observer.forwards import Counts, ForwardTracker
 from ddpcli.worker.observer.habits import ScriptHabits
+from ddpcli.worker.observer.hand_sgd import HandSteps
 from ddpcli.worker.observer.models import FINGERPRINT_BATCHES, TopModules
 from ddpcli.worker.observer.noise import NoiseWatch
 from ddpcli.worker.observer.optimizers import replaces, watch_instance_steps
+from ddpcli.worker.observer.outside import OutsideWatch
 from ddpcli.worker.observer.parallel import params_row
 from ddpcli.worker.observer.reading import (
     loader_info,
@@ -45,6 +47,8 @@ from ddpcli.worker.observer.reading import (
     wants_noise_scale,
     wrap,
 )
+from ddpcli.worker.observer.sequence import BatchLayout
+from ddpcli.worker.observer.stacks import StackWatch
 from ddpcli.worker.observer.timing import StepTiming
 from ddpcli.worker.stream import RankStream, rank_stream
 
@@ -85,6 +89,7 @@ class Observer:
         self.models = TopModules(self)  # which modules are the model; their forwards (models.py)
         self.fingerprints = 0
         self.loaders: dict[int, dict[str, Any]] = {}
+        self.forwards.layout = BatchLayout(self.loaders)  # sequence-first models: the batch in dim 1 (sequence.py)
         self.last_loader: int | None = None
         self.amp: str | None = None
         self.ddp: list[dict[str, Any]] = []
@@ -96,6 +101,9 @@ class Observer:
         self.habits = ScriptHabits(self.run_dir, lambda: self.stepped)
         self.timing = StepTiming(self)  # where each step's time goes (timing.py)
         self.collectives = ScriptCollectives(self)  # the script's own dist.all_reduce ... (collectives.py)
+        self.stacks = StackWatch()  # the framework that stepped the optimizer and schedulers (stacks.py)
+        self.outside = OutsideWatch(self.stream.add, self.stream.flush, self.run_dir)  # processes, files
+        self.hand = HandSteps(self)  # steps of a hand-written update, no torch.optim (hand_sgd.py)
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.stream.add({"kind": "start", "rank": self.rank, "restart": restart, "pid": os.getpid()})
 
@@ -106,13 +114,15 @@ class Observer:
         register_optimizer_step_post_hook(self._guard(self._after_step))
         self.models.install()
         wrap(torch.autograd, "backward", before=self._guard(self._before_backward),
-             after=self._guard(self.forwards.backward_ended))  # fmt: skip
+             after=self._guard(self._after_backward))  # fmt: skip
         wrap(torch.amp.GradScaler, "scale", after=self._guard(self._scaled))
         wrap(DataLoader, "__iter__", after=self._guard(self._loader_iter))
         wrap(_BaseDataLoaderIter, "__next__", before=self._guard(self._loader_next))
         wrap(DistributedDataParallel, "__init__", after=self._guard(self._ddp_built))
         wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
         self.habits.patch(self._guard)
+        self.stacks.install(self._guard)
+        self.outside.install(self._guard)
         self.timing.install()
         self.collectives.install()
 
@@ -144,12 +154,17 @@ class Observer:
         if not given:
             return
         watch_instance_steps(self.habits.optimizers, self)
+        self.hand.check()  # a hand-written update since the last backward is a step (before this one's counts)
         self.forwards.backward_started()
         for tensor in given:
             if tensor.numel() == 1:
                 loss = self.unscaled.pop(id(tensor), tensor).detach().reshape(())
                 self.loss = loss if self.loss is None else self.loss + loss
         self.unscaled.clear()
+
+    def _after_backward(self, *args: Any, **kwargs: Any) -> None:
+        self.forwards.backward_ended()
+        self.hand.backward_ended()
 
     def _scaled(self, result: Any, scaler: Any, outputs: Any) -> None:
         if isinstance(outputs, torch.Tensor) and isinstance(result, torch.Tensor) and result is not outputs:
@@ -184,6 +199,8 @@ class Observer:
             "lr": [snapshot(group["lr"]) for group in optimizer.param_groups],
             "time": round(time.perf_counter() - self.start, 6),
         }  # fmt: skip
+        if counts.tokens and counts.micro_batches:
+            row["tokens"] = counts.tokens  # token ids of [B, T] integer batches (a language model's)
         if counts.output_loss is not None:
             row["output_loss"] = counts.output_loss  # the model's own loss: the script may scale what it back-props
         norms = self.noise.take(self.scaler)
@@ -254,6 +271,7 @@ class Observer:
             return
         self.finished = True
         try:
+            self._guard(self.hand.check)()  # the last hand-written update
             if self.models.discovering and self.optimizers:  # it stepped, but no training forward was ever seen
                 self._describe_run(self.optimizers[0])
             self.timing.finish()
