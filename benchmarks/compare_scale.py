@@ -17,8 +17,9 @@ Measured on the 2-core machine (load ~2), 100 rows a run, 3 interleaved repetiti
   compare, 5,000 runs (table)                9.50 s    119x             cold 15.8 s                  peak 192 MB
   compare, 5,000 runs --json                 2.16 s     27x             cold 7.35 s                  peak 167 MB
 Issue 29 measured before: 500 runs 1.79 s (24x); 5,000 runs 15.6 s / 278 MB (table), 4.3 s / 365 MB (--json).
-Not met: the 5,000-row table is rich laying out and rendering 5,000 rows (rich.Console.print is ~70% of the cached run under cProfile),
-and memory still grows with the runs (every row is held until the table is laid out: ~30 KB a run).
+Not met: the 5,000-row table is rich laying out and rendering 5,000 rows (rich.Console.print is ~70% of the cached
+run under cProfile), and memory still grows with the runs (every row is held until the table is laid out: ~30 KB a
+run).
 """
 
 from __future__ import annotations
