@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -117,3 +118,13 @@ def test_fresh_files_and_unfinished_runs_are_not_summarised(tmp_path: Path, monk
     running = make_run(tmp_path / "r", "2x8", nproc=2, per_device=8, status="running")
     rows(base, running)
     assert (base / SUMMARY_FILE).is_file() and not (running / SUMMARY_FILE).exists()
+
+
+def test_a_run_whose_loss_blew_up_is_shown_as_derived_and_not_kept(tmp_path: Path, settled_at_once: None) -> None:
+    """Summaries are strict JSON: a NaN final loss is not written (every compare derives that run)."""
+    base = make_run(tmp_path, "1x16", steps=20)
+    blown = make_run(tmp_path, "2x16", nproc=2, steps=20, loss=lambda step: math.nan if step == 20 else 1.0)
+    comparison = cmp.compare_runs(records(base, blown))
+    assert math.isnan(comparison.rows[1].run.metrics.final_loss)
+    assert (base / SUMMARY_FILE).is_file() and not (blown / SUMMARY_FILE).exists()
+    assert not list(blown.glob(f".{SUMMARY_FILE}.*"))  # no temporary file left behind

@@ -74,7 +74,8 @@ def write_summary(run_dir: Path, key: dict[str, Any], values: dict[str, Any]) ->
     path = run_dir / SUMMARY_FILE
     temporary = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}.tmp")
     try:
-        temporary.write_text(json.dumps({"key": key, "values": values}), encoding="utf-8")
+        text = json.dumps({"key": key, "values": values}, allow_nan=False)  # a NaN loss: not kept, derived each time
+        temporary.write_text(text, encoding="utf-8")
         os.replace(temporary, path)
     except (OSError, ValueError):
         temporary.unlink(missing_ok=True)
