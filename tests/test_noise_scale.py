@@ -197,3 +197,51 @@ def test_the_bundled_example_logs_the_noise_scale_when_the_run_asks_for_it(in_pr
     assert all(math.isfinite(row["grad_sq_small"]) and math.isfinite(row["grad_sq_big"]) for row in rows)
     assert rows[-1]["grad_sq_small"] > rows[-1]["grad_sq_big"] > 0 and rows[-1]["noise_scale"] > 0
     assert rows[-1]["samples"] == 20 * 16
+
+
+FIXED_POINT = f"""
+[defaults]
+script = "{SCRIPT}"
+max_steps = 300
+lr = 0.0001  # unused: the script steps no optimizer
+scaling = "none"
+noise_scale = true
+env = {{ OMP_NUM_THREADS = "1" }}
+
+[baseline]
+name = "2x4x2"
+nproc_per_node = 2
+per_device_batch_size = 4
+grad_accum_steps = 2
+args = ["--batch-size", "{{per_device_batch_size}}", "--grad-accum", "{{grad_accum_steps}}",
+        "--steps", "{{total_steps}}", "--loss-scale", "1024"]
+"""
+
+
+@pytest.fixture(scope="module")
+def launched_fixed_point(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
+    """`ddpcli launch` of the helper's fixed-point script: backward passes only, no optimizer (with an SGD of lr 0
+    under the observer: test_under_the_observer_it_measures_the_helpers_model_and_divides_out_its_loss_scale)."""
+    directory = tmp_path_factory.mktemp("fixed")
+    (directory / "experiments.toml").write_text(FIXED_POINT, encoding="utf-8")
+    result = subprocess.run([sys.executable, "-m", "ddpcli", "launch", "experiments.toml"], cwd=directory,
+                            env=clean_env(), capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    runs = {}
+    for record_path in sorted((directory / "runs").glob("*/*/run.json")):
+        name = json.loads(record_path.read_text())["name"]
+        lines = (record_path.parent / "metrics.jsonl").read_text().splitlines()
+        runs[name] = [json.loads(line) for line in lines if line.strip()]
+    assert set(runs) == {"2x4x2"}, result.stdout + result.stderr
+    return runs
+
+
+@pytest.mark.e2e
+def test_under_launch_a_fixed_point_script_without_optimizer_steps_gets_its_noise_scale(
+    launched_fixed_point: dict[str, list[dict]],
+) -> None:
+    """Issue 29.9: without an optimizer step the observer wrote no step rows, so its comm hook's norms went nowhere
+    and metrics.jsonl had no noise_scale. Each backward's reduction is the measurement there (as the helper's own
+    meter does without the observer), with B_small the rank's accumulated 4 x 2 and the loss scale divided out."""
+    rows = launched_fixed_point["2x4x2"]
+    assert rows[-1]["step"] == 300
+    assert_matches_truth(rows[-1], b_small=8, b_big=16)

@@ -52,3 +52,22 @@ def test_only_the_observers_own_hook_leaves_the_model_measurable() -> None:
     assert fresh.by is None
     fresh.by_runtime = True
     assert fresh.by == "runtime"
+
+
+def test_reductions_before_the_first_optimizer_step_also_go_to_the_helpers_queue() -> None:
+    """A fixed-point script (backward passes, no optimizer) has no step row to carry the norms: until a step the
+    helper queues each reduction too (its ctx.log logs the EMAs); from the first step on only the observer has it."""
+    queued: list[Reduction] = []
+
+    def queue() -> Reduction:
+        queued.append(Reduction())
+        return queued[-1]
+
+    watch = NoiseWatch(requested=False)
+    watch.measure_for_runtime(None, queue)
+    first = watch.new_reduction()
+    assert queued == [first]
+    watch.norms = measured(4.0, 2.0)
+    assert watch.take(scaler=None) is not None and watch.stepped
+    assert watch.new_reduction() is not queued[-1] and len(queued) == 1
+    assert NoiseWatch(requested=True).new_reduction() is not None  # the observer alone: records of its own

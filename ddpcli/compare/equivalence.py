@@ -67,7 +67,7 @@ def _same_steps(run: RunSummary, other: RunSummary) -> bool:
 def _partner_preference(run: ComparedRun, other: RunSummary) -> tuple[Any, ...]:
     mine, theirs = run.record, other.record.record
     return (
-        other.record.params_path.is_file(),
+        other.record.has_params,
         other.record.status == "completed",
         theirs.plan.get("seed") == mine.plan.get("seed"),
         theirs.experiment_file == mine.experiment_file,

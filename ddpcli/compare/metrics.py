@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ddpcli.compare import summary_cache
 from ddpcli.compare.curve import Curve, LazyCurve, NeedsFullParse, ParsedCurve, Row, loss_at, resample, rows_at
-from ddpcli.compare.runs import ComparedRun, read_run_record
+from ddpcli.compare.runs import LOST, ComparedRun, read_run_record
 from ddpcli.jsonvalues import finite_or_none, loads_json, whole_or_none
 from ddpcli.rundir.metrics import noise_scale_reading, read_metrics, unreadable
 
@@ -25,6 +26,7 @@ PLOT_POINTS = 2000  # and at this many for --plot: plenty for a figure, cheap to
 # Rows read for the lr schedule (ddpcli.compare.schedule): every row of a run this long, evenly spaced rows of a
 # longer one (steps between them are counted from their step numbers). The sparkline's rows: parsed once for both.
 SCHEDULE_POINTS = SPARK_POINTS
+UNFINISHED = ("running", LOST)  # their files still change: derived each time, never kept (summary_cache)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class RunSummary:
     record: ComparedRun
     metrics: MetricsSummary
     noise_scale: float | None = None  # the last logged gradient noise scale (B_simple), when it was measured
+    noise_problem: str | None = None  # why a logged noise scale is not used (also in metrics.skipped)
 
 
 def load_run(run_dir: Path, target_samples: float | None = None, *, plot_points: int = 0) -> RunSummary:
@@ -71,7 +74,36 @@ def load_run(run_dir: Path, target_samples: float | None = None, *, plot_points:
 
 
 def summarize_run(run: ComparedRun, target_samples: float | None = None, *, plot_points: int = 0) -> RunSummary:
-    """A run's metrics, read carefully (every line) when run.json records restarts: the curve starts over."""
+    """A run's metrics, read carefully (every line) when run.json records restarts: the curve starts over. A
+    finished run's summary is kept in its directory and read back while its files are unchanged (summary_cache)."""
+    if plot_points or run.status in UNFINISHED:
+        return _derive_run(run, target_samples, plot_points)
+    derived_with = {"run_dir": str(run.run_dir.resolve()), "target": target_samples,
+                    "full_parse": run.record.restarts > 0, "global_batch_size": run.global_batch_size}  # fmt: skip
+    key = summary_cache.cache_key(run.run_dir, derived_with)
+    cached = summary_cache.read_summary(run.run_dir, key) if key is not None else None
+    if cached is not None:
+        return _from_cache(run, cached)
+    summary = _derive_run(run, target_samples, 0)
+    if key is not None:
+        summary_cache.write_summary(run.run_dir, key, _to_cache(summary))
+    return summary
+
+
+def _to_cache(summary: RunSummary) -> dict[str, Any]:
+    values = {name: getattr(summary.metrics, name) for name in summary_cache.FIELDS}
+    values["lr_points"] = [list(point) for point in summary.metrics.lr_points]
+    return {**values, "noise_scale": summary.noise_scale, "noise_problem": summary.noise_problem}
+
+
+def _from_cache(run: ComparedRun, values: dict[str, Any]) -> RunSummary:
+    fields = {name: values[name] for name in summary_cache.FIELDS}
+    fields["lr_points"] = [tuple(point) for point in values["lr_points"]]
+    metrics = MetricsSummary(**fields)
+    return RunSummary(run, metrics, values["noise_scale"], values["noise_problem"])
+
+
+def _derive_run(run: ComparedRun, target_samples: float | None, plot_points: int) -> RunSummary:
     metrics = summarize_metrics(
         run.metrics_path,
         target_samples,
@@ -82,7 +114,7 @@ def summarize_run(run: ComparedRun, target_samples: float | None = None, *, plot
     noise_scale, problem = noise_scale_reading(run.run_dir)
     if problem:
         metrics = replace(metrics, skipped=[*metrics.skipped, problem])
-    return RunSummary(run, metrics, noise_scale)
+    return RunSummary(run, metrics, noise_scale, problem)
 
 
 def summarize_metrics(

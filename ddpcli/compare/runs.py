@@ -7,6 +7,7 @@ import os
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ class ComparedRun:
 
     `name`, `status` and `run_id` are the record's as compare reads it (a name from the path where the record has
     none, `lost` for a run whose launcher is gone). Batch numbers, lr and steps are what the run did (`observed`)
-    where the observer saw it, else the plan's; `observed_from_run` says which it is.
+    where the observer saw it, else the plan's; `observed_from_run` says which it is. Those are worked out once
+    per run (cached_property: the record does not change), as choosing partners asks them of many pairs.
     """
 
     record: run_record.RunRecord
@@ -46,7 +48,7 @@ class ComparedRun:
     def run_id(self) -> str:
         return self.record.run_id
 
-    @property
+    @cached_property
     def observed_from_run(self) -> bool:
         return self.record.observed is not None and self.record.observed.optimizer_steps not in (None, 0)
 
@@ -54,31 +56,31 @@ class ComparedRun:
         seen = getattr(self.record.observed, key) if self.observed_from_run else None
         return seen if seen is not None else _int_or_none(self.record.plan.get(key))
 
-    @property
+    @cached_property
     def world_size(self) -> int | None:
         """The processes launched (torchrun's), whether or not they formed a group or trained one model."""
         launched = self.record.observed.processes if self.observed_from_run and self.record.observed else None
         return launched or self._batch("world_size")
 
-    @property
+    @cached_property
     def per_device_batch_size(self) -> int | None:
         return self._batch("per_device_batch_size")
 
-    @property
+    @cached_property
     def grad_accum_steps(self) -> int | None:
         return self._batch("grad_accum_steps")
 
-    @property
+    @cached_property
     def global_batch_size(self) -> int | None:
         return self._batch("global_batch_size")
 
-    @property
+    @cached_property
     def total_steps(self) -> int | None:
         if self.observed_from_run and self.status == "completed" and self.record.observed is not None:
             return self.record.observed.optimizer_steps
         return _int_or_none(self.record.plan.get("total_steps"))
 
-    @property
+    @cached_property
     def lr(self) -> float | None:
         """The base lr the run was given (a scheduler's initial_lr), else its peak (older records), else the plan's."""
         observed = self.record.observed
@@ -100,7 +102,12 @@ class ComparedRun:
     def params_path(self) -> Path:
         return self.run_dir / PARAMS_FILE
 
-    @property
+    @cached_property
+    def has_params(self) -> bool:
+        """final_params.pt is there (asked once: choosing a partner asks it of every candidate of every run)."""
+        return self.params_path.is_file()
+
+    @cached_property
     def flags(self) -> frozenset[str]:
         """The command line's options, spelled with dashes (`--sync_bn` and `--sync-bn` are the same flag)."""
         options = (arg for arg in self.record.argv if arg.startswith("--"))

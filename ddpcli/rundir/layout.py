@@ -7,6 +7,7 @@ One run lives in `<runs_dir>/<name>/<run_id>/`:
   logs/             torchrun's per-rank stdout/stderr (and error.json files)
   final_params.pt   rank 0's final parameters on CPU
   checkpoint.pt     the runtime helper's checkpoint (resume)
+  summary.json      compare's summary of a finished run's metrics, valid while run.json and metrics.jsonl are unchanged
 docs/contracts.md is the public description; this module is the one place the names are spelled.
 """
 
@@ -23,6 +24,7 @@ PARAMS_FILE = "final_params.pt"
 # Beside final_params.pt where rank 0 held shards (FSDP2's DTensors): per name, the shard's offset in the full
 # tensor and the full shape (final_params.pt holds rank 0's local shards, as plain tensors).
 SHARDS_FILE = "final_params.shards.json"
+SUMMARY_FILE = "summary.json"  # compare's cache (ddpcli.compare.summary_cache)
 CHECKPOINT_FILE = "checkpoint.pt"  # written by runtime.Context.checkpoint, read by resume
 LOGS_DIR = "logs"
 OBSERVED_DIR = "observed"

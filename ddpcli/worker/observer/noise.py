@@ -8,7 +8,10 @@ rank's stream; the host averages the small one over ranks, keeps the EMAs and co
 (ddpcli.rundir.merged_rows, ddpcli.noise_scale). No host sync and no collective beyond the all-reduce DDP does
 anyway. A script that asks the runtime helper for the noise scale of its DDP model gets this measurement too: under
 `ddpcli launch` the helper asks the observer (NoiseWatch.measure_for_runtime), and without an observer its
-NoiseMeter (ddpcli.worker.runtime.noise) registers this same hook class itself.
+NoiseMeter (ddpcli.worker.runtime.noise) registers this same hook class itself. A script that measures at a fixed
+point (backward passes, no optimizer step) gives the observer no step to put the norms in: until the run's first
+optimizer step the observer's hook hands each reduction to the helper's queue as well, and ctx.log logs their EMAs
+(as the helper does without an observer); from the first step on the step rows carry them and the helper logs none.
 
 No `from __future__ import annotations` here: DDP checks a comm hook's annotations against the real classes.
 """
@@ -88,19 +91,27 @@ class NoiseWatch:
         self.by_runtime = False  # the runtime helper measures (one process: accumulation's micro-batches, no DDP)
         self.loss_scale: Any = None  # what the script told the runtime helper its loss is multiplied by
         self.norms: BucketNorms | None = None  # the observer's own hook, once attached
+        self.stepless: Callable[[], Reduction] | None = None  # the helper's queue, for reductions before any step
+        self.stepped = False  # an optimizer step took (or could have taken) a reduction: step rows carry them
 
     @property
     def by(self) -> str | None:
         """The end row's `noise_scale_by`."""
         return "observer" if self.norms is not None else "runtime" if self.by_runtime else None
 
-    def measure_for_runtime(self, loss_scale: Any) -> None:
+    def measure_for_runtime(self, loss_scale: Any, stepless: Callable[[], Reduction] | None = None) -> None:
         """The runtime helper was asked for the noise scale of its DDP model (`runtime.init(noise_scale=True)`, or
         the run's flag): the observer measures it, whatever the run's flag said. loss_scale (a number, a tensor or
         a callable such as `scaler.get_scale`, from `ctx.wrap(grad_scale=...)`) is divided out where no GradScaler
-        the observer saw carries the scale."""
+        the observer saw carries the scale. stepless makes the record of each reduction before the run's first
+        optimizer step, queued by the helper: a fixed-point measurement has no step rows to carry its norms."""
         self.requested = True
         self.loss_scale = loss_scale
+        self.stepless = stepless
+
+    def new_reduction(self) -> Reduction:
+        """The record of a reduction starting: in the helper's queue too while no optimizer step has happened."""
+        return self.stepless() if self.stepless is not None and not self.stepped else Reduction()
 
     def hook_registered(self, hook: Any) -> None:
         """A comm hook is being registered on a DDP model (the observer's own passes through here too)."""
@@ -113,7 +124,7 @@ class NoiseWatch:
             return
         if self.script_comm_hook or self.by_runtime:
             return
-        self.norms = BucketNorms()  # set first: the registration passes through hook_registered
+        self.norms = BucketNorms(self.new_reduction)  # set first: the registration passes through hook_registered
         try:
             self.norms.attach(model)
         except Exception:
@@ -123,6 +134,7 @@ class NoiseWatch:
     def take(self, scaler: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
         """This step's squared norms; under a GradScaler the buckets held gradients x scale, so both are divided by
         scale^2 (the scale tensor is read now, on the device, before the scaler's update changes it in place)."""
+        self.stepped = True
         norms = self.norms.take() if self.norms is not None else None
         if norms is None:
             return None

@@ -149,8 +149,8 @@ class Context:
         else:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             wrapped = DistributedDataParallel(model, device_ids=device_ids, **ddp_kwargs)
-        if self._noise is not None and not self._noise.attach(wrapped, grad_scale):
-            self._noise = None  # the observer measures this model: its step rows carry the norms
+        if self._noise is not None:
+            self._noise.attach(wrapped, grad_scale)
         return wrapped
 
     @contextlib.contextmanager

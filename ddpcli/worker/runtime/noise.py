@@ -1,7 +1,8 @@
 """Measuring |G_small|^2 and |G_big|^2 once per optimizer step, for the gradient noise scale (ddpcli.noise_scale),
 when a script asks the runtime helper for it and the observer cannot: a DDP model run without `ddpcli launch` (plain
 torchrun) through the observer's comm hook class, and one process through parameter hooks on the micro-batches of
-gradient accumulation (which no DDP hook sees). Under `ddpcli launch` a DDP model is the observer's to measure."""
+gradient accumulation (which no DDP hook sees). Under `ddpcli launch` a DDP model is the observer's to measure; its
+hook hands this meter the reductions before the run's first optimizer step (a fixed-point measurement has none)."""
 
 import dataclasses
 import itertools
@@ -60,23 +61,26 @@ class NoiseMeter:
         self._accumulating: _StepNorms | None = None  # world size 1: the step whose micro-batches run now
         self._params: list[nn.Parameter] = []
         self._watch: NoiseWatch | None = None  # the observer's, told when this meter measures a step itself
+        self._observed_ddp = False  # the observer's hook measures this DDP model; this meter only before any step
 
-    def attach(self, model: nn.Module, grad_scale: GradScale | None) -> bool:
-        """Measure `model`; False when the observer measures it instead (a DDP model under `ddpcli launch`: its
-        step rows carry the norms and the merge computes the noise scale, so ctx.log logs none)."""
+    def attach(self, model: nn.Module, grad_scale: GradScale | None) -> None:
+        """Measure `model`. A DDP model under `ddpcli launch` is the observer's to measure: its step rows
+        carry the norms and the merge computes the noise scale; its hook hands this meter only the reductions
+        before the run's first optimizer step, which no step row carries (a fixed-point measurement: backward
+        passes, no optimizer), and ctx.log logs their EMAs until a step happens, then none."""
         self.grad_scale = grad_scale
         observer = active()
+        self._watch = observer.noise if observer is not None else None
         if isinstance(model, DistributedDataParallel):
             if observer is not None:
-                observer.noise.measure_for_runtime(grad_scale)
-                return False
+                self._observed_ddp = True
+                observer.noise.measure_for_runtime(grad_scale, self._begin_step)
+                return
             BucketNorms(self._begin_step).attach(model)  # no observer: the same hook class, read by ctx.log
-            return True
-        self._watch = observer.noise if observer is not None else None
+            return
         self._params = [param for param in model.parameters() if param.requires_grad]
         for param in self._params:
             param.register_hook(self._micro_batch_hook)
-        return True
 
     def micro_batch_begins(self, micro_index: int, accum_steps: int) -> None:
         if self._params and accum_steps > 1 and micro_index == 0:
@@ -91,7 +95,10 @@ class NoiseMeter:
             step.big.extend(squared_norm(param.grad) for param in self._params if param.grad is not None)
 
     def read(self) -> gns.NoiseScaleTracker:
-        """This rank's EMAs, including every completed step."""
+        """This rank's EMAs, including every completed step; none once the observer's step rows carry them."""
+        if self._observed_ddp and self._watch is not None and self._watch.stepped:
+            self._pending.clear()
+            return gns.NoiseScaleTracker(self.tracker.beta)
         self._drain()
         return self.tracker
 

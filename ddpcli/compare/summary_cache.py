@@ -1,0 +1,116 @@
+"""compare's summary of a run's metrics, kept in the run directory (summary.json) so a later compare reads one small
+file instead of metrics.jsonl.
+
+A cache of whatever ddpcli.compare.metrics derives, never a second derivation: the file holds the MetricsSummary
+and noise-scale reading that summarize_run returned, and is used only while everything it was derived from is the
+same: run.json and metrics.jsonl (size, mtime and ctime in ns, inode), the directory's path (warnings name it), the
+baseline sample count it was asked for, whether every line was parsed, the global batch that fills in missing
+`samples`, and this module's VERSION (bump it whenever what compare derives changes). Anything else (a missing,
+truncated, foreign or unparsable file, a field of the wrong type) is no summary: compare derives it again and
+rewrites the file, so a stale or corrupt summary never shows a number. Plots (--plot) always
+derive. Writing is best effort (a read-only runs root just derives each time), atomic (a temporary file renamed),
+and never done for a run still running or lost (its files still change) nor while a source changed less than RACY_S
+ago: a file rewritten at the same size within one tick of the filesystem's coarse clock keeps its stamps (git's
+"racily clean" entries), so only a file that has been still for longer than a tick is trusted by its stamps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ddpcli.rundir.layout import METRICS_FILE, RUN_FILE, SUMMARY_FILE
+
+VERSION = 1
+RACY_S = 2.0  # a source changed more recently than this is not summarised into the file (see above)
+SOURCES = (RUN_FILE, METRICS_FILE)
+FIELDS = (
+    "rows", "steps", "samples_seen", "final_loss", "last_time", "first_samples", "first_time", "loss_at_target",
+    "loss_points", "lr_points", "skipped", "full_parse",
+)  # fmt: skip
+
+
+def cache_key(run_dir: Path, derived_with: dict[str, Any]) -> dict[str, Any] | None:
+    """What a summary of this run is valid for; None when a source cannot be read (then nothing is cached)."""
+    stamps = {}
+    for name in SOURCES:
+        try:
+            stat = (run_dir / name).stat()
+        except FileNotFoundError:
+            stamps[name] = None
+            continue
+        except OSError:
+            return None
+        stamps[name] = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+    return {"version": VERSION, "sources": stamps, **derived_with}
+
+
+def settled(key: dict[str, Any]) -> bool:
+    """Every source has been unchanged for RACY_S: a summary written now cannot hide a same-tick rewrite."""
+    now = time.time_ns()
+    stamps = [stamp for stamp in key["sources"].values() if stamp is not None]
+    return all(now - max(stamp[1], stamp[2]) > RACY_S * 1e9 for stamp in stamps)
+
+
+def read_summary(run_dir: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The cached values for `key`, or None (no file, another key, anything malformed)."""
+    try:
+        data = json.loads((run_dir / SUMMARY_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("values"), dict):
+        return None
+    values = data["values"]
+    return values if _well_formed(values) else None
+
+
+def write_summary(run_dir: Path, key: dict[str, Any], values: dict[str, Any]) -> None:
+    """Keep `values` for `key`, when its sources have settled; a failure to write is no error (derived next time)."""
+    if not settled(key):
+        return
+    path = run_dir / SUMMARY_FILE
+    temporary = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}.tmp")
+    try:
+        text = json.dumps({"key": key, "values": values}, allow_nan=False)  # a NaN loss: not kept, derived each time
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except (OSError, ValueError):
+        temporary.unlink(missing_ok=True)
+
+
+def _well_formed(values: dict[str, Any]) -> bool:
+    """Every field present with the type compare's summary has (numbers may be NaN: json reads NaN back)."""
+    number = (int, float)
+    checks = {
+        "rows": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "steps": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+        "full_parse": lambda v: isinstance(v, bool),
+        "skipped": lambda v: isinstance(v, list) and all(isinstance(item, str) for item in v),
+        "loss_points": lambda v: isinstance(v, list) and all(item is None or _number(item) for item in v),
+        "lr_points": lambda v: isinstance(v, list) and all(_lr_point(item) for item in v),
+        "noise_scale": lambda v: v is None or _number(v),
+        "noise_problem": lambda v: v is None or isinstance(v, str),
+    }
+    for name in (*FIELDS, "noise_scale", "noise_problem"):
+        if name not in values:
+            return False
+        check = checks.get(name, lambda v: v is None or (isinstance(v, number) and not isinstance(v, bool)))
+        if not check(values[name]):
+            return False
+    return True
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _lr_point(item: Any) -> bool:
+    return (
+        isinstance(item, list)
+        and len(item) == 3
+        and all(part is None or _number(part) for part in item)
+        and (item[2] is None or (isinstance(item[2], int) and not isinstance(item[2], bool)))
+    )
