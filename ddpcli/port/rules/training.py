@@ -1,0 +1,71 @@
+"""Which code trains: the loops and functions that hold an optimizer step (directly, or through a call of a
+function of the script that does). The sampler, accumulation and hand-batching rules ask it."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcli.port.facts import Facts, dotted
+
+
+class Training:
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+        self.steps = facts.step_calls()
+        self.holding: set[int] = set()  # ids of nodes that hold a step
+        for step in self.steps:
+            self.holding |= {id(a) for a in facts.ancestors(step)}
+        self.stepping = {name for name, f in facts.functions.items() if id(f) in self.holding}
+        for _ in range(3):  # a function that calls a stepping function steps too
+            for call in facts.calls:
+                if dotted(call.func).rsplit(".", 1)[-1] in self.stepping:
+                    self.holding |= {id(a) for a in facts.ancestors(call)}
+            self.stepping |= {name for name, f in facts.functions.items() if id(f) in self.holding}
+
+    def steps_in(self, node: cst.CSTNode) -> bool:
+        return id(node) in self.holding
+
+    def uses(self, name: str) -> list[cst.CSTNode]:
+        """Where `name` (a Name or a dotted attribute) is read."""
+        found = []
+        for node in self.facts.walk(self.facts.module):
+            if isinstance(node, cst.Name | cst.Attribute) and dotted(node) == name:
+                parent = self.facts.parents.get(node)
+                if not (isinstance(parent, cst.Attribute) and parent.value is node and dotted(parent)):
+                    found.append(node)
+        return found
+
+    def batch_loops(self, name: str) -> list[tuple[cst.For, cst.CSTNode]]:
+        """Loops iterating `name` that step, with the call that gave the loader to their function (or the
+        loop itself when in the same function): `for x, y in train_loader`, `enumerate(loader)`, `tqdm(loader)`."""
+        found: list[tuple[cst.For, cst.CSTNode]] = []
+        for use in self.uses(name):
+            loop = next((a for a in self.facts.ancestors(use) if isinstance(a, cst.For)), None)
+            if loop is not None and _within(self.facts, use, loop.iter) and self.steps_in(loop):
+                found.append((loop, loop))
+            call = self.facts.parents.get(self.facts.parents.get(use))  # name -> Arg -> Call
+            if isinstance(call, cst.Call) and (function := dotted(call.func).rsplit(".", 1)[-1]) in self.stepping:
+                definition = self.facts.functions[function]
+                parameter = _parameter_for(definition, call, use)
+                if parameter:
+                    found += [(loop, call) for loop, _ in self.batch_loops_in(definition, parameter)]
+        return found
+
+    def batch_loops_in(self, function: cst.FunctionDef, name: str) -> list[tuple[cst.For, cst.CSTNode]]:
+        return [(loop, at) for loop, at in self.batch_loops(name) if self.facts.scope(loop) is function]
+
+
+def _within(facts: Facts, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return node is container or any(a is container for a in facts.ancestors(node))
+
+
+def _parameter_for(function: cst.FunctionDef, call: cst.Call, use: cst.CSTNode) -> str | None:
+    """The parameter of `function` that the argument `use` of `call` binds (positional or keyword)."""
+    params = [p.name.value for p in function.params.params]
+    for index, arg in enumerate(call.args):
+        if arg.value is use:
+            if arg.keyword is not None:
+                return arg.keyword.value
+            offset = 1 if params[:1] == ["self"] and isinstance(call.func, cst.Attribute) else 0
+            return params[index + offset] if index + offset < len(params) else None
+    return None

@@ -1,0 +1,110 @@
+"""Every trained model (one whose parameters an optimizer is built from: several in a GAN) is wrapped in
+DistributedDataParallel under torchrun, after it is on its device and before its optimizer, rebinding its own name:
+
+    if _ddp:
+        model = DistributedDataParallel(model)
+
+`nn.DataParallel` (one process, several GPUs) is skipped under torchrun: each process has one device.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from ddpcli.port.context import Port
+from ddpcli.port.edits import expression
+from ddpcli.port.facts import dotted
+
+PARAMETER_METHODS = ("parameters", "named_parameters")
+
+
+def trained_models(port: Port, optimizer: cst.Call) -> list[str]:
+    """`model` in SGD(model.parameters()), [{"params": g.parameters()}], chain(a.parameters(), b.parameters()),
+    or in `params = [p for p in model.parameters() if ...]` given to the optimizer by name."""
+    facts = port.facts
+    scope = facts.scope(optimizer)
+    found: list[str] = []
+    for arg in optimizer.args:
+        nodes = list(facts.walk(arg.value))
+        if isinstance(arg.value, cst.Name):  # params built before, by name
+            for statement in facts.assigned_in(scope, arg.value.value):
+                nodes += list(facts.walk(statement))
+        for node in nodes:
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in PARAMETER_METHODS
+                and (name := dotted(node.func.value))
+                and name not in found
+            ):
+                found.append(name)
+    return found
+
+
+def _parameters_of(scope: cst.CSTNode) -> set[str]:
+    if isinstance(scope, cst.FunctionDef):
+        return {param.name.value for param in scope.params.params + scope.params.kwonly_params}
+    return set()
+
+
+def wrap_point(port: Port, optimizer: cst.Call, model: str) -> tuple[cst.BaseStatement, bool] | None:
+    """The statement to put the wrap before (False) or after (True): in the innermost block that assigned the model
+    before the optimizer's statement, just before that statement, unless the model moves to its device after it."""
+    facts = port.facts
+    scope = facts.scope(optimizer)
+    assigned = facts.assigned_in(scope, model)
+    level = facts.statement(optimizer)
+    while True:
+        block = facts.block_of(level)
+        body = list(block.body)
+        index = body.index(level)
+        holders = {id(s) for s in body[: index + 1]}
+        if any(id(a) in holders or any(id(x) in holders for x in facts.ancestors(a)) for a in assigned):
+            break
+        if block is facts.module or (isinstance(scope, cst.FunctionDef) and block is scope.body):
+            if model.split(".")[0] in _parameters_of(scope) | {"self"}:
+                break  # a model given to the function that trains it: wrapped there
+            return None
+        level = facts.statement(facts.parents[block])
+    moves = re.compile(rf"^\s*{re.escape(model)}(\s*=\s*{re.escape(model)})?\s*\.\s*(to|cuda)\(")
+    later = [s for s in body[index + 1 :] if moves.match(port.code(s))]
+    return (later[-1], True) if later else (level, False)
+
+
+def apply(port: Port) -> None:
+    facts = port.facts
+    done: set[tuple[str, int]] = set()
+    for optimizer in facts.optimizer_calls():
+        for model in trained_models(port, optimizer):
+            key = (model, id(facts.scope(optimizer)))
+            if key in done:
+                continue
+            done.add(key)
+            point = wrap_point(port, optimizer, model)
+            if point is None:
+                port.cannot(optimizer, f"{model}: its optimizer is built where the model is not assigned; wrap it "
+                            "in DistributedDataParallel yourself after it is on its device")  # fmt: skip
+                continue
+            statement, after = point
+            code = f"if _ddp:\n    {model} = DistributedDataParallel({model})\n"
+            (port.edits.insert_after if after else port.edits.insert_before)(statement, code)
+            port.needs.add("ddp")
+            port.needs_group_here(statement)
+            if model not in port.models:
+                port.models.append(model)
+            port.change(optimizer, "ddp_wrap", f"{model} wrapped in DistributedDataParallel under torchrun, after "
+                        "it is on its device and before its optimizer: each backward averages its gradients "
+                        "across ranks, so every rank steps the same")  # fmt: skip
+    for call in facts.calls:
+        name = facts.resolve(call)
+        if name.rsplit(".", 1)[-1] == "DataParallel" and call.args:
+            inner = port.code(call.args[0].value)
+            port.edits.rewrite(call, lambda node, inner=inner: cst.IfExp(
+                test=expression("_ddp"), body=expression(inner), orelse=node,
+                whitespace_before_test=cst.SimpleWhitespace(" "), whitespace_after_test=cst.SimpleWhitespace(" "),
+                whitespace_before_else=cst.SimpleWhitespace(" "), whitespace_after_else=cst.SimpleWhitespace(" "),
+            ))  # fmt: skip
+            port.change(call, "data_parallel", "nn.DataParallel skipped under torchrun: each process drives one "
+                        "device and DistributedDataParallel replaces it")  # fmt: skip
