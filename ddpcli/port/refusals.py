@@ -19,13 +19,14 @@ ALREADY = {
     "FullyShardedDataParallel": "wraps a model in FullyShardedDataParallel",
     "fully_shard": "shards a model with fully_shard (FSDP2)",
 }
-HF_TRAINERS = ("Trainer", "Seq2SeqTrainer", "SFTTrainer", "DPOTrainer", "RewardTrainer")
+HF_TRAINERS = ("Trainer", "Seq2SeqTrainer", "SFTTrainer", "DPOTrainer", "RewardTrainer", "TrainingArguments")
 
 
 def _switch(framework: str) -> str:
     """The framework's own flags that make it data-parallel, from ddpcli.init's rows."""
     rows = next(f for f in FRAMEWORKS if f.name == framework).switches
-    return ", ".join(f"{s.names[0]}={s.value}" if s.value else s.names[0] for s in rows if not s.cpu_only)
+    wanted = [s for s in rows if s.value in ("{nproc_per_node}", "ddp")]
+    return ", ".join(f"{s.names[0]}={s.value}".replace("{nproc_per_node}", "N") for s in wanted)
 
 
 def already_parallel(facts: Facts, name: str) -> list[str]:
