@@ -252,3 +252,45 @@ def test_refusals_name_their_reason(body: str, expected: str) -> None:
     with pytest.raises(PortRefused) as refused:
         port_source(HEAD + body, "train.py")
     assert any(expected in reason for reason in refused.value.reasons), refused.value.reasons
+
+
+def test_a_step_chosen_by_a_flag_is_not_accumulation() -> None:
+    """word_language_model's `if args.use_optimizer: optimizer.step() else: <manual update>`: every backward must
+    all-reduce, so no no_sync."""
+    result = port("""
+    use_optimizer = True
+    data = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(2):
+        for x, y in data:
+            F.mse_loss(model(x), y).backward()
+            if use_optimizer:
+                optimizer.step()
+            else:
+                for p in model.parameters():
+                    p.data.add_(p.grad, alpha=-0.01)
+    """)
+    assert "no_sync" not in kinds(result) and "no_sync" not in result.source
+
+
+def test_a_module_level_loader_read_by_a_train_function_is_reshuffled_where_the_function_is_called() -> None:
+    """super_resolution's `def train(epoch): for batch in training_data_loader` called from `for epoch in ...`."""
+    result = port("""
+    training_data_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4,
+                                      shuffle=True)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train(epoch):
+        for x, y in training_data_loader:
+            optimizer.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+    for epoch in range(1, 3):
+        train(epoch)
+    """)
+    lines = lines_of(result)
+    at = lines.index("for epoch in range(1, 3):")
+    assert lines[at + 1 : at + 4] == ["if _ddp:", "training_data_loader.sampler.set_epoch(epoch)", "train(epoch)"]

@@ -21,7 +21,7 @@ def apply(port: Port) -> None:
             continue
         loop = loops[0]
         condition = next((a for a in facts.ancestors(step) if a is loop or isinstance(a, cst.If)), None)
-        if not isinstance(condition, cst.If):
+        if not isinstance(condition, cst.If) or not _counts_micro_batches(port, condition):
             continue
         for call in facts.calls:
             if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"):
@@ -47,6 +47,13 @@ def apply(port: Port) -> None:
             port.needs.add("contextlib")
             port.change(body[start], "no_sync", f"micro-batches that do not step ({test} is false) run under "
                         f"{model}.no_sync(): one all-reduce per optimizer step, not per micro-batch")  # fmt: skip
+
+
+def _counts_micro_batches(port: Port, condition: cst.If) -> bool:
+    """`if (i + 1) % accum == 0:` (a modulo, or a name that says accumulation), with no else: a step every few
+    micro-batches. `if args.use_optimizer: optimizer.step() else: ...` is a choice of update, not accumulation."""
+    test = port.code(condition.test).lower()
+    return condition.orelse is None and ("%" in test or "accum" in test)
 
 
 def _calls(port: Port, statement: cst.CSTNode, model: str) -> bool:

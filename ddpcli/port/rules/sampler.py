@@ -50,27 +50,40 @@ def apply(port: Port) -> None:
         port.change(call, "sampler", f"{name or 'the DataLoader'}: a DistributedSampler under torchrun, keeping its "
                     f"shuffle and drop_last; each rank gets its share of every epoch and the batch stays the "
                     f"script's{per_device}, so the global batch is world size x it")  # fmt: skip
-        _set_epochs(port, training, name, loops)
+        _set_epochs(port, training, name, loops, global_loader=isinstance(port.facts.scope(call), cst.Module))
 
 
-def _set_epochs(port: Port, training: Training, name: str, loops: list[tuple[cst.For, cst.CSTNode]]) -> None:
+def _epoch_loops(port: Port, at: cst.CSTNode, global_loader: bool) -> list[cst.For | cst.While]:
+    """The loop around the batch loop (or around the call that hands it the loader); for a module-level loader
+    read by a function (`def train(epoch): for batch in loader`), the loop around that function's calls."""
     facts = port.facts
+    outer = facts.loops_around(at)
+    if outer or not global_loader or not isinstance(scope := facts.scope(at), cst.FunctionDef):
+        return outer[:1]
+    callers = [c for c in facts.calls if dotted(c.func) == scope.name.value]
+    return [loops[0] for c in callers if (loops := facts.loops_around(c))]
+
+
+def _set_epochs(port: Port, training: Training, name: str, loops: list[tuple[cst.For, cst.CSTNode]],
+                global_loader: bool) -> None:  # fmt: skip
     seen: set[int] = set()
     for loop, at in loops:
-        outer = facts.loops_around(at)
-        if not outer:
-            continue  # one pass over the data: no epoch to reshuffle
-        epoch_loop = outer[0]
-        if id(epoch_loop) in seen:
-            continue
-        seen.add(id(epoch_loop))
-        epoch = _epoch_of(epoch_loop)
-        loader = name if at is loop else port.code(next(a.value for a in at.args if dotted(a.value) == name))
-        body = epoch_loop.body
-        if epoch is None or not isinstance(body, cst.IndentedBlock):
-            port.cannot(epoch_loop, f"{name}: this epoch loop has no epoch variable; call "
-                        f"{name}.sampler.set_epoch(epoch) at the top of each epoch")  # fmt: skip
-            continue
-        port.edits.insert_before(body.body[0], f"if _ddp:\n    {loader}.sampler.set_epoch({epoch})\n")
-        port.change(epoch_loop, "set_epoch", f"{loader}.sampler.set_epoch({epoch}) at the top of each epoch: a "
-                    "new shuffle each epoch, the same on every rank")  # fmt: skip
+        for epoch_loop in _epoch_loops(port, at, global_loader):
+            _set_epoch(port, name, loop, at, epoch_loop, seen)
+
+
+def _set_epoch(port: Port, name: str, loop: cst.For, at: cst.CSTNode, epoch_loop: cst.For | cst.While,
+               seen: set[int]) -> None:  # fmt: skip
+    if id(epoch_loop) in seen:
+        return
+    seen.add(id(epoch_loop))
+    epoch = _epoch_of(epoch_loop)
+    loader = name if at is loop else port.code(next(a.value for a in at.args if dotted(a.value) == name))
+    body = epoch_loop.body
+    if epoch is None or not isinstance(body, cst.IndentedBlock):
+        port.cannot(epoch_loop, f"{name}: this epoch loop has no epoch variable; call "
+                    f"{name}.sampler.set_epoch(epoch) at the top of each epoch")  # fmt: skip
+        return
+    port.edits.insert_before(body.body[0], f"if _ddp:\n    {loader}.sampler.set_epoch({epoch})\n")
+    port.change(epoch_loop, "set_epoch", f"{loader}.sampler.set_epoch({epoch}) at the top of each epoch: a "
+                "new shuffle each epoch, the same on every rank")  # fmt: skip

@@ -35,7 +35,7 @@ class Training:
                     found.append(node)
         return found
 
-    def batch_loops(self, name: str) -> list[tuple[cst.For, cst.CSTNode]]:
+    def batch_loops(self, name: str, depth: int = 0) -> list[tuple[cst.For, cst.CSTNode]]:
         """Loops iterating `name` that step, with the call that gave the loader to their function (or the
         loop itself when in the same function): `for x, y in train_loader`, `enumerate(loader)`, `tqdm(loader)`."""
         found: list[tuple[cst.For, cst.CSTNode]] = []
@@ -44,15 +44,14 @@ class Training:
             if loop is not None and _within(self.facts, use, loop.iter) and self.steps_in(loop):
                 found.append((loop, loop))
             call = self.facts.parents.get(self.facts.parents.get(use))  # name -> Arg -> Call
-            if isinstance(call, cst.Call) and (function := dotted(call.func).rsplit(".", 1)[-1]) in self.stepping:
+            function = dotted(call.func).rsplit(".", 1)[-1] if isinstance(call, cst.Call) else ""
+            if isinstance(call, cst.Call) and function in self.stepping and depth < 3:
                 definition = self.facts.functions[function]
                 parameter = _parameter_for(definition, call, use)
                 if parameter:
-                    found += [(loop, call) for loop, _ in self.batch_loops_in(definition, parameter)]
+                    inner = self.batch_loops(parameter, depth + 1)
+                    found += [(loop, call) for loop, _ in inner if self.facts.scope(loop) is definition]
         return found
-
-    def batch_loops_in(self, function: cst.FunctionDef, name: str) -> list[tuple[cst.For, cst.CSTNode]]:
-        return [(loop, at) for loop, at in self.batch_loops(name) if self.facts.scope(loop) is function]
 
 
 def _within(facts: Facts, node: cst.CSTNode, container: cst.CSTNode) -> bool:
