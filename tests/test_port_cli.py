@@ -12,7 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
+from ddpcli.port.records import PORT_JSON_KEYS
 from tests.conftest import REPO
+from tests.contract_keys import PORT_CHANGE_KEYS, PORT_NOT_PORTED_KEYS
+from tests.contract_keys import PORT_JSON_KEYS as CONTRACT
 
 runner = CliRunner()
 EXAMPLE = REPO / "ddpcli" / "examples" / "single_device.py"
@@ -79,7 +82,10 @@ def test_json_has_exactly_the_contract_keys(script: Path) -> None:
     result = port(script, "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert list(data) == ["script", "output", "changes", "not_ported"]
+    assert tuple(data) == PORT_JSON_KEYS == CONTRACT
+    contracts = (REPO / "docs" / "contracts.md").read_text(encoding="utf-8")
+    assert "`script, output`" in contracts and "`line, kind, text`" in contracts and "`line, reason`" in contracts
+    assert (PORT_CHANGE_KEYS, PORT_NOT_PORTED_KEYS) == (("line", "kind", "text"), ("line", "reason"))
     assert (data["script"], data["output"]) == (str(script), str(script.with_name("single_device_ddp.py")))
     assert all(list(change) == ["line", "kind", "text"] for change in data["changes"])
     lines = script.read_text(encoding="utf-8").splitlines()

@@ -294,3 +294,9 @@ def test_a_module_level_loader_read_by_a_train_function_is_reshuffled_where_the_
     lines = lines_of(result)
     at = lines.index("for epoch in range(1, 3):")
     assert lines[at + 1 : at + 4] == ["if _ddp:", "training_data_loader.sampler.set_epoch(epoch)", "train(epoch)"]
+
+
+def test_the_port_imports_nothing_of_ddpcli() -> None:
+    """The ported script runs where ddpcli is not installed."""
+    source = port(LOOP).source
+    assert "import ddpcli" not in source and "from ddpcli" not in source

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from ddpcli.errors import UserError
 
+PORT_JSON_KEYS = ("script", "output", "changes", "not_ported")  # `ddpcli port --json` (docs/contracts.md)
+
 
 @dataclass(frozen=True)
 class Change:
@@ -27,12 +29,14 @@ class PortResult:
     not_ported: list[NotPorted] = field(default_factory=list)
 
     def as_json(self, script: str, output: str) -> dict[str, object]:
-        return {
+        data = {
             "script": script,
             "output": output,
             "changes": [{"line": c.line, "kind": c.kind, "text": c.text} for c in self.changes],
             "not_ported": [{"line": n.line, "reason": n.reason} for n in self.not_ported],
         }
+        assert tuple(data) == PORT_JSON_KEYS
+        return data
 
 
 class PortRefused(UserError):
