@@ -222,7 +222,7 @@ def test_hand_batching_by_slices_is_sharded_by_rank() -> None:
 def test_a_batchify_is_listed_as_not_ported_with_its_line() -> None:
     body = """
     def batchify(data, bsz):
-        return data[: data.size(0) // bsz * bsz].view(bsz, -1).t()
+        return data[: data.size(0) // bsz * bsz].view(-1, bsz)
 
     model = nn.Linear(4, 4)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -300,3 +300,33 @@ def test_the_port_imports_nothing_of_ddpcli() -> None:
     """The ported script runs where ddpcli is not installed."""
     source = port(LOOP).source
     assert "import ddpcli" not in source and "from ddpcli" not in source
+
+
+def test_word_language_models_batchify_is_sharded_by_column() -> None:
+    """Its columns are independent streams: rank r takes columns r::N of N x bsz streams (1 x bsz with one process);
+    the validation data stay whole."""
+    result = port("""
+    def batchify(data, bsz):
+        nbatch = data.size(0) // bsz
+        data = data.narrow(0, 0, nbatch * bsz)
+        return data.view(bsz, -1).t().contiguous()
+
+    batch_size = 4
+    train_data = batchify(torch.randn(256), batch_size)
+    val_data = batchify(torch.randn(64), 2)
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for i in range(0, train_data.size(0) - 4, 4):
+            optimizer.zero_grad()
+            model(train_data[i:i + 4].t()).sum().backward()
+            optimizer.step()
+    """)
+    lines = lines_of(result)
+    assert (
+        "train_data = batchify(torch.randn(256), batch_size * _ddp_world)[:, _ddp_rank::_ddp_world].contiguous()"
+        in lines
+    )
+    assert "val_data = batchify(torch.randn(64), 2)" in lines
+    assert "for i in range(0, train_data.size(0) - 4, 4):" in lines  # a stretch of every stream, not a batch
+    assert "hand_batches" in kinds(result) and result.not_ported == []
