@@ -330,3 +330,36 @@ def test_word_language_models_batchify_is_sharded_by_column() -> None:
     assert "val_data = batchify(torch.randn(64), 2)" in lines
     assert "for i in range(0, train_data.size(0) - 4, 4):" in lines  # a stretch of every stream, not a batch
     assert "hand_batches" in kinds(result) and result.not_ported == []
+
+
+def test_an_aliased_ddp_wrapper_is_already_data_parallel() -> None:
+    source = HEAD + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(nn.Linear(1, 1))\n"
+    with pytest.raises(PortRefused) as refused:
+        port_source(source, "train.py")
+    assert refused.value.reasons == [
+        "train.py:6: already data-parallel: it wraps a model in DistributedDataParallel; run `ddpcli init train.py` "
+        "on it as it is"
+    ]
+
+
+def test_a_main_that_exits_tears_the_group_down_in_a_finally() -> None:
+    result = port("""
+    import sys
+
+    def main():
+        data = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for x, y in data:
+            optimizer.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+        return 0
+
+    if __name__ == "__main__":
+        sys.exit(main())
+    """)
+    lines = lines_of(result)
+    guard = lines.index('if __name__ == "__main__":')
+    assert lines[guard + 1 :] == ["_ddp_setup()", "try:", "sys.exit(main())", "finally:", "if _ddp:",
+                                  "dist.destroy_process_group()"]  # fmt: skip

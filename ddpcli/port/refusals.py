@@ -11,7 +11,7 @@ import libcst as cst
 
 from ddpcli.init.frameworks import FRAMEWORKS
 from ddpcli.init.script_kind import script_facts
-from ddpcli.port.facts import Facts, dotted
+from ddpcli.port.facts import Facts
 
 ALREADY = {
     "DistributedDataParallel": "wraps a model in DistributedDataParallel",
@@ -33,7 +33,7 @@ def already_parallel(facts: Facts, name: str) -> list[str]:
     reasons, seen = [], set()
     for node in facts.walk(facts.module):
         if isinstance(node, cst.Call):
-            last = dotted(node.func).rsplit(".", 1)[-1]
+            last = facts.resolve(node).rsplit(".", 1)[-1]  # `DDP(model)` after `import ... as DDP` too
             if last in ALREADY and last not in seen:
                 seen.add(last)
                 reasons.append(f"{name}:{facts.line(node)}: already data-parallel: it {ALREADY[last]}; run "

@@ -114,7 +114,28 @@ def apply(port: Port) -> None:
                     "the script starts; destroy_process_group at its end")  # fmt: skip
     else:
         assert guard is not None and isinstance(guard.body, cst.IndentedBlock)
-        port.edits.insert_before(guard.body.body[0], "_ddp_setup()\n")
-        port.edits.insert_after(guard.body.body[-1], teardown)
+        if _exits(port, guard.body.body[-1]):  # `sys.exit(main())`: the teardown in a finally
+            port.edits.rewrite(guard.body, lambda block: _in_try(block, teardown))
+        else:
+            port.edits.insert_before(guard.body.body[0], "_ddp_setup()\n")
+            port.edits.insert_after(guard.body.body[-1], teardown)
         port.change(guard, "process_group", "one process group from env:// (nccl with CUDA, gloo otherwise) at the "
                     "start of the script's main; destroy_process_group at its end")  # fmt: skip
+
+
+def _exits(port: Port, statement: cst.BaseStatement) -> bool:
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Raise):
+            return True
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            return port.facts.resolve(small.value) in ("sys.exit", "exit", "quit", "os._exit")
+    return False
+
+
+def _in_try(block: cst.CSTNode, teardown: str) -> cst.CSTNode:
+    assert isinstance(block, cst.IndentedBlock)
+    body = cst.IndentedBlock(list(block.body))
+    final = cst.Finally(body=cst.IndentedBlock(list(cst.parse_module(teardown).body)))
+    setup = cst.parse_statement("_ddp_setup()\n")
+    return block.with_changes(body=[setup, cst.Try(body=body, finalbody=final)])

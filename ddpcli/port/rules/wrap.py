@@ -73,6 +73,15 @@ def wrap_point(port: Port, optimizer: cst.Call, model: str) -> tuple[cst.BaseSta
     return (later[-1], True) if later else (level, False)
 
 
+def _sync_batchnorm(port: Port, model: str) -> str:
+    """A script with BatchNorm: on GPUs its statistics over the global batch, as one device computed them over B
+    (SyncBatchNorm runs on GPUs only: on the CPU each rank keeps its own, and compare names the difference)."""
+    if "BatchNorm" not in port.facts.module.code:
+        return ""
+    return (f"    if torch.cuda.is_available():  # BatchNorm statistics over the global batch, as on one device\n"
+            f"        {model} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model})\n")  # fmt: skip
+
+
 def apply(port: Port) -> None:
     facts = port.facts
     done: set[tuple[str, int]] = set()
@@ -88,7 +97,7 @@ def apply(port: Port) -> None:
                             "in DistributedDataParallel yourself after it is on its device")  # fmt: skip
                 continue
             statement, after = point
-            code = f"if _ddp:\n    {model} = DistributedDataParallel({model})\n"
+            code = f"if _ddp:\n{_sync_batchnorm(port, model)}    {model} = DistributedDataParallel({model})\n"
             (port.edits.insert_after if after else port.edits.insert_before)(statement, code)
             port.needs.add("ddp")
             port.needs_group_here(statement)
