@@ -124,3 +124,11 @@ def test_not_python_and_a_missing_file_are_one_line_errors(tmp_path: Path) -> No
     assert not (tmp_path / "broken_ddp.py").exists()
     missing = port(tmp_path / "nope.py")
     assert missing.exit_code == 2 and "no such file" in missing.stderr
+
+
+def test_the_readme_shows_the_real_diff_of_the_bundled_example(script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(script.parent)
+    result = port("single_device.py", "--diff")
+    assert result.exit_code == 0
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"```diff\n{result.stdout}```" in readme

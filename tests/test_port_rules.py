@@ -363,3 +363,28 @@ def test_a_main_that_exits_tears_the_group_down_in_a_finally() -> None:
     guard = lines.index('if __name__ == "__main__":')
     assert lines[guard + 1 :] == ["_ddp_setup()", "try:", "sys.exit(main())", "finally:", "if _ddp:",
                                   "dist.destroy_process_group()"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("decorator", "guard_call"),
+    [("import click\n\n@click.command()\n@click.option('--batch-size', default=8)\n", "main()"),
+     ("import typer\n\n", "typer.run(main)")],
+)  # fmt: skip
+def test_click_and_typer_scripts_are_ported_like_argparse_ones(decorator: str, guard_call: str) -> None:
+    result = port_source(HEAD + decorator + textwrap.dedent("""\
+    def main(batch_size: int = 8):
+        data = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=batch_size, shuffle=True)
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for epoch in range(2):
+            for x, y in data:
+                optimizer.zero_grad()
+                F.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+    if __name__ == "__main__":
+        GUARD
+    """).replace("GUARD", guard_call), "train.py")  # fmt: skip
+    lines = lines_of(result)
+    assert {"ddp_wrap", "sampler", "set_epoch"} <= set(kinds(result))
+    assert lines[-4:] == ["_ddp_setup()", guard_call, "if _ddp:", "dist.destroy_process_group()"]
