@@ -388,3 +388,74 @@ def test_click_and_typer_scripts_are_ported_like_argparse_ones(decorator: str, g
     lines = lines_of(result)
     assert {"ddp_wrap", "sampler", "set_epoch"} <= set(kinds(result))
     assert lines[-4:] == ["_ddp_setup()", guard_call, "if _ddp:", "dist.destroy_process_group()"]
+
+
+def test_a_model_given_to_an_optimizer_builder_is_wrapped_where_the_builder_is_called() -> None:
+    """Wrapping the builder's own parameter would rebind a local name: the caller would train the bare model."""
+    result = port("""
+    def make_optimizer(net, lr):
+        return torch.optim.SGD(net.parameters(), lr=lr)
+
+    data = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)
+    model = nn.Linear(4, 1)
+    optimizer = make_optimizer(model, 0.1)
+    for x, y in data:
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+    """)
+    lines = lines_of(result)
+    at = lines.index("optimizer = make_optimizer(model, 0.1)")
+    assert lines[at - 2 : at] == ["if _ddp:", "model = DistributedDataParallel(model)"]
+    assert "net = DistributedDataParallel(net)" not in lines
+
+
+def test_a_loader_with_its_own_sampler_is_listed_as_not_ported() -> None:
+    result = port(LOOP.replace("shuffle=True, drop_last=True", "sampler=torch.utils.data.WeightedRandomSampler("
+                               "[1.0] * 64, 64)"))  # fmt: skip
+    assert any("its own sampler" in item.reason for item in result.not_ported)
+    assert "_ddp_shard" not in result.source
+    split = port(
+        LOOP.replace("shuffle=True, drop_last=True", "sampler=torch.utils.data.SubsetRandomSampler(range(48))")
+    )
+    assert "train_loader = _ddp_shard(DataLoader(" in split.source  # a split is sharded: its indices kept
+
+
+GUARDED = """
+def main():
+    data = DataLoader(TensorDataset(torch.arange(40.0)), batch_size=4, shuffle=True)
+    model = nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for (x,) in data:
+            optimizer.zero_grad()
+            model(x[:, None]).sum().backward()
+            optimizer.step()
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_shard_helper_deals_each_rank_its_share_keeping_shuffle_drop_last_and_a_split(
+    rank: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The helper as the port writes it, run as rank `rank` of 2 (no process group needed: it names the ranks)."""
+    import torch
+    from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset
+
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    scope: dict[str, object] = {"__name__": "ported"}
+    exec(compile(port(GUARDED).source, "train_ddp.py", "exec"), scope)
+    shard = scope["_ddp_shard"]
+    data = TensorDataset(torch.arange(10.0))
+    loader = shard(DataLoader(data, batch_size=2, shuffle=True, drop_last=True))  # type: ignore[operator]
+    assert (loader.sampler.num_replicas, loader.sampler.rank, loader.sampler.shuffle) == (2, rank, True)
+    assert loader.drop_last and loader.batch_size == 2
+    split = shard(DataLoader(data, batch_size=2, sampler=SubsetRandomSampler([1, 3, 5, 7])))  # type: ignore[operator]
+    seen = sorted(int(v) for (batch,) in split for v in batch)
+    assert len(seen) == 2 and set(seen) <= {1, 3, 5, 7}
+    plain = shard(DataLoader(data, batch_size=5))  # type: ignore[operator]
+    assert [int(v) for (batch,) in plain for v in batch] == list(range(rank, 10, 2))  # no shuffle: kept

@@ -15,6 +15,9 @@ LOCAL = 'f"cuda:{_ddp_local_rank}"'
 
 def _device_context(port: Port, node: cst.CSTNode) -> bool:
     """A string in torch.device(...), .to(...), or assigned to a name that says device."""
+    parent = port.facts.parents.get(node)
+    if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "map_location":
+        return True
     for ancestor in port.facts.ancestors(node):
         if isinstance(ancestor, cst.Call):
             name = dotted(ancestor.func)

@@ -39,14 +39,16 @@ def _ddp_shard(loader):
     loader's shuffle and drop_last; the batch stays the script's, per device."""
     if not _ddp:
         return loader
-    data = torch.utils.data
-    if loader.batch_size is None or not isinstance(loader.sampler, (data.RandomSampler, data.SequentialSampler)):
+    data, dataset = torch.utils.data, loader.dataset
+    if isinstance(loader.sampler, data.SubsetRandomSampler):  # a split of the data set: shard the split
+        dataset = data.Subset(dataset, list(loader.sampler.indices))
+    elif loader.batch_size is None or not isinstance(loader.sampler, (data.RandomSampler, data.SequentialSampler)):
         raise RuntimeError("ddpcli port: this DataLoader has its own sampler; shard it by _ddp_rank yourself")
-    shuffle = isinstance(loader.sampler, data.RandomSampler)
-    sampler = DistributedSampler(loader.dataset, num_replicas=_ddp_world, rank=_ddp_rank, shuffle=shuffle,
+    shuffle = isinstance(loader.sampler, (data.RandomSampler, data.SubsetRandomSampler))
+    sampler = DistributedSampler(dataset, num_replicas=_ddp_world, rank=_ddp_rank, shuffle=shuffle,
                                  drop_last=loader.drop_last)
     return data.DataLoader(
-        loader.dataset, batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
+        dataset, batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
         collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
         timeout=loader.timeout, worker_init_fn=loader.worker_init_fn, generator=loader.generator,
         prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,

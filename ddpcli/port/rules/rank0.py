@@ -11,7 +11,8 @@ from ddpcli.port.facts import dotted, keyword, last_name, string_value
 
 WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "to_csv", "to_json", "dump",
           "np.save", "np.savez", "np.savetxt", "numpy.save", "os.makedirs", "os.mkdir", "write_text", "write_bytes",
-          "mkdir", "imwrite", "basicConfig"}  # fmt: skip
+          "mkdir", "imwrite", "basicConfig", "shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move",
+          "copyfile"}  # fmt: skip
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 WRITER_CLASSES = {"SummaryWriter", "CSVLogger", "TensorBoardLogger"}
 READS = {"torch.load", "load_state_dict_from_file"}

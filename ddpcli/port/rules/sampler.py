@@ -12,6 +12,10 @@ from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword
 from ddpcli.port.rules.training import Training
 
+# Samplers `_ddp_shard` turns into a DistributedSampler (a split's indices kept); any other is the script's own.
+SHARDABLE = ("SubsetRandomSampler", "RandomSampler", "SequentialSampler", "torch.utils.data.SubsetRandomSampler",
+             "torch.utils.data.RandomSampler", "torch.utils.data.SequentialSampler", "None")  # fmt: skip
+
 
 def _loader_name(port: Port, call: cst.Call) -> str:
     parent = port.facts.parents.get(call)
@@ -42,6 +46,12 @@ def apply(port: Port) -> None:
         loops = training.batch_loops(name) if name else []
         trains = bool(loops) or "train" in name.lower()
         if not trains:
+            continue
+        own = keyword(call, "batch_sampler") or keyword(call, "sampler")
+        if own is not None and not port.code(own.value).startswith(SHARDABLE):
+            port.cannot(call, f"{name or 'this DataLoader'} draws with its own sampler ({port.code(own.value)}): "
+                        "every rank would draw the same batches; give each rank its share by _ddp_rank and "
+                        "_ddp_world")  # fmt: skip
             continue
         port.edits.rewrite(call, lambda node: cst.Call(func=cst.Name("_ddp_shard"), args=[cst.Arg(node)]))
         port.needs.add("shard")

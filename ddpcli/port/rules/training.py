@@ -47,7 +47,7 @@ class Training:
             function = dotted(call.func).rsplit(".", 1)[-1] if isinstance(call, cst.Call) else ""
             if isinstance(call, cst.Call) and function in self.stepping and depth < 3:
                 definition = self.facts.functions[function]
-                parameter = _parameter_for(definition, call, use)
+                parameter = parameter_for(definition, call, use)
                 if parameter:
                     inner = self.batch_loops(parameter, depth + 1)
                     found += [(loop, call) for loop, _ in inner if self.facts.scope(loop) is definition]
@@ -58,7 +58,7 @@ def _within(facts: Facts, node: cst.CSTNode, container: cst.CSTNode) -> bool:
     return node is container or any(a is container for a in facts.ancestors(node))
 
 
-def _parameter_for(function: cst.FunctionDef, call: cst.Call, use: cst.CSTNode) -> str | None:
+def parameter_for(function: cst.FunctionDef, call: cst.Call, use: cst.CSTNode) -> str | None:
     """The parameter of `function` that the argument `use` of `call` binds (positional or keyword)."""
     params = [p.name.value for p in function.params.params]
     for index, arg in enumerate(call.args):

@@ -16,6 +16,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.edits import expression
 from ddpcli.port.facts import dotted
+from ddpcli.port.rules.training import Training, parameter_for
 
 PARAMETER_METHODS = ("parameters", "named_parameters")
 
@@ -73,6 +74,36 @@ def wrap_point(port: Port, optimizer: cst.Call, model: str) -> tuple[cst.BaseSta
     return (later[-1], True) if later else (level, False)
 
 
+def _builder(port: Port, optimizer: cst.Call, model: str) -> cst.FunctionDef | None:
+    """The function that builds the optimizer from a model it is given, and does not train it itself."""
+    scope = port.facts.scope(optimizer)
+    if not isinstance(scope, cst.FunctionDef) or model not in _parameters_of(scope):
+        return None
+    return None if Training(port.facts).steps_in(scope) else scope
+
+
+def _wrap_at_calls(port: Port, optimizer: cst.Call, helper: cst.FunctionDef, model: str) -> None:
+    facts = port.facts
+    calls = [call for call in facts.calls if dotted(call.func).rsplit(".", 1)[-1] == helper.name.value]
+    for call in calls:
+        argument = next((a.value for a in call.args if parameter_for(helper, call, a.value) == model), None)
+        name = dotted(argument) if argument is not None else ""
+        if not name:
+            port.cannot(call, f"{helper.name.value}(...) builds the optimizer of a model it is given: wrap that "
+                        "model in DistributedDataParallel yourself before this call")  # fmt: skip
+            continue
+        statement = facts.statement(call)
+        port.edits.insert_before(statement, f"if _ddp:\n{_sync_batchnorm(port, name)}    {name} = "
+                                 f"DistributedDataParallel({name})\n")  # fmt: skip
+        port.needs.add("ddp")
+        port.needs_group_here(statement)
+        if name not in port.models:
+            port.models.append(name)
+        port.change(call, "ddp_wrap", f"{name} wrapped in DistributedDataParallel under torchrun before "
+                    f"{helper.name.value}(...) builds its optimizer: each backward averages its gradients across "
+                    "ranks")  # fmt: skip
+
+
 def _sync_batchnorm(port: Port, model: str) -> str:
     """A script with BatchNorm: on GPUs its statistics over the global batch, as one device computed them over B
     (SyncBatchNorm runs on GPUs only: on the CPU each rank keeps its own, and compare names the difference)."""
@@ -91,6 +122,10 @@ def apply(port: Port) -> None:
             if key in done:
                 continue
             done.add(key)
+            helper = _builder(port, optimizer, model)
+            if helper is not None:  # `def make_optimizer(model): return SGD(model.parameters())`: wrap at its calls
+                _wrap_at_calls(port, optimizer, helper, model)
+                continue
             point = wrap_point(port, optimizer, model)
             if point is None:
                 port.cannot(optimizer, f"{model}: its optimizer is built where the model is not assigned; wrap it "
