@@ -26,6 +26,23 @@ def _loader_name(port: Port, call: cst.Call) -> str:
     return ""
 
 
+def _loader_names(port: Port, call: cst.Call) -> list[str]:
+    """The names the loader is bound to: its assignment's, or, built by `def prepare_dataloader(...): return
+    DataLoader(...)`, the names the calls of that function are assigned to."""
+    facts = port.facts
+    own = _loader_name(port, call)
+    if own or not isinstance(facts.parents.get(call), cst.Return):
+        return [own] if own else []
+    function = facts.scope(call)
+    if not isinstance(function, cst.FunctionDef):
+        return []
+    found = []
+    for other in facts.calls:
+        if dotted(other.func).rsplit(".", 1)[-1] == function.name.value and (name := _loader_name(port, other)):
+            found.append(name)
+    return found
+
+
 def _epoch_of(loop: cst.For | cst.While) -> str | None:
     if isinstance(loop, cst.For):
         target = loop.target
@@ -42,9 +59,10 @@ def apply(port: Port) -> None:
     for call in facts.calls:
         if facts.resolve(call).rsplit(".", 1)[-1] != "DataLoader":
             continue
-        name = _loader_name(port, call)
-        loops = training.batch_loops(name) if name else []
-        trains = bool(loops) or "train" in name.lower()
+        names = _loader_names(port, call)
+        name = names[0] if names else ""
+        loops = [found for each in names for found in training.batch_loops(each)]
+        trains = bool(loops) or any("train" in each.lower() for each in names)
         if not trains:
             continue
         own = keyword(call, "batch_sampler") or keyword(call, "sampler")
@@ -60,26 +78,26 @@ def apply(port: Port) -> None:
         port.change(call, "sampler", f"{name or 'the DataLoader'}: a DistributedSampler under torchrun, keeping its "
                     f"shuffle and drop_last; each rank gets its share of every epoch and the batch stays the "
                     f"script's{per_device}, so the global batch is world size x it")  # fmt: skip
-        _set_epochs(port, training, name, loops, global_loader=isinstance(port.facts.scope(call), cst.Module))
+        _set_epochs(port, name, loops, global_loader=isinstance(port.facts.scope(call), cst.Module))
 
 
-def _epoch_loops(port: Port, at: cst.CSTNode, global_loader: bool) -> list[cst.For | cst.While]:
-    """The loop around the batch loop (or around the call that hands it the loader); for a module-level loader
-    read by a function (`def train(epoch): for batch in loader`), the loop around that function's calls."""
+def _epoch_loops(port: Port, at: cst.CSTNode, reachable: bool) -> list[cst.For | cst.While]:
+    """The loop around the batch loop (or around the call that hands it the loader); for a loader its callers
+    reach too (module-level, or kept in `self.`: `def train(epoch): for batch in loader`), the loop around that
+    function's calls (`self._run_epoch(epoch)`)."""
     facts = port.facts
     outer = facts.loops_around(at)
-    if outer or not global_loader or not isinstance(scope := facts.scope(at), cst.FunctionDef):
+    if outer or not reachable or not isinstance(scope := facts.scope(at), cst.FunctionDef):
         return outer[:1]
-    callers = [c for c in facts.calls if dotted(c.func) == scope.name.value]
+    callers = [c for c in facts.calls if dotted(c.func).rsplit(".", 1)[-1] == scope.name.value]
     return [loops[0] for c in callers if (loops := facts.loops_around(c))]
 
 
-def _set_epochs(port: Port, training: Training, name: str, loops: list[tuple[cst.For, cst.CSTNode]],
-                global_loader: bool) -> None:  # fmt: skip
+def _set_epochs(port: Port, name: str, loops: list[tuple[cst.For, cst.CSTNode, str]], global_loader: bool) -> None:
     seen: set[int] = set()
-    for loop, at in loops:
-        for epoch_loop in _epoch_loops(port, at, global_loader):
-            _set_epoch(port, name, loop, at, epoch_loop, seen)
+    for loop, at, spelling in loops:
+        for epoch_loop in _epoch_loops(port, at, global_loader or spelling.startswith("self.")):
+            _set_epoch(port, spelling, loop, at, epoch_loop, seen)
 
 
 def _set_epoch(port: Port, name: str, loop: cst.For, at: cst.CSTNode, epoch_loop: cst.For | cst.While,

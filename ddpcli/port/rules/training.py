@@ -35,22 +35,34 @@ class Training:
                     found.append(node)
         return found
 
-    def batch_loops(self, name: str, depth: int = 0) -> list[tuple[cst.For, cst.CSTNode]]:
-        """Loops iterating `name` that step, with the call that gave the loader to their function (or the
-        loop itself when in the same function): `for x, y in train_loader`, `enumerate(loader)`, `tqdm(loader)`."""
-        found: list[tuple[cst.For, cst.CSTNode]] = []
-        for use in self.uses(name):
-            loop = next((a for a in self.facts.ancestors(use) if isinstance(a, cst.For)), None)
-            if loop is not None and _within(self.facts, use, loop.iter) and self.steps_in(loop):
-                found.append((loop, loop))
-            call = self.facts.parents.get(self.facts.parents.get(use))  # name -> Arg -> Call
-            function = dotted(call.func).rsplit(".", 1)[-1] if isinstance(call, cst.Call) else ""
-            if isinstance(call, cst.Call) and function in self.stepping and depth < 3:
-                definition = self.facts.functions[function]
-                parameter = parameter_for(definition, call, use)
-                if parameter:
-                    inner = self.batch_loops(parameter, depth + 1)
-                    found += [(loop, call) for loop, _ in inner if self.facts.scope(loop) is definition]
+    def aliases(self, name: str) -> list[str]:
+        """`self.train_data` where `self.train_data = train_data` (a Trainer class keeping its loader)."""
+        found = []
+        for node in self.facts.walk(self.facts.module):
+            if isinstance(node, cst.Assign) and dotted(node.value) == name:
+                found += [dotted(t.target) for t in node.targets if dotted(t.target).startswith("self.")]
+        return found
+
+    def batch_loops(self, name: str, depth: int = 0) -> list[tuple[cst.For, cst.CSTNode, str]]:
+        """Loops iterating `name` (or an attribute it is kept in) that step, with the call that gave the loader to
+        their function (or the loop itself) and the loader's expression there: `for x, y in train_loader`,
+        `enumerate(loader)`, `tqdm(self.train_data)`."""
+        found: list[tuple[cst.For, cst.CSTNode, str]] = []
+        for spelling in [name, *(self.aliases(name) if depth < 3 else [])]:
+            for use in self.uses(spelling):
+                loop = next((a for a in self.facts.ancestors(use) if isinstance(a, cst.For)), None)
+                if loop is not None and _within(self.facts, use, loop.iter) and self.steps_in(loop):
+                    found.append((loop, loop, spelling))
+                call = self.facts.parents.get(self.facts.parents.get(use))  # name -> Arg -> Call
+                function = dotted(call.func).rsplit(".", 1)[-1] if isinstance(call, cst.Call) else ""
+                if isinstance(call, cst.Call) and function in self.stepping and depth < 3:
+                    definition = self.facts.functions[function]
+                    parameter = parameter_for(definition, call, use)
+                    if parameter:
+                        inner = self.batch_loops(parameter, depth + 1)
+                        found += [
+                            (loop, call, spelling) for loop, _, _ in inner if self.facts.scope(loop) is definition
+                        ]
         return found
 
 

@@ -74,6 +74,36 @@ def wrap_point(port: Port, optimizer: cst.Call, model: str) -> tuple[cst.BaseSta
     return (later[-1], True) if later else (level, False)
 
 
+def _moved_elsewhere(port: Port, optimizer: cst.Call, model: str) -> list[tuple[cst.BaseStatement, str]]:
+    """`target = model.to(...)` statements outside the optimizer's function, when that function never moves the
+    model: DDP wraps what is on its device (the optimizer keeps the same parameters: `.to` moves them in place)."""
+    facts = port.facts
+    scope = facts.scope(optimizer)
+    here = re.compile(rf"\b{re.escape(model)}\s*\.\s*(to|cuda)\(")
+    if here.search(port.code(scope)):
+        return []
+    there = re.compile(rf"^([\w.]+)\s*=\s*{re.escape(model)}\s*\.\s*(to|cuda)\(")
+    found = []
+    for node in facts.walk(facts.module):
+        if isinstance(node, cst.SimpleStatementLine) and facts.scope(node) is not scope:
+            match = there.match(port.code(node))
+            if match:
+                found.append((node, match.group(1)))
+    return found
+
+
+def _wrap_after(port: Port, optimizer: cst.Call, statement: cst.BaseStatement, target: str) -> None:
+    port.edits.insert_after(statement, f"if _ddp:\n{_sync_batchnorm(port, target)}    {target} = "
+                            f"DistributedDataParallel({target})\n")  # fmt: skip
+    port.needs.add("ddp")
+    port.needs_group_here(statement)
+    if target not in port.models:
+        port.models.append(target)
+    port.change(statement, "ddp_wrap", f"{target} wrapped in DistributedDataParallel under torchrun once it is on "
+                "its device (its optimizer, built before, holds the same parameters): each backward averages its "
+                "gradients across ranks")  # fmt: skip
+
+
 def _builder(port: Port, optimizer: cst.Call, model: str) -> cst.FunctionDef | None:
     """The function that builds the optimizer from a model it is given, and does not train it itself."""
     scope = port.facts.scope(optimizer)
@@ -125,6 +155,11 @@ def apply(port: Port) -> None:
             helper = _builder(port, optimizer, model)
             if helper is not None:  # `def make_optimizer(model): return SGD(model.parameters())`: wrap at its calls
                 _wrap_at_calls(port, optimizer, helper, model)
+                continue
+            moved = _moved_elsewhere(port, optimizer, model)
+            if moved:  # the DDP tutorial's Trainer: `self.model = model.to(gpu_id)` after the optimizer is built
+                for statement, target in moved:
+                    _wrap_after(port, optimizer, statement, target)
                 continue
             point = wrap_point(port, optimizer, model)
             if point is None:
