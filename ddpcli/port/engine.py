@@ -36,6 +36,13 @@ def port_source(source: str, name: str, path: Path | None = None) -> PortResult:
         reasons += refusals.nothing_trains(facts, name)
     if reasons:
         raise PortRefused(reasons)
+    try:
+        return _run_rules(facts)
+    except RecursionError:
+        raise PortRefused([f"{name}: nested too deeply for the port to read; port it by hand"]) from None
+
+
+def _run_rules(facts: Facts) -> PortResult:
     port = Port(facts)
     if "dist" in facts.names and facts.aliases.get("dist") != "torch.distributed":
         port.dist = "_dist"

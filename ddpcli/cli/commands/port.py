@@ -43,6 +43,10 @@ def port_command(
         for reason in refused.reasons:  # one line a reason, nothing written
             error(reason)
         raise typer.Exit(refused.exit_code) from None
+    except Exception as bug:  # a rule that fails on an unforeseen pattern: one line, nothing written
+        error(f"{script}: ddpcli port could not port it ({type(bug).__name__}: {bug}); nothing written. This is "
+              "a bug of ddpcli port: please report it with the script")  # fmt: skip
+        raise typer.Exit(2) from None
     if diff:
         text = unified_diff(script.read_text(encoding="utf-8"), result.source, str(script), str(out))
         if not as_json:
