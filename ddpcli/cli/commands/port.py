@@ -54,7 +54,7 @@ def port_command(
     else:
         write_text(out, result.source)
     if as_json:
-        typer.echo(json.dumps(result.as_json(str(script), str(out)), indent=2))
+        typer.echo(json.dumps(result.as_json(str(script), str(out)), indent=2, allow_nan=False))
         return
     say(f"{'would port' if diff else 'ported'} {script} -> {out}: {len(result.changes)} changes, "
         f"{len(result.not_ported)} not ported", to_stdout=not diff)  # fmt: skip
