@@ -459,3 +459,18 @@ def test_the_shard_helper_deals_each_rank_its_share_keeping_shuffle_drop_last_an
     assert len(seen) == 2 and set(seen) <= {1, 3, 5, 7}
     plain = shard(DataLoader(data, batch_size=5))  # type: ignore[operator]
     assert [int(v) for (batch,) in plain for v in batch] == list(range(rank, 10, 2))  # no shuffle: kept
+
+
+def test_writers_and_wandb_runs_are_rank_zero_only() -> None:
+    result = port("import wandb\nfrom torch.utils.tensorboard import SummaryWriter\nwriter = SummaryWriter()\n"
+                  "run = wandb.init(project='p')\n" + LOOP + "writer.add_scalar('loss', loss.item(), 0)\n"
+                  "run.log({'loss': loss.item()})\nwandb.log({'loss': 1.0})\n")  # fmt: skip
+    lines = lines_of(result)
+    assert "writer = SummaryWriter() if _is_main else None" in lines
+    assert "run = wandb.init(project='p') if _is_main else None" in lines
+    for call in (
+        "writer.add_scalar('loss', loss.item(), 0)",
+        "wandb.log({'loss': 1.0})",
+        "run.log({'loss': loss.item()})",
+    ):
+        assert lines[lines.index(call) - 1] == "if _is_main:"

@@ -44,7 +44,8 @@ def _talks_or_writes(port: Port, call: cst.Call, writers: set[str], loggers: set
 
 def apply(port: Port) -> None:
     facts = port.facts
-    writers = {dotted(t.target) for c in facts.calls if last_name(c) in WRITER_CLASSES
+    writers = {dotted(t.target) for c in facts.calls
+               if (last_name(c) in WRITER_CLASSES or facts.resolve(c) == "wandb.init")
                and isinstance(a := facts.parents.get(c), cst.Assign) for t in a.targets}  # fmt: skip
     loggers = {dotted(t.target) for c in facts.calls if facts.resolve(c) == "logging.getLogger"
                and isinstance(a := facts.parents.get(c), cst.Assign) for t in a.targets}  # fmt: skip
@@ -71,9 +72,12 @@ def apply(port: Port) -> None:
         ):
             port.cannot(node, "a file opened for writing outside a `with`: every rank writes it; open it on rank "
                         "0 only (if _is_main)")  # fmt: skip
-        elif isinstance(node, cst.Call) and last_name(node) in WRITER_CLASSES:
+        elif isinstance(node, cst.Call) and (
+            last_name(node) in WRITER_CLASSES
+            or (facts.resolve(node) == "wandb.init" and isinstance(facts.parents.get(node), cst.Assign))
+        ):
             port.edits.rewrite(node, lambda n: cst.IfExp(test=cst.Name("_is_main"), body=n, orelse=cst.Name("None")))
-            port.change(node, "rank0", f"{last_name(node)} on rank 0 only (its calls are rank 0's too)")
+            port.change(node, "rank0", f"{port.code(node.func)} on rank 0 only (its calls are rank 0's too)")
         elif isinstance(node, cst.Call) and last_name(node) == "tqdm" and keyword(node, "disable") is None:
             port.edits.rewrite(node, lambda n: n.with_changes(args=[*_with_comma(n.args), cst.Arg(
                 cst.parse_expression("not _is_main"), keyword=cst.Name("disable"),
