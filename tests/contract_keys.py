@@ -42,3 +42,7 @@ FINDING_CODES = {
     "cpu_oversubscribed", "find_unused_parameters_unneeded", "loss_constant",
     "loss_not_finite", "copies_of_one_training", "same_file_written_by_ranks",
 }  # fmt: skip
+
+PORT_JSON_KEYS = ("script", "output", "changes", "not_ported")  # `ddpcli port --json`
+PORT_CHANGE_KEYS = ("line", "kind", "text")
+PORT_NOT_PORTED_KEYS = ("line", "reason")

@@ -68,6 +68,12 @@ COMMANDS = {
         "init_command",
         "Write an experiment file for your own training script, read from its source and `--help`, without training.",
     ),
+    "port": LazyCommand(
+        "ddpcli.cli.commands.port",
+        "port_command",
+        "Write the data-parallel version of a single-device training script (DDP under torchrun, unchanged under\n"
+        "python), with each change and its reason.",
+    ),
 }
 
 

@@ -1,0 +1,68 @@
+"""`ddpcli port`: write the data-parallel version of a single-device training script, and list what changed.
+
+The port runs as the script did under `python OUT` (no RANK/WORLD_SIZE: the script's own path, bit for bit) and
+data-parallel under torchrun. Every change is listed with its line in SCRIPT and why; what the port could not do is
+listed too. Then `ddpcli init OUT` and `ddpcli launch` prove it: N x B/N against 1 x B.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ddpcli.cli.console import error, say, user_errors, write_text, wrote
+from ddpcli.errors import UserError
+from ddpcli.port.engine import port_script
+from ddpcli.port.output import check_output, default_output, unified_diff
+from ddpcli.port.records import PortRefused
+
+
+@user_errors
+def port_command(
+    script: Annotated[Path, typer.Argument(metavar="SCRIPT", help="Your single-device training script.")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="The ported script. Default: <stem>_ddp.py beside SCRIPT.")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists (never SCRIPT).")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff of SCRIPT -> OUT; write nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the changes as JSON.")] = False,
+) -> None:
+    """Write the data-parallel version of a single-device training script (DDP under torchrun, unchanged under
+    python), with each change and its reason."""
+    if not script.is_file():
+        raise UserError(f"{script}: no such file")
+    out = output if output is not None else default_output(script)
+    if not diff:
+        check_output(script, out, force)
+    try:
+        result = port_script(script)
+    except PortRefused as refused:
+        for reason in refused.reasons:  # one line a reason, nothing written
+            error(reason)
+        raise typer.Exit(refused.exit_code) from None
+    except Exception as bug:  # a rule that fails on an unforeseen pattern: one line, nothing written
+        error(f"{script}: ddpcli port could not port it ({type(bug).__name__}: {bug}); nothing written. This is "
+              "a bug of ddpcli port: please report it with the script")  # fmt: skip
+        raise typer.Exit(2) from None
+    if diff:
+        text = unified_diff(script.read_text(encoding="utf-8"), result.source, str(script), str(out))
+        if not as_json:
+            typer.echo(text, nl=False)
+    else:
+        write_text(out, result.source)
+    if as_json:
+        typer.echo(json.dumps(result.as_json(str(script), str(out)), indent=2, allow_nan=False))
+        return
+    say(f"{'would port' if diff else 'ported'} {script} -> {out}: {len(result.changes)} changes, "
+        f"{len(result.not_ported)} not ported", to_stdout=not diff)  # fmt: skip
+    width = max((len(change.kind) for change in result.changes), default=0)
+    for change in result.changes:
+        say(f"  line {change.line:>4}  {change.kind:<{width}}  {change.text}", to_stdout=not diff)
+    for item in result.not_ported:
+        say(f"  line {item.line:>4}  not ported: {item.reason}", style="yellow", to_stdout=not diff)
+    if not diff:
+        wrote(out)
+        say(f"next: ddpcli init {out}, then ddpcli launch (N x B/N against 1 x B proves the port)", to_stdout=True)

@@ -1,0 +1,39 @@
+"""The state one port shares between its rules: the script's facts, the edits asked for, what was changed and
+what could not be, and the helper pieces the header must define."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ddpcli.port.edits import Edits
+from ddpcli.port.facts import Facts
+from ddpcli.port.records import Change, NotPorted
+
+
+@dataclass
+class Port:
+    facts: Facts
+    edits: Edits = field(default_factory=Edits)
+    changes: list[Change] = field(default_factory=list)
+    not_ported: list[NotPorted] = field(default_factory=list)
+    needs: set[str] = field(default_factory=set)  # header pieces: unwrap, shard, contextlib, ddp
+    models: list[str] = field(default_factory=list)  # names DDP-wraps (the wrap rule sets them)
+    wraps_at_module_level: bool = False  # a DDP wrap or barrier outside any function: set up the group there
+    dist: str = "dist"  # the name torch.distributed goes by in the output
+
+    def change(self, node: cst.CSTNode, kind: str, text: str) -> None:
+        self.changes.append(Change(self.facts.line(node), kind, text))
+
+    def cannot(self, node: cst.CSTNode | None, reason: str) -> None:
+        line = self.facts.line(node) if node is not None else 1
+        if not any(item.line == line and item.reason == reason for item in self.not_ported):
+            self.not_ported.append(NotPorted(line, reason))
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.facts.module.code_for_node(node).strip()
+
+    def needs_group_here(self, node: cst.CSTNode) -> None:
+        if isinstance(self.facts.scope(node), cst.Module):
+            self.wraps_at_module_level = True

@@ -1,0 +1,73 @@
+"""The port of one script: refuse it, or run every rule and apply their edits in one pass."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import libcst as cst
+
+from ddpcli.port import refusals
+from ddpcli.port.context import Port
+from ddpcli.port.facts import Facts
+from ddpcli.port.records import PortRefused, PortResult
+from ddpcli.port.rules import accumulation, device, hand_batching, header, loss, rank0, sampler, unwrap, wrap
+
+# wrap first (the others read port.models); header last (it defines what the others used).
+RULES: tuple[Callable[[Port], None], ...] = (
+    wrap.apply, unwrap.apply, device.apply, sampler.apply, loss.apply, rank0.apply, accumulation.apply,
+    hand_batching.apply, header.apply,
+)  # fmt: skip
+
+
+def read(source: str, name: str) -> Facts:
+    try:
+        return Facts.read(source)
+    except cst.ParserSyntaxError as error:
+        raise PortRefused([f"{name}:{error.raw_line}: not valid Python ({error.message})"]) from None
+
+
+def port_source(source: str, name: str, path: Path | None = None) -> PortResult:
+    """The data-parallel version of `source` (the script named `name`, read from `path` for its framework)."""
+    facts = read(source, name)
+    reasons = refusals.already_parallel(facts, name)
+    reasons += refusals.self_launching(facts, path, name) if path is not None else []
+    if not reasons:
+        reasons += refusals.nothing_trains(facts, name)
+    if reasons:
+        raise PortRefused(reasons)
+    try:
+        return _run_rules(facts)
+    except RecursionError:
+        raise PortRefused([f"{name}: nested too deeply for the port to read; port it by hand"]) from None
+
+
+def _run_rules(facts: Facts) -> PortResult:
+    port = Port(facts)
+    if "dist" in facts.names and facts.aliases.get("dist") != "torch.distributed":
+        port.dist = "_dist"
+    for rule in RULES:
+        rule(port)
+    _no_loader_note(port)
+    port.changes.sort(key=lambda change: change.line)
+    port.not_ported.sort(key=lambda item: item.line)
+    return PortResult(port.edits.apply(facts.module).code, port.changes, port.not_ported)
+
+
+def _no_loader_note(port: Port) -> None:
+    kinds = {change.kind for change in port.changes}
+    if not kinds & {"sampler", "hand_batches"}:
+        step = port.facts.step_calls()[0]
+        port.cannot(step, "no training DataLoader found for this step's data: every rank would train on the "
+                    "same samples; shard them by _ddp_rank and _ddp_world")  # fmt: skip
+    if "ddp_wrap" not in kinds and not any("DistributedDataParallel" in item.reason for item in port.not_ported):
+        port.cannot(port.facts.step_calls()[0], "no model found whose parameters an optimizer takes: wrap the "
+                    "trained model in DistributedDataParallel yourself")  # fmt: skip
+
+
+def port_script(path: Path) -> PortResult:
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise PortRefused([f"{path}: cannot read it: {error}"]) from None
+    return port_source(source, str(path), path)

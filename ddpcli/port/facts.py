@@ -1,0 +1,186 @@
+"""What the rules read from the script: its libcst tree with positions and parents, its imports, its optimizers,
+their steps, the models they train, its DataLoaders and its loops. Read once, shared by every rule."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from ddpcli.init.frameworks import OPTIMIZER_CLASSES
+
+OPTIMIZER_MODULES = ("torch.optim", "optim")
+
+
+def dotted(node: cst.CSTNode) -> str:
+    """`torch.optim.SGD` for an attribute chain on a name; '' for anything else."""
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return ""
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def call_name(node: cst.Call) -> str:
+    return dotted(node.func)
+
+
+def last_name(node: cst.CSTNode) -> str:
+    if isinstance(node, cst.Call):
+        node = node.func
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return node.value if isinstance(node, cst.Name) else ""
+
+
+def keyword(call: cst.Call, name: str) -> cst.Arg | None:
+    return next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == name), None)
+
+
+def string_value(node: cst.CSTNode) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+@dataclass
+class Facts:
+    module: cst.Module
+    positions: dict[cst.CSTNode, object]
+    parents: dict[cst.CSTNode, cst.CSTNode]
+    aliases: dict[str, str] = field(default_factory=dict)  # local name -> what it imports
+    names: set[str] = field(default_factory=set)  # every name the script uses (new names must not clash)
+    functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
+    calls: list[cst.Call] = field(default_factory=list)  # in source order
+
+    @classmethod
+    def read(cls, source: str) -> Facts:
+        wrapper = MetadataWrapper(cst.parse_module(source))
+        facts = cls(wrapper.module, dict(wrapper.resolve(PositionProvider)), dict(wrapper.resolve(ParentNodeProvider)))
+        for node in facts.walk(facts.module):
+            if isinstance(node, cst.Import):
+                for alias in node.names:
+                    full = dotted(alias.name)
+                    local = dotted(alias.asname.name) if alias.asname else full.split(".")[0]
+                    facts.aliases[local] = full if alias.asname else local
+            elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+                if not isinstance(node.names, cst.ImportStar):
+                    for alias in node.names:
+                        local = dotted(alias.asname.name) if alias.asname else dotted(alias.name)
+                        facts.aliases[local] = f"{dotted(node.module)}.{dotted(alias.name)}"
+            elif isinstance(node, cst.Name):
+                facts.names.add(node.value)
+            elif isinstance(node, cst.FunctionDef):
+                facts.functions.setdefault(node.name.value, node)
+            elif isinstance(node, cst.Call):
+                facts.calls.append(node)
+        return facts
+
+    def walk(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        yield node
+        for child in node.children:
+            yield from self.walk(child)
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.line  # type: ignore[attr-defined]
+
+    def resolve(self, node: cst.CSTNode) -> str:
+        """The imported name an expression spells: `optim.SGD` -> torch.optim.SGD after `from torch import optim`."""
+        name = dotted(node.func if isinstance(node, cst.Call) else node)
+        head, _, rest = name.partition(".")
+        origin = self.aliases.get(head)
+        return (f"{origin}.{rest}" if rest else origin) if origin else name
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        while node in self.parents:
+            node = self.parents[node]
+            yield node
+
+    def statement(self, node: cst.CSTNode) -> cst.BaseStatement:
+        """The statement (a line or a compound statement) holding `node`, as it stands in its block."""
+        current = node
+        for parent in self.ancestors(node):
+            if isinstance(current, cst.BaseStatement) and isinstance(parent, cst.IndentedBlock | cst.Module):
+                return current
+            current = parent
+        raise ValueError("node outside any statement")
+
+    def scope(self, node: cst.CSTNode) -> cst.FunctionDef | cst.Module:
+        return next((a for a in self.ancestors(node) if isinstance(a, cst.FunctionDef)), self.module)
+
+    def block_of(self, statement: cst.BaseStatement) -> cst.IndentedBlock | cst.Module:
+        parent = self.parents[statement]
+        assert isinstance(parent, cst.IndentedBlock | cst.Module)
+        return parent
+
+    def loops_around(self, node: cst.CSTNode) -> list[cst.For | cst.While]:
+        """The loops holding `node`, innermost first, within its function."""
+        loops: list[cst.For | cst.While] = []
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef):
+                break
+            if isinstance(ancestor, cst.For | cst.While):
+                loops.append(ancestor)
+        return loops
+
+    def is_optimizer_call(self, call: cst.Call) -> bool:
+        name = self.resolve(call)
+        head, _, last = name.rpartition(".")
+        return last in OPTIMIZER_CLASSES or (head in OPTIMIZER_MODULES and last[:1].isupper())
+
+    def optimizer_calls(self) -> list[cst.Call]:
+        return [call for call in self.calls if self.is_optimizer_call(call)]
+
+    def optimizer_names(self) -> set[str]:
+        """Names an optimizer is assigned to (`optimizer`, `self.opt`, `optimizerD`)."""
+        names = set()
+        for call in self.optimizer_calls():
+            parent = self.parents.get(call)
+            if isinstance(parent, cst.Assign):
+                names |= {dotted(target.target) for target in parent.targets}
+        return names - {""}
+
+    def step_calls(self) -> list[cst.Call]:
+        """`optimizer.step()` (or `scaler.step(optimizer)`): calls of `.step` on an optimizer's name, or on a name
+        that says it is one (`opt`, `optim`)."""
+        optimizers = self.optimizer_names()
+        found = []
+        for call in self.calls:
+            if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "step":
+                continue
+            receiver = dotted(call.func.value)
+            tail = receiver.rsplit(".", 1)[-1].lower()
+            scaler_of = any(dotted(arg.value) in optimizers for arg in call.args)
+            if receiver in optimizers or scaler_of or ("opt" in tail and "sched" not in tail):
+                found.append(call)
+        return found
+
+    def assigned_in(self, scope: cst.CSTNode, name: str) -> list[cst.BaseStatement]:
+        """Statements of `scope` (not of nested functions) assigning `name` (`x = ...`, `x: T = ...`, `for x in`)."""
+        found = []
+        for node in self.walk(scope):
+            if node is scope or self.scope(node) is not scope:
+                continue
+            targets: list[cst.CSTNode] = []
+            if isinstance(node, cst.Assign):
+                targets = [target.target for target in node.targets]
+            elif isinstance(node, cst.AnnAssign | cst.AugAssign):
+                targets = [node.target]
+            elif isinstance(node, cst.WithItem) and node.asname is not None:
+                targets = [node.asname.name]
+            flat = [n for target in targets for n in self.walk(target) if isinstance(n, cst.Name | cst.Attribute)]
+            if any(dotted(target) == name for target in flat):
+                found.append(self.statement(node))
+        return found
+
+    def main_guard(self) -> cst.If | None:
+        for statement in self.module.body:
+            if isinstance(statement, cst.If) and "__main__" in self.module.code_for_node(statement.test):
+                return statement
+        return None

@@ -1,0 +1,47 @@
+"""What a port did and did not do, as the command prints it and `--json` writes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ddpcli.errors import UserError
+
+PORT_JSON_KEYS = ("script", "output", "changes", "not_ported")  # `ddpcli port --json` (docs/contracts.md)
+
+
+@dataclass(frozen=True)
+class Change:
+    line: int  # in SCRIPT (1-based)
+    kind: str  # the rule's name: process_group, device, ddp_wrap, sampler, ...
+    text: str  # what changed and why, in plain words
+
+
+@dataclass(frozen=True)
+class NotPorted:
+    line: int
+    reason: str
+
+
+@dataclass
+class PortResult:
+    source: str  # the ported script's text
+    changes: list[Change] = field(default_factory=list)
+    not_ported: list[NotPorted] = field(default_factory=list)
+
+    def as_json(self, script: str, output: str) -> dict[str, object]:
+        data = {
+            "script": script,
+            "output": output,
+            "changes": [{"line": c.line, "kind": c.kind, "text": c.text} for c in self.changes],
+            "not_ported": [{"line": n.line, "reason": n.reason} for n in self.not_ported],
+        }
+        assert tuple(data) == PORT_JSON_KEYS
+        return data
+
+
+class PortRefused(UserError):
+    """The script cannot be ported: one reason a line, exit 2, nothing written."""
+
+    def __init__(self, reasons: list[str]) -> None:
+        self.reasons = reasons
+        super().__init__("\n".join(reasons))

@@ -1,0 +1,75 @@
+"""Why a script is not ported (exit 2, nothing written, one line a reason): it is data-parallel already (the
+evidence named), it is written for a framework that starts its own processes (its own switch named, as
+`ddpcli init` wires it), or nothing in it steps an optimizer. Frameworks are those ddpcli.init.script_kind finds
+in the imports, so port and init agree on what a script is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+
+from ddpcli.init.frameworks import FRAMEWORKS
+from ddpcli.init.script_kind import script_facts
+from ddpcli.port.facts import Facts
+
+ALREADY = {
+    "DistributedDataParallel": "wraps a model in DistributedDataParallel",
+    "init_process_group": "starts a process group (init_process_group)",
+    "FullyShardedDataParallel": "wraps a model in FullyShardedDataParallel",
+    "fully_shard": "shards a model with fully_shard (FSDP2)",
+}
+HF_TRAINERS = ("Trainer", "Seq2SeqTrainer", "SFTTrainer", "DPOTrainer", "RewardTrainer", "TrainingArguments")
+
+
+def _switch(framework: str) -> str:
+    """The framework's own flags that make it data-parallel, from ddpcli.init's rows."""
+    rows = next(f for f in FRAMEWORKS if f.name == framework).switches
+    wanted = [s for s in rows if s.value in ("{nproc_per_node}", "ddp")]
+    return ", ".join(f"{s.names[0]}={s.value}".replace("{nproc_per_node}", "N") for s in wanted)
+
+
+def already_parallel(facts: Facts, name: str) -> list[str]:
+    reasons, seen = [], set()
+    for node in facts.walk(facts.module):
+        if isinstance(node, cst.Call):
+            last = facts.resolve(node).rsplit(".", 1)[-1]  # `DDP(model)` after `import ... as DDP` too
+            if last in ALREADY and last not in seen:
+                seen.add(last)
+                reasons.append(f"{name}:{facts.line(node)}: already data-parallel: it {ALREADY[last]}; run "
+                               f"`ddpcli init {name}` on it as it is")  # fmt: skip
+    return reasons
+
+
+def self_launching(facts: Facts, path: Path, name: str) -> list[str]:
+    try:
+        frameworks = script_facts(path, {}).frameworks
+    except Exception:  # the script's own folder's modules may not parse: the script's imports still decide
+        frameworks = set()
+    imported = set(facts.aliases.values())
+    reasons = []
+    if any(i.startswith(("lightning.fabric", "lightning_fabric")) or i.endswith(".Fabric") for i in imported):
+        reasons.append(f"{name}: written for Lightning Fabric, which launches its own processes: "
+                       "Fabric(strategy=\"ddp\", devices=N) with fabric.launch() makes it data-parallel")  # fmt: skip
+    elif "lightning" in frameworks:
+        reasons.append(f"{name}: written for Lightning, which launches its own processes: its Trainer's "
+                       f"switches ({_switch('lightning')}) make it data-parallel; `ddpcli init {name}` wires "
+                       "them")  # fmt: skip
+    if "accelerate" in frameworks:
+        reasons.append(f"{name}: written for accelerate, which launches its own processes: `accelerate launch` "
+                       f"(or torchrun) runs its Accelerator data-parallel as it is; on CPU its switch is --cpu "
+                       f"(ACCELERATE_USE_CPU=1); `ddpcli init {name}` wires it")  # fmt: skip
+    trainer = next((c for c in facts.calls if facts.resolve(c).rsplit(".", 1)[-1] in HF_TRAINERS
+                    and facts.resolve(c).startswith(("transformers", "trl"))), None)  # fmt: skip
+    if trainer is not None:
+        reasons.append(f"{name}:{facts.line(trainer)}: written for the Hugging Face Trainer, which is "
+                       "data-parallel under torchrun by itself (TrainingArguments reads LOCAL_RANK; "
+                       f"ddp_backend is its switch); run `ddpcli init {name}` on it as it is")  # fmt: skip
+    return reasons
+
+
+def nothing_trains(facts: Facts, name: str) -> list[str]:
+    if facts.step_calls():
+        return []
+    return [f"{name}: no optimizer step found (no `optimizer.step()`): nothing trains, so there is nothing to "
+            "make data-parallel"]  # fmt: skip

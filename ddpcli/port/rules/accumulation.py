@@ -1,0 +1,64 @@
+"""Gradient accumulation: where the optimizer steps under a condition inside the loop that runs backward
+(`if (i + 1) % accum == 0: optimizer.step()`), the micro-batches that do not step skip DDP's all-reduce:
+their forward and backward run under `model.no_sync()`, the gradients only add up locally until the stepping one."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcli.port.context import Port
+from ddpcli.port.facts import dotted
+
+
+def apply(port: Port) -> None:
+    facts = port.facts
+    if not port.models:
+        return
+    done: set[int] = set()
+    for step in facts.step_calls():
+        loops = facts.loops_around(step)
+        if not loops:
+            continue
+        loop = loops[0]
+        condition = next((a for a in facts.ancestors(step) if a is loop or isinstance(a, cst.If)), None)
+        if not isinstance(condition, cst.If) or not _counts_micro_batches(port, condition):
+            continue
+        for call in facts.calls:
+            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"):
+                continue
+            if loop not in list(facts.ancestors(call)) or condition in list(facts.ancestors(call)):
+                continue
+            last = facts.statement(call)
+            if id(last) in done:
+                continue
+            done.add(id(last))
+            block = facts.block_of(last)
+            body = list(block.body)
+            end = body.index(last)
+            start = next((i for i, s in enumerate(body[: end + 1]) if _calls_a_model(port, s)), None)
+            model = next((m for m in port.models if start is not None and _calls(port, body[start], m)), None)
+            if start is None or model is None:
+                port.cannot(call, "an accumulation step without the model's forward in this block: wrap the "
+                            "micro-batches that do not step in model.no_sync()")  # fmt: skip
+                continue
+            test = port.code(condition.test)
+            port.edits.wrap_region(block, body[start], last, f"with {model}.no_sync() if _ddp and not ({test}) "
+                                   "else contextlib.nullcontext():")  # fmt: skip
+            port.needs.add("contextlib")
+            port.change(body[start], "no_sync", f"micro-batches that do not step ({test} is false) run under "
+                        f"{model}.no_sync(): one all-reduce per optimizer step, not per micro-batch")  # fmt: skip
+
+
+def _counts_micro_batches(port: Port, condition: cst.If) -> bool:
+    """`if (i + 1) % accum == 0:` (a modulo, or a name that says accumulation), with no else: a step every few
+    micro-batches. `if args.use_optimizer: optimizer.step() else: ...` is a choice of update, not accumulation."""
+    test = port.code(condition.test).lower()
+    return condition.orelse is None and ("%" in test or "accum" in test)
+
+
+def _calls(port: Port, statement: cst.CSTNode, model: str) -> bool:
+    return any(isinstance(n, cst.Call) and dotted(n.func) == model for n in port.facts.walk(statement))
+
+
+def _calls_a_model(port: Port, statement: cst.CSTNode) -> bool:
+    return any(_calls(port, statement, model) for model in port.models)

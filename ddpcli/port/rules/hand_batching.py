@@ -1,0 +1,114 @@
+"""Data batched by hand, without a DataLoader: `for i in range(0, len(x), batch_size): xb = x[i:i + batch_size]`
+in a loop that steps. Under torchrun every rank would train on the same batches. The clear pattern (a range
+stepping by the batch, slices that start at the loop variable) is sharded: the loop steps by world size x batch
+and each rank slices its own batch, `x[i + _ddp_rank * batch_size : ...]`, up to where every rank still has one;
+with one process it is the script's loop. word_language_model's `train_data = batchify(data, bsz)` (its columns
+are independent streams: `view(bsz, -1).t()`) is sharded by column, `batchify(data, bsz * _ddp_world)[:,
+_ddp_rank::_ddp_world].contiguous()`: each rank gets bsz of the N x bsz streams, so N x bsz/N is 1 x bsz. Any
+other `batchify` / `get_batch` feeding a step is listed as not ported, with its line."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcli.port.context import Port
+from ddpcli.port.facts import dotted
+from ddpcli.port.rules.training import Training
+
+BATCH_FUNCTIONS = ("batchify", "get_batch", "get_batches", "iterate_minibatches", "minibatches")
+
+
+def _range_by_batch(loop: cst.For) -> tuple[str, cst.Call] | None:
+    """`for i in range(0, n, bs)`: the loop variable and the range call."""
+    call = loop.iter
+    if (isinstance(call, cst.Call) and dotted(call.func) == "range" and len(call.args) == 3
+            and isinstance(loop.target, cst.Name)):  # fmt: skip
+        return loop.target.value, call
+    return None
+
+
+def _slices(port: Port, loop: cst.For, variable: str, step: str, sharded: set[str]) -> list[cst.Slice]:
+    """Slices `x[i:i + bs]` in the loop's body that start at the loop variable and span one step (not of data
+    already sharded by column: there the slice is a stretch of every stream, not a batch)."""
+    found = []
+    for node in port.facts.walk(loop.body):
+        subscript = port.facts.parents.get(port.facts.parents.get(node))
+        if isinstance(subscript, cst.Subscript) and dotted(subscript.value) in sharded:
+            continue
+        if isinstance(node, cst.Slice) and node.lower is not None and dotted(node.lower) == variable:
+            upper = port.code(node.upper).replace(" ", "") if node.upper is not None else ""
+            if upper in (f"{variable}+{step}", f"{step}+{variable}") or upper.startswith(f"min({variable}+{step},"):
+                found.append(node)
+    return found
+
+
+def _streams_by_column(port: Port, call: cst.Call) -> bool:
+    """A call of the script's own batchify whose result's columns are the batch (`.view(bsz, -1).t()`), assigned to
+    a training name, with the batch as its second argument."""
+    function = port.facts.functions.get(dotted(call.func))
+    parent = port.facts.parents.get(call)
+    if function is None or len(call.args) != 2 or not isinstance(parent, cst.Assign):
+        return False
+    code = port.code(function).replace(" ", "")
+    named = any("train" in dotted(target.target).lower() for target in parent.targets)
+    return named and ".view(bsz,-1).t()" in code.replace(function.params.params[-1].name.value, "bsz")
+
+
+def _shard_columns(port: Port, call: cst.Call) -> None:
+    batch = port.code(call.args[1].value)
+    port.edits.rewrite(call.args[1].value, lambda n: cst.BinaryOperation(left=n, operator=cst.Multiply(),
+                       right=cst.Name("_ddp_world")))  # fmt: skip
+    port.edits.rewrite(call, lambda n: cst.parse_expression(
+        f"{cst.Module([]).code_for_node(n)}[:, _ddp_rank::_ddp_world].contiguous()"))  # fmt: skip
+    port.change(call, "hand_batches", f"{dotted(call.func)}: world size x {batch} streams, each rank its {batch} "
+                "columns (_ddp_rank::_ddp_world): the batch stays the script's per device")  # fmt: skip
+
+
+def _feeds_training(port: Port, training: Training, call: cst.Call) -> bool:
+    """In a loop or a function (not the module) that steps, or assigned to a name that says train."""
+    scope, parent = port.facts.scope(call), port.facts.parents.get(call)
+    if isinstance(scope, cst.FunctionDef) and training.steps_in(scope):
+        return True
+    if any(training.steps_in(loop) for loop in port.facts.loops_around(call)):
+        return True
+    return isinstance(parent, cst.Assign) and any("train" in dotted(t.target).lower() for t in parent.targets)
+
+
+def apply(port: Port, training: Training | None = None) -> None:
+    facts = port.facts
+    training = training or Training(facts)
+    sharded = [call for call in facts.calls if _streams_by_column(port, call)]
+    targets = set()
+    for call in sharded:
+        _shard_columns(port, call)
+        targets |= {dotted(t.target) for t in port.facts.parents[call].targets}  # type: ignore[attr-defined]
+    for node in facts.walk(facts.module):
+        if isinstance(node, cst.For) and training.steps_in(node) and (found := _range_by_batch(node)):
+            variable, call = found
+            step = port.code(call.args[2].value).replace(" ", "")
+            slices = _slices(port, node, variable, step, targets)
+            if not slices:
+                continue
+            stride = call.args[2].value
+            port.edits.rewrite(stride, lambda n: cst.BinaryOperation(left=n.with_changes(lpar=[cst.LeftParen()],
+                               rpar=[cst.RightParen()]) if isinstance(n, cst.BinaryOperation) else n,
+                               operator=cst.Multiply(), right=cst.Name("_ddp_world")))  # fmt: skip
+            stop = call.args[1].value
+            port.edits.rewrite(stop, lambda n, s=step: cst.parse_expression(
+                f"{cst.Module([]).code_for_node(n)} - ({s}) * (_ddp_world - 1)"))  # fmt: skip
+            for piece in slices:
+                port.edits.rewrite(piece, lambda n, v=variable, s=step: n.with_changes(
+                    lower=cst.parse_expression(f"{v} + _ddp_rank * {s}"),
+                    upper=cst.parse_expression(f"{v} + (_ddp_rank + 1) * {s}")))  # fmt: skip
+            port.change(node, "hand_batches", f"batches sliced by hand: the loop strides world size x {step} and "
+                        f"each rank takes its own {step} (slice from {variable} + _ddp_rank * {step}); the range "
+                        "ends where every rank still has a batch, so all ranks step as often")  # fmt: skip
+        elif (
+            isinstance(node, cst.Call)
+            and not sharded
+            and dotted(node.func).rsplit(".", 1)[-1] in BATCH_FUNCTIONS
+            and _feeds_training(port, training, node)
+        ):
+            port.cannot(node, f"data batched by hand ({dotted(node.func)}): every rank would train on the same "
+                            "batches; give each rank its share by _ddp_rank and _ddp_world (or use a DataLoader, "
+                            "which the port shards)")  # fmt: skip

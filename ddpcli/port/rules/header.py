@@ -1,0 +1,143 @@
+"""The few lines the port adds at the top, after the script's imports: what it imports for DDP, the rank and world
+read from torchrun's environment (absent: one process, rank 0, the script's own path), the process-group setup,
+and the helpers the other rules used. The setup runs where the script starts (its `if __name__ == "__main__":`,
+else right after these lines) and `destroy_process_group` where it ends."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcli.port.context import Port
+
+RANKS = '''
+# ddpcli port: under torchrun (RANK and WORLD_SIZE set) this script trains data-parallel; without them it runs on
+# one device exactly as before.
+_ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+_ddp_rank = int(os.environ["RANK"]) if _ddp else 0
+_ddp_world = int(os.environ["WORLD_SIZE"]) if _ddp else 1
+_ddp_local_rank = int(os.environ.get("LOCAL_RANK", 0)) if _ddp else 0
+_is_main = _ddp_rank == 0  # rank 0 alone prints, logs and writes files
+
+
+def _ddp_setup():
+    """One process group from env:// (nccl with CUDA, gloo otherwise), each rank on its own GPU."""
+    if _ddp and not DIST.is_initialized():
+        if torch.cuda.is_available():
+            torch.cuda.set_device(_ddp_local_rank)
+        DIST.init_process_group("nccl" if torch.cuda.is_available() else "gloo", init_method="env://")
+'''
+UNWRAP = '''
+
+def _unwrap(model):
+    """The script's own module inside DistributedDataParallel: its state_dict keys and its methods."""
+    return model.module if isinstance(model, DistributedDataParallel) else model
+'''
+SHARD = '''
+
+def _ddp_shard(loader):
+    """Under torchrun, the same DataLoader over this rank's share of each epoch: a DistributedSampler keeping the
+    loader's shuffle and drop_last; the batch stays the script's, per device."""
+    if not _ddp:
+        return loader
+    data, dataset = torch.utils.data, loader.dataset
+    if isinstance(loader.sampler, data.SubsetRandomSampler):  # a split of the data set: shard the split
+        dataset = data.Subset(dataset, list(loader.sampler.indices))
+    elif loader.batch_size is None or not isinstance(loader.sampler, (data.RandomSampler, data.SequentialSampler)):
+        raise RuntimeError("ddpcli port: this DataLoader has its own sampler; shard it by _ddp_rank yourself")
+    shuffle = isinstance(loader.sampler, (data.RandomSampler, data.SubsetRandomSampler))
+    sampler = DistributedSampler(dataset, num_replicas=_ddp_world, rank=_ddp_rank, shuffle=shuffle,
+                                 drop_last=loader.drop_last)
+    return data.DataLoader(
+        dataset, batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
+        timeout=loader.timeout, worker_init_fn=loader.worker_init_fn, generator=loader.generator,
+        prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,
+    )
+'''
+TEARDOWN = "if _ddp:\n    DIST.destroy_process_group()\n"
+
+
+def _binds(port: Port, name: str, origin: str) -> bool:
+    return port.facts.aliases.get(name) == origin
+
+
+def imports(port: Port) -> list[str]:
+    wanted = [("os", "import os", "os"), ("torch", "import torch", "torch"),
+              (port.dist, f"import torch.distributed as {port.dist}" if port.dist != "torch.distributed" else "",
+               "torch.distributed")]  # fmt: skip
+    if "contextlib" in port.needs:
+        wanted.insert(0, ("contextlib", "import contextlib", "contextlib"))
+    if "ddp" in port.needs or "unwrap" in port.needs:
+        wanted.append(("DistributedDataParallel", "from torch.nn.parallel import DistributedDataParallel",
+                       "torch.nn.parallel.DistributedDataParallel"))  # fmt: skip
+    if "shard" in port.needs:
+        wanted.append(("DistributedSampler", "from torch.utils.data.distributed import DistributedSampler",
+                       "torch.utils.data.distributed.DistributedSampler"))  # fmt: skip
+    return [line for name, line, origin in wanted if line and not _binds(port, name, origin)]
+
+
+def _anchor(port: Port) -> cst.BaseStatement | None:
+    """The last top-level import before the script's first definition or statement that does something."""
+    anchor = None
+    for statement in port.facts.module.body:
+        if isinstance(statement, cst.SimpleStatementLine) and all(
+            isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body
+        ):
+            anchor = statement
+        elif isinstance(statement, cst.FunctionDef | cst.ClassDef | cst.If | cst.For | cst.While | cst.With):
+            break
+    return anchor
+
+
+def apply(port: Port) -> None:
+    facts = port.facts
+    anchor = _anchor(port)
+    code = "\n".join(imports(port)) + "\n" + RANKS
+    if "unwrap" in port.needs:
+        code += UNWRAP
+    if "shard" in port.needs:
+        code += SHARD
+    code = code.replace("DIST.", f"{port.dist}.")
+    guard = facts.main_guard()
+    at_start = guard is None or port.wraps_at_module_level or not isinstance(guard.body, cst.IndentedBlock)
+    if at_start:
+        code += "\n\n_ddp_setup()\n"
+    if anchor is None:
+        port.edits.insert_before(facts.module.body[0], code)
+    else:
+        port.edits.insert_after(anchor, code)
+    line = anchor or facts.module.body[0]
+    port.change(line, "process_group", "rank, world size and local rank from torchrun's environment (RANK, "
+                "WORLD_SIZE, LOCAL_RANK); without them the script's own single-device path")  # fmt: skip
+    teardown = TEARDOWN.replace("DIST.", f"{port.dist}.")
+    if at_start:
+        port.edits.insert_after(facts.module.body[-1], teardown)
+        port.change(line, "process_group", "one process group from env:// (nccl with CUDA, gloo otherwise) where "
+                    "the script starts; destroy_process_group at its end")  # fmt: skip
+    else:
+        assert guard is not None and isinstance(guard.body, cst.IndentedBlock)
+        if _exits(port, guard.body.body[-1]):  # `sys.exit(main())`: the teardown in a finally
+            port.edits.rewrite(guard.body, lambda block: _in_try(block, teardown))
+        else:
+            port.edits.insert_before(guard.body.body[0], "_ddp_setup()\n")
+            port.edits.insert_after(guard.body.body[-1], teardown)
+        port.change(guard, "process_group", "one process group from env:// (nccl with CUDA, gloo otherwise) at the "
+                    "start of the script's main; destroy_process_group at its end")  # fmt: skip
+
+
+def _exits(port: Port, statement: cst.BaseStatement) -> bool:
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Raise):
+            return True
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            return port.facts.resolve(small.value) in ("sys.exit", "exit", "quit", "os._exit")
+    return False
+
+
+def _in_try(block: cst.CSTNode, teardown: str) -> cst.CSTNode:
+    assert isinstance(block, cst.IndentedBlock)
+    body = cst.IndentedBlock(list(block.body))
+    final = cst.Finally(body=cst.IndentedBlock(list(cst.parse_module(teardown).body)))
+    setup = cst.parse_statement("_ddp_setup()\n")
+    return block.with_changes(body=[setup, cst.Try(body=body, finalbody=final)])

@@ -1,0 +1,105 @@
+"""Rank 0 alone writes and talks: torch.save, files opened for writing, images and plots saved, prints, loggers
+and writers (TensorBoard, wandb), each statement under `if _is_main:`; a progress bar is disabled elsewhere. A rank
+that reads back a file the script saves waits at a barrier first, so rank 0 has written it."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcli.port.context import Port
+from ddpcli.port.facts import dotted, keyword, last_name, string_value
+
+WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "to_csv", "to_json", "dump",
+          "np.save", "np.savez", "np.savetxt", "numpy.save", "os.makedirs", "os.mkdir", "write_text", "write_bytes",
+          "mkdir", "imwrite", "basicConfig", "shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move",
+          "copyfile"}  # fmt: skip
+LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+WRITER_CLASSES = {"SummaryWriter", "CSVLogger", "TensorBoardLogger"}
+READS = {"torch.load", "load_state_dict_from_file"}
+
+
+def _opens_for_writing(call: cst.Call) -> bool:
+    if dotted(call.func) != "open":
+        return False
+    mode = keyword(call, "mode") or (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
+    value = string_value(mode.value) if mode is not None else None
+    return value is not None and any(letter in value for letter in "wax+")
+
+
+def _talks_or_writes(port: Port, call: cst.Call, writers: set[str], loggers: set[str]) -> str | None:
+    """What this call does that only rank 0 should, or None."""
+    name = port.facts.resolve(call)
+    receiver = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else ""
+    last = last_name(call)
+    if name == "print" or name == "tqdm.write" or name.endswith("tqdm.write"):
+        return "print"
+    if name in WRITES or last in WRITES:
+        return "write"
+    if receiver in writers or name.startswith("wandb."):
+        return "logger"
+    if last in LOG_LEVELS and (receiver in loggers or receiver == "logging" or receiver in ("logger", "log")):
+        return "logger"
+    return None
+
+
+def apply(port: Port) -> None:
+    facts = port.facts
+    writers = {dotted(t.target) for c in facts.calls
+               if (last_name(c) in WRITER_CLASSES or facts.resolve(c) == "wandb.init")
+               and isinstance(a := facts.parents.get(c), cst.Assign) for t in a.targets}  # fmt: skip
+    loggers = {dotted(t.target) for c in facts.calls if facts.resolve(c) == "logging.getLogger"
+               and isinstance(a := facts.parents.get(c), cst.Assign) for t in a.targets}  # fmt: skip
+    saves = False
+    for node in facts.walk(facts.module):
+        if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 and isinstance(node.body[0], cst.Expr):
+            value = node.body[0].value
+            what = _talks_or_writes(port, value, writers, loggers) if isinstance(value, cst.Call) else None
+            if what:
+                saves |= what == "write"
+                port.edits.guard(node, "_is_main")
+                port.change(node, "rank0", f"{port.code(value.func)}(...) on rank 0 only ({what}: once, not once "
+                            "per rank)")  # fmt: skip
+        elif isinstance(node, cst.With) and any(
+            isinstance(item.item, cst.Call) and _opens_for_writing(item.item) for item in node.items
+        ):
+            saves = True
+            port.edits.guard(node, "_is_main")
+            port.change(node, "rank0", "a file opened for writing: rank 0 writes it, once")
+        elif (
+            isinstance(node, cst.Call)
+            and _opens_for_writing(node)
+            and not isinstance(facts.parents.get(facts.parents.get(node)), cst.With)
+        ):
+            port.cannot(node, "a file opened for writing outside a `with`: every rank writes it; open it on rank "
+                        "0 only (if _is_main)")  # fmt: skip
+        elif isinstance(node, cst.Call) and (
+            last_name(node) in WRITER_CLASSES
+            or (facts.resolve(node) == "wandb.init" and isinstance(facts.parents.get(node), cst.Assign))
+        ):
+            port.edits.rewrite(node, lambda n: cst.IfExp(test=cst.Name("_is_main"), body=n, orelse=cst.Name("None")))
+            port.change(node, "rank0", f"{port.code(node.func)} on rank 0 only (its calls are rank 0's too)")
+        elif isinstance(node, cst.Call) and last_name(node) == "tqdm" and keyword(node, "disable") is None:
+            port.edits.rewrite(node, lambda n: n.with_changes(args=[*_with_comma(n.args), cst.Arg(
+                cst.parse_expression("not _is_main"), keyword=cst.Name("disable"),
+                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))]))  # fmt: skip
+            port.change(node, "rank0", "progress bar shown on rank 0 only")
+    if saves:
+        _barriers(port)
+
+
+def _with_comma(args: tuple[cst.Arg, ...]) -> list[cst.Arg]:
+    if not args:
+        return []
+    *rest, last = args
+    return [*rest, last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
+
+
+def _barriers(port: Port) -> None:
+    facts = port.facts
+    for call in facts.calls:
+        if facts.resolve(call) in READS:
+            statement = facts.statement(call)
+            port.edits.insert_before(statement, f"if _ddp:\n    {port.dist}.barrier()  # rank 0 has written it\n")
+            port.needs_group_here(statement)
+            port.change(call, "barrier", "a barrier before reading back a file: rank 0, which alone writes, has "
+                        "written it")  # fmt: skip

@@ -1,0 +1,117 @@
+"""Each training DataLoader (one iterated by a loop that steps, there or in the function it is given to) is
+sharded: `_ddp_shard(DataLoader(...))` rebuilds it under torchrun with a DistributedSampler that keeps its
+shuffle and drop_last, the batch the script's own (per device). At the top of each epoch, the loop around the batch
+loop calls `set_epoch(epoch)`, so each epoch is a new permutation (without it every epoch repeats the first).
+Loaders that do not train (test, validation) stay whole: every rank evaluates the full set."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcli.port.context import Port
+from ddpcli.port.facts import dotted, keyword
+from ddpcli.port.rules.training import Training
+
+# Samplers `_ddp_shard` turns into a DistributedSampler (a split's indices kept); any other is the script's own.
+SHARDABLE = ("SubsetRandomSampler", "RandomSampler", "SequentialSampler", "torch.utils.data.SubsetRandomSampler",
+             "torch.utils.data.RandomSampler", "torch.utils.data.SequentialSampler", "None")  # fmt: skip
+
+
+def _loader_name(port: Port, call: cst.Call) -> str:
+    parent = port.facts.parents.get(call)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        return dotted(parent.targets[0].target)
+    if isinstance(parent, cst.AnnAssign):
+        return dotted(parent.target)
+    return ""
+
+
+def _loader_names(port: Port, call: cst.Call) -> list[str]:
+    """The names the loader is bound to: its assignment's, or, built by `def prepare_dataloader(...): return
+    DataLoader(...)`, the names the calls of that function are assigned to."""
+    facts = port.facts
+    own = _loader_name(port, call)
+    if own or not isinstance(facts.parents.get(call), cst.Return):
+        return [own] if own else []
+    function = facts.scope(call)
+    if not isinstance(function, cst.FunctionDef):
+        return []
+    found = []
+    for other in facts.calls:
+        if dotted(other.func).rsplit(".", 1)[-1] == function.name.value and (name := _loader_name(port, other)):
+            found.append(name)
+    return found
+
+
+def _epoch_of(loop: cst.For | cst.While) -> str | None:
+    if isinstance(loop, cst.For):
+        target = loop.target
+        if isinstance(target, cst.Tuple) and target.elements:
+            target = target.elements[0].value
+        if isinstance(target, cst.Name):
+            return target.value
+    return None
+
+
+def apply(port: Port) -> None:
+    facts = port.facts
+    training = Training(facts)
+    for call in facts.calls:
+        if facts.resolve(call).rsplit(".", 1)[-1] != "DataLoader":
+            continue
+        names = _loader_names(port, call)
+        name = names[0] if names else ""
+        loops = [found for each in names for found in training.batch_loops(each)]
+        trains = bool(loops) or any("train" in each.lower() for each in names)
+        if not trains:
+            continue
+        own = keyword(call, "batch_sampler") or keyword(call, "sampler")
+        if own is not None and not port.code(own.value).startswith(SHARDABLE):
+            port.cannot(call, f"{name or 'this DataLoader'} draws with its own sampler ({port.code(own.value)}): "
+                        "every rank would draw the same batches; give each rank its share by _ddp_rank and "
+                        "_ddp_world")  # fmt: skip
+            continue
+        port.edits.rewrite(call, lambda node: cst.Call(func=cst.Name("_ddp_shard"), args=[cst.Arg(node)]))
+        port.needs.add("shard")
+        batch = keyword(call, "batch_size")
+        per_device = f" ({port.code(batch.value)} per device)" if batch is not None else ""
+        port.change(call, "sampler", f"{name or 'the DataLoader'}: a DistributedSampler under torchrun, keeping its "
+                    f"shuffle and drop_last; each rank gets its share of every epoch and the batch stays the "
+                    f"script's{per_device}, so the global batch is world size x it")  # fmt: skip
+        _set_epochs(port, name, loops, global_loader=isinstance(port.facts.scope(call), cst.Module))
+
+
+def _epoch_loops(port: Port, at: cst.CSTNode, reachable: bool) -> list[cst.For | cst.While]:
+    """The loop around the batch loop (or around the call that hands it the loader); for a loader its callers
+    reach too (module-level, or kept in `self.`: `def train(epoch): for batch in loader`), the loop around that
+    function's calls (`self._run_epoch(epoch)`)."""
+    facts = port.facts
+    outer = facts.loops_around(at)
+    if outer or not reachable or not isinstance(scope := facts.scope(at), cst.FunctionDef):
+        return outer[:1]
+    callers = [c for c in facts.calls if dotted(c.func).rsplit(".", 1)[-1] == scope.name.value]
+    return [loops[0] for c in callers if (loops := facts.loops_around(c))]
+
+
+def _set_epochs(port: Port, name: str, loops: list[tuple[cst.For, cst.CSTNode, str]], global_loader: bool) -> None:
+    seen: set[int] = set()
+    for loop, at, spelling in loops:
+        for epoch_loop in _epoch_loops(port, at, global_loader or spelling.startswith("self.")):
+            _set_epoch(port, spelling, loop, at, epoch_loop, seen)
+
+
+def _set_epoch(port: Port, name: str, loop: cst.For, at: cst.CSTNode, epoch_loop: cst.For | cst.While,
+               seen: set[int]) -> None:  # fmt: skip
+    if id(epoch_loop) in seen:
+        return
+    seen.add(id(epoch_loop))
+    epoch = _epoch_of(epoch_loop)
+    loader = name if at is loop else port.code(next(a.value for a in at.args if dotted(a.value) == name))
+    body = epoch_loop.body
+    if epoch is None or not isinstance(body, cst.IndentedBlock):
+        port.cannot(epoch_loop, f"{name}: this epoch loop has no epoch variable; call "
+                    f"{name}.sampler.set_epoch(epoch) at the top of each epoch")  # fmt: skip
+        return
+    port.edits.insert_before(body.body[0], f"if _ddp:\n    {loader}.sampler.set_epoch({epoch})\n")
+    port.change(epoch_loop, "set_epoch", f"{loader}.sampler.set_epoch({epoch}) at the top of each epoch: a "
+                "new shuffle each epoch, the same on every rank")  # fmt: skip

@@ -1,0 +1,189 @@
+"""Every trained model (one whose parameters an optimizer is built from: several in a GAN) is wrapped in
+DistributedDataParallel under torchrun, after it is on its device and before its optimizer, rebinding its own name:
+
+    if _ddp:
+        model = DistributedDataParallel(model)
+
+`nn.DataParallel` (one process, several GPUs) is skipped under torchrun: each process has one device.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from ddpcli.port.context import Port
+from ddpcli.port.edits import expression
+from ddpcli.port.facts import dotted
+from ddpcli.port.rules.training import Training, parameter_for
+
+PARAMETER_METHODS = ("parameters", "named_parameters")
+
+
+def trained_models(port: Port, optimizer: cst.Call) -> list[str]:
+    """`model` in SGD(model.parameters()), [{"params": g.parameters()}], chain(a.parameters(), b.parameters()),
+    or in `params = [p for p in model.parameters() if ...]` given to the optimizer by name."""
+    facts = port.facts
+    scope = facts.scope(optimizer)
+    found: list[str] = []
+    for arg in optimizer.args:
+        nodes = list(facts.walk(arg.value))
+        if isinstance(arg.value, cst.Name):  # params built before, by name
+            for statement in facts.assigned_in(scope, arg.value.value):
+                nodes += list(facts.walk(statement))
+        for node in nodes:
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in PARAMETER_METHODS
+                and (name := dotted(node.func.value))
+                and name not in found
+            ):
+                found.append(name)
+    return found
+
+
+def _parameters_of(scope: cst.CSTNode) -> set[str]:
+    if isinstance(scope, cst.FunctionDef):
+        return {param.name.value for param in scope.params.params + scope.params.kwonly_params}
+    return set()
+
+
+def wrap_point(port: Port, optimizer: cst.Call, model: str) -> tuple[cst.BaseStatement, bool] | None:
+    """The statement to put the wrap before (False) or after (True): in the innermost block that assigned the model
+    before the optimizer's statement, just before that statement, unless the model moves to its device after it."""
+    facts = port.facts
+    scope = facts.scope(optimizer)
+    assigned = facts.assigned_in(scope, model)
+    level = facts.statement(optimizer)
+    while True:
+        block = facts.block_of(level)
+        body = list(block.body)
+        index = body.index(level)
+        holders = {id(s) for s in body[: index + 1]}
+        if any(id(a) in holders or any(id(x) in holders for x in facts.ancestors(a)) for a in assigned):
+            break
+        if block is facts.module or (isinstance(scope, cst.FunctionDef) and block is scope.body):
+            if model.split(".")[0] in _parameters_of(scope) | {"self"}:
+                break  # a model given to the function that trains it: wrapped there
+            return None
+        level = facts.statement(facts.parents[block])
+    moves = re.compile(rf"^\s*{re.escape(model)}(\s*=\s*{re.escape(model)})?\s*\.\s*(to|cuda)\(")
+    later = [s for s in body[index + 1 :] if moves.match(port.code(s))]
+    return (later[-1], True) if later else (level, False)
+
+
+def _moved_elsewhere(port: Port, optimizer: cst.Call, model: str) -> list[tuple[cst.BaseStatement, str]]:
+    """`target = model.to(...)` statements outside the optimizer's function, when that function never moves the
+    model: DDP wraps what is on its device (the optimizer keeps the same parameters: `.to` moves them in place)."""
+    facts = port.facts
+    scope = facts.scope(optimizer)
+    here = re.compile(rf"\b{re.escape(model)}\s*\.\s*(to|cuda)\(")
+    if here.search(port.code(scope)):
+        return []
+    there = re.compile(rf"^([\w.]+)\s*=\s*{re.escape(model)}\s*\.\s*(to|cuda)\(")
+    found = []
+    for node in facts.walk(facts.module):
+        if isinstance(node, cst.SimpleStatementLine) and facts.scope(node) is not scope:
+            match = there.match(port.code(node))
+            if match:
+                found.append((node, match.group(1)))
+    return found
+
+
+def _wrap_after(port: Port, optimizer: cst.Call, statement: cst.BaseStatement, target: str) -> None:
+    port.edits.insert_after(statement, f"if _ddp:\n{_sync_batchnorm(port, target)}    {target} = "
+                            f"DistributedDataParallel({target})\n")  # fmt: skip
+    port.needs.add("ddp")
+    port.needs_group_here(statement)
+    if target not in port.models:
+        port.models.append(target)
+    port.change(statement, "ddp_wrap", f"{target} wrapped in DistributedDataParallel under torchrun once it is on "
+                "its device (its optimizer, built before, holds the same parameters): each backward averages its "
+                "gradients across ranks")  # fmt: skip
+
+
+def _builder(port: Port, optimizer: cst.Call, model: str) -> cst.FunctionDef | None:
+    """The function that builds the optimizer from a model it is given, and does not train it itself."""
+    scope = port.facts.scope(optimizer)
+    if not isinstance(scope, cst.FunctionDef) or model not in _parameters_of(scope):
+        return None
+    return None if Training(port.facts).steps_in(scope) else scope
+
+
+def _wrap_at_calls(port: Port, optimizer: cst.Call, helper: cst.FunctionDef, model: str) -> None:
+    facts = port.facts
+    calls = [call for call in facts.calls if dotted(call.func).rsplit(".", 1)[-1] == helper.name.value]
+    for call in calls:
+        argument = next((a.value for a in call.args if parameter_for(helper, call, a.value) == model), None)
+        name = dotted(argument) if argument is not None else ""
+        if not name:
+            port.cannot(call, f"{helper.name.value}(...) builds the optimizer of a model it is given: wrap that "
+                        "model in DistributedDataParallel yourself before this call")  # fmt: skip
+            continue
+        statement = facts.statement(call)
+        port.edits.insert_before(statement, f"if _ddp:\n{_sync_batchnorm(port, name)}    {name} = "
+                                 f"DistributedDataParallel({name})\n")  # fmt: skip
+        port.needs.add("ddp")
+        port.needs_group_here(statement)
+        if name not in port.models:
+            port.models.append(name)
+        port.change(call, "ddp_wrap", f"{name} wrapped in DistributedDataParallel under torchrun before "
+                    f"{helper.name.value}(...) builds its optimizer: each backward averages its gradients across "
+                    "ranks")  # fmt: skip
+
+
+def _sync_batchnorm(port: Port, model: str) -> str:
+    """A script with BatchNorm: on GPUs its statistics over the global batch, as one device computed them over B
+    (SyncBatchNorm runs on GPUs only: on the CPU each rank keeps its own, and compare names the difference)."""
+    if "BatchNorm" not in port.facts.module.code:
+        return ""
+    return (f"    if torch.cuda.is_available():  # BatchNorm statistics over the global batch, as on one device\n"
+            f"        {model} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model})\n")  # fmt: skip
+
+
+def apply(port: Port) -> None:
+    facts = port.facts
+    done: set[tuple[str, int]] = set()
+    for optimizer in facts.optimizer_calls():
+        for model in trained_models(port, optimizer):
+            key = (model, id(facts.scope(optimizer)))
+            if key in done:
+                continue
+            done.add(key)
+            helper = _builder(port, optimizer, model)
+            if helper is not None:  # `def make_optimizer(model): return SGD(model.parameters())`: wrap at its calls
+                _wrap_at_calls(port, optimizer, helper, model)
+                continue
+            moved = _moved_elsewhere(port, optimizer, model)
+            if moved:  # the DDP tutorial's Trainer: `self.model = model.to(gpu_id)` after the optimizer is built
+                for statement, target in moved:
+                    _wrap_after(port, optimizer, statement, target)
+                continue
+            point = wrap_point(port, optimizer, model)
+            if point is None:
+                port.cannot(optimizer, f"{model}: its optimizer is built where the model is not assigned; wrap it "
+                            "in DistributedDataParallel yourself after it is on its device")  # fmt: skip
+                continue
+            statement, after = point
+            code = f"if _ddp:\n{_sync_batchnorm(port, model)}    {model} = DistributedDataParallel({model})\n"
+            (port.edits.insert_after if after else port.edits.insert_before)(statement, code)
+            port.needs.add("ddp")
+            port.needs_group_here(statement)
+            if model not in port.models:
+                port.models.append(model)
+            port.change(optimizer, "ddp_wrap", f"{model} wrapped in DistributedDataParallel under torchrun, after "
+                        "it is on its device and before its optimizer: each backward averages its gradients "
+                        "across ranks, so every rank steps the same")  # fmt: skip
+    for call in facts.calls:
+        name = facts.resolve(call)
+        if name.rsplit(".", 1)[-1] == "DataParallel" and call.args:
+            inner = port.code(call.args[0].value)
+            port.edits.rewrite(call, lambda node, inner=inner: cst.IfExp(
+                test=expression("_ddp"), body=expression(inner), orelse=node,
+                whitespace_before_test=cst.SimpleWhitespace(" "), whitespace_after_test=cst.SimpleWhitespace(" "),
+                whitespace_before_else=cst.SimpleWhitespace(" "), whitespace_after_else=cst.SimpleWhitespace(" "),
+            ))  # fmt: skip
+            port.change(call, "data_parallel", "nn.DataParallel skipped under torchrun: each process drives one "
+                        "device and DistributedDataParallel replaces it")  # fmt: skip

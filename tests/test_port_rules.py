@@ -1,0 +1,476 @@
+"""Each rule of `ddpcli port` on a snippet: what it writes, and that what it writes is Python that keeps the
+single-device path (every edit is under `_ddp` / `_is_main`, or the identity with one process)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from ddpcli.port.engine import port_source
+from ddpcli.port.records import PortRefused, PortResult
+
+HEAD = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+"""
+
+
+def port(body: str) -> PortResult:
+    result = port_source(HEAD + textwrap.dedent(body), "train.py")
+    compile(result.source, "train_ddp.py", "exec")
+    return result
+
+
+def kinds(result: PortResult) -> list[str]:
+    return [change.kind for change in result.changes]
+
+
+def lines_of(result: PortResult) -> list[str]:
+    return [line.strip() for line in result.source.splitlines()]
+
+
+LOOP = """
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+train_loader = DataLoader(data, batch_size=8, shuffle=True, drop_last=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+    print(epoch, loss.item())
+torch.save(model.state_dict(), "m.pt")
+"""
+
+
+def test_a_flat_script_gets_the_group_at_its_start_and_the_teardown_at_its_end() -> None:
+    result = port(LOOP)
+    lines = lines_of(result)
+    assert lines.index("_ddp_setup()") < lines.index("data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))")
+    assert lines[-2:] == ["if _ddp:", "dist.destroy_process_group()"]
+    assert '_ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ' in lines
+    assert "import torch.distributed as dist" in lines and "import os" in lines
+
+
+def test_the_model_is_wrapped_before_its_optimizer_and_saved_unwrapped() -> None:
+    lines = lines_of(port(LOOP))
+    wrap = lines.index("model = DistributedDataParallel(model)")
+    assert lines[wrap - 1] == "if _ddp:"
+    assert lines[wrap + 1].startswith("optimizer = torch.optim.SGD(")
+    assert 'torch.save(_unwrap(model).state_dict(), "m.pt")' in lines
+
+
+def test_the_training_loader_is_sharded_and_reshuffled_each_epoch() -> None:
+    result = port(LOOP)
+    lines = lines_of(result)
+    assert "train_loader = _ddp_shard(DataLoader(data, batch_size=8, shuffle=True, drop_last=True))" in lines
+    epoch = lines.index("for epoch in range(3):")
+    assert lines[epoch + 1 : epoch + 3] == ["if _ddp:", "train_loader.sampler.set_epoch(epoch)"]
+    assert {"sampler", "set_epoch"} <= set(kinds(result))
+
+
+def test_prints_and_saves_are_rank_zero_only() -> None:
+    lines = lines_of(port(LOOP))
+    assert lines[lines.index("print(epoch, loss.item())") - 1] == "if _is_main:"
+    assert lines[lines.index('torch.save(_unwrap(model).state_dict(), "m.pt")') - 1] == "if _is_main:"
+
+
+def test_a_loader_given_to_a_training_function_is_sharded_and_the_test_loader_is_not() -> None:
+    result = port("""
+    def train(model, loader, optimizer):
+        for x, y in loader:
+            optimizer.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+    def evaluate(model, loader):
+        with torch.no_grad():
+            return sum(F.mse_loss(model(x), y).item() for x, y in loader)
+
+    def main():
+        data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+        loader_a = DataLoader(data, batch_size=8, shuffle=True)
+        loader_b = DataLoader(data, batch_size=8)
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.Adam(model.parameters())
+        for epoch in range(1, 3):
+            train(model, loader_a, optimizer)
+            evaluate(model, loader_b)
+
+    if __name__ == "__main__":
+        main()
+    """)
+    lines = lines_of(result)
+    assert "loader_a = _ddp_shard(DataLoader(data, batch_size=8, shuffle=True))" in lines
+    assert "loader_b = DataLoader(data, batch_size=8)" in lines
+    assert lines[lines.index("for epoch in range(1, 3):") + 2] == "loader_a.sampler.set_epoch(epoch)"
+    guard = lines.index('if __name__ == "__main__":')
+    assert lines[guard + 1 : guard + 5] == ["_ddp_setup()", "main()", "if _ddp:", "dist.destroy_process_group()"]
+
+
+def test_every_trained_model_of_a_gan_is_wrapped_after_it_moves_to_its_device() -> None:
+    result = port("""
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    netG = nn.Linear(2, 4).to(device)
+    netD = nn.Linear(4, 1)
+    optimizerD = torch.optim.Adam(netD.parameters())
+    netD.to(device)
+    optimizerG = torch.optim.Adam(netG.parameters())
+    data = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=4, shuffle=True)
+    for epoch in range(2):
+        for (real,) in data:
+            netD.zero_grad()
+            netD(real).mean().backward()
+            optimizerD.step()
+            netG.zero_grad()
+            netD(netG(torch.randn(4, 2, device=device))).mean().backward()
+            optimizerG.step()
+    """)
+    lines = lines_of(result)
+    assert lines[lines.index("netD.to(device)") + 1 : lines.index("netD.to(device)") + 3] == [
+        "if _ddp:", "netD = DistributedDataParallel(netD)"]  # fmt: skip
+    assert lines.index("netG = DistributedDataParallel(netG)") < lines.index(
+        "optimizerG = torch.optim.Adam(netG.parameters())")  # fmt: skip
+    assert 'device = torch.device(f"cuda:{_ddp_local_rank}" if torch.cuda.is_available() else "cpu")' in lines
+    assert kinds(result).count("ddp_wrap") == 2
+
+
+def test_a_summed_loss_is_multiplied_by_the_world_size_with_a_comment() -> None:
+    result = port("""
+    def loss_function(out, x):
+        return F.mse_loss(out, x, reduction="sum")
+
+    data = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=4, shuffle=True)
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(2):
+        for (x,) in data:
+            optimizer.zero_grad()
+            loss = loss_function(model(x), x)
+            loss.backward()
+            optimizer.step()
+    """)
+    lines = lines_of(result)
+    at = lines.index("(loss * _ddp_world).backward()")
+    assert lines[at - 1].startswith("# ddpcli port: this loss sums over the batch")
+    assert "sum_loss" in kinds(result)
+
+
+def test_a_mean_loss_is_left_alone() -> None:
+    assert "(loss * _ddp_world).backward()" not in lines_of(port(LOOP))
+
+
+def test_a_criterion_built_with_reduction_sum_counts_as_summed() -> None:
+    result = port(LOOP.replace("loss = F.mse_loss(model(x), y)", "loss = criterion(model(x), y)").replace(
+        "model = nn.Linear(4, 1)", 'model = nn.Linear(4, 1)\ncriterion = nn.MSELoss(reduction="sum")'))  # fmt: skip
+    assert "(loss * _ddp_world).backward()" in lines_of(result)
+
+
+def test_accumulation_runs_the_micro_batches_that_do_not_step_under_no_sync() -> None:
+    result = port("""
+    data = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    accum = 2
+    for epoch in range(2):
+        for i, (x, y) in enumerate(data):
+            loss = F.mse_loss(model(x), y) / accum
+            loss.backward()
+            if (i + 1) % accum == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    """)
+    lines = lines_of(result)
+    at = lines.index("with model.no_sync() if _ddp and not ((i + 1) % accum == 0) else contextlib.nullcontext():")
+    assert lines[at + 1 : at + 3] == ["loss = F.mse_loss(model(x), y) / accum", "loss.backward()"]
+    assert "import contextlib" in lines and "no_sync" in kinds(result)
+
+
+def test_a_file_opened_for_writing_is_rank_zero_only_and_a_read_back_waits_at_a_barrier() -> None:
+    lines = lines_of(port(LOOP + 'with open("log.txt", "w") as f:\n    f.write("done")\n'
+                          'model.load_state_dict(torch.load("m.pt"))\n'))  # fmt: skip
+    assert lines[lines.index('with open("log.txt", "w") as f:') - 1] == "if _is_main:"
+    barrier = lines.index("dist.barrier()  # rank 0 has written it")
+    assert lines[barrier + 1] == '_unwrap(model).load_state_dict(torch.load("m.pt"))'
+
+
+def test_hand_batching_by_slices_is_sharded_by_rank() -> None:
+    result = port("""
+    x, y = torch.randn(64, 4), torch.randn(64, 1)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch_size = 8
+    for epoch in range(2):
+        for i in range(0, len(x), batch_size):
+            xb, yb = x[i:i + batch_size], y[i:i + batch_size]
+            optimizer.zero_grad()
+            F.mse_loss(model(xb), yb).backward()
+            optimizer.step()
+    """)
+    lines = lines_of(result)
+    assert "for i in range(0, len(x) - (batch_size) * (_ddp_world - 1), batch_size * _ddp_world):" in lines
+    assert ("xb, yb = x[i + _ddp_rank * batch_size:i + (_ddp_rank + 1) * batch_size], "
+            "y[i + _ddp_rank * batch_size:i + (_ddp_rank + 1) * batch_size]") in lines  # fmt: skip
+    assert "hand_batches" in kinds(result) and result.not_ported == []
+
+
+def test_a_batchify_is_listed_as_not_ported_with_its_line() -> None:
+    body = """
+    def batchify(data, bsz):
+        return data[: data.size(0) // bsz * bsz].view(-1, bsz)
+
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        train_data = batchify(torch.randn(256), 4)
+        for row in train_data:
+            optimizer.zero_grad()
+            model(row).sum().backward()
+            optimizer.step()
+    """
+    result = port(body)
+    (item,) = [item for item in result.not_ported if "batchify" in item.reason]
+    script_line = (HEAD + textwrap.dedent(body)).splitlines()[item.line - 1]
+    assert script_line.strip() == "train_data = batchify(torch.randn(256), 4)"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("model = torch.nn.parallel.DistributedDataParallel(nn.Linear(1, 1))\n", "train.py:5: already data-parallel"),
+        ("torch.distributed.init_process_group('gloo')\n", "starts a process group (init_process_group)"),
+        ("model = nn.Linear(1, 1)\n", "no optimizer step found"),
+        ("def f(:\n", "not valid Python"),
+    ],
+)
+def test_refusals_name_their_reason(body: str, expected: str) -> None:
+    with pytest.raises(PortRefused) as refused:
+        port_source(HEAD + body, "train.py")
+    assert any(expected in reason for reason in refused.value.reasons), refused.value.reasons
+
+
+def test_a_step_chosen_by_a_flag_is_not_accumulation() -> None:
+    """word_language_model's `if args.use_optimizer: optimizer.step() else: <manual update>`: every backward must
+    all-reduce, so no no_sync."""
+    result = port("""
+    use_optimizer = True
+    data = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(2):
+        for x, y in data:
+            F.mse_loss(model(x), y).backward()
+            if use_optimizer:
+                optimizer.step()
+            else:
+                for p in model.parameters():
+                    p.data.add_(p.grad, alpha=-0.01)
+    """)
+    assert "no_sync" not in kinds(result) and "no_sync" not in result.source
+
+
+def test_a_module_level_loader_read_by_a_train_function_is_reshuffled_where_the_function_is_called() -> None:
+    """super_resolution's `def train(epoch): for batch in training_data_loader` called from `for epoch in ...`."""
+    result = port("""
+    training_data_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4,
+                                      shuffle=True)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train(epoch):
+        for x, y in training_data_loader:
+            optimizer.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+    for epoch in range(1, 3):
+        train(epoch)
+    """)
+    lines = lines_of(result)
+    at = lines.index("for epoch in range(1, 3):")
+    assert lines[at + 1 : at + 4] == ["if _ddp:", "training_data_loader.sampler.set_epoch(epoch)", "train(epoch)"]
+
+
+def test_the_port_imports_nothing_of_ddpcli() -> None:
+    """The ported script runs where ddpcli is not installed."""
+    source = port(LOOP).source
+    assert "import ddpcli" not in source and "from ddpcli" not in source
+
+
+def test_word_language_models_batchify_is_sharded_by_column() -> None:
+    """Its columns are independent streams: rank r takes columns r::N of N x bsz streams (1 x bsz with one process);
+    the validation data stay whole."""
+    result = port("""
+    def batchify(data, bsz):
+        nbatch = data.size(0) // bsz
+        data = data.narrow(0, 0, nbatch * bsz)
+        return data.view(bsz, -1).t().contiguous()
+
+    batch_size = 4
+    train_data = batchify(torch.randn(256), batch_size)
+    val_data = batchify(torch.randn(64), 2)
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for i in range(0, train_data.size(0) - 4, 4):
+            optimizer.zero_grad()
+            model(train_data[i:i + 4].t()).sum().backward()
+            optimizer.step()
+    """)
+    lines = lines_of(result)
+    assert (
+        "train_data = batchify(torch.randn(256), batch_size * _ddp_world)[:, _ddp_rank::_ddp_world].contiguous()"
+        in lines
+    )
+    assert "val_data = batchify(torch.randn(64), 2)" in lines
+    assert "for i in range(0, train_data.size(0) - 4, 4):" in lines  # a stretch of every stream, not a batch
+    assert "hand_batches" in kinds(result) and result.not_ported == []
+
+
+def test_an_aliased_ddp_wrapper_is_already_data_parallel() -> None:
+    source = HEAD + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(nn.Linear(1, 1))\n"
+    with pytest.raises(PortRefused) as refused:
+        port_source(source, "train.py")
+    assert refused.value.reasons == [
+        "train.py:6: already data-parallel: it wraps a model in DistributedDataParallel; run `ddpcli init train.py` "
+        "on it as it is"
+    ]
+
+
+def test_a_main_that_exits_tears_the_group_down_in_a_finally() -> None:
+    result = port("""
+    import sys
+
+    def main():
+        data = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for x, y in data:
+            optimizer.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+        return 0
+
+    if __name__ == "__main__":
+        sys.exit(main())
+    """)
+    lines = lines_of(result)
+    guard = lines.index('if __name__ == "__main__":')
+    assert lines[guard + 1 :] == ["_ddp_setup()", "try:", "sys.exit(main())", "finally:", "if _ddp:",
+                                  "dist.destroy_process_group()"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("decorator", "guard_call"),
+    [("import click\n\n@click.command()\n@click.option('--batch-size', default=8)\n", "main()"),
+     ("import typer\n\n", "typer.run(main)")],
+)  # fmt: skip
+def test_click_and_typer_scripts_are_ported_like_argparse_ones(decorator: str, guard_call: str) -> None:
+    result = port_source(HEAD + decorator + textwrap.dedent("""\
+    def main(batch_size: int = 8):
+        data = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=batch_size, shuffle=True)
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for epoch in range(2):
+            for x, y in data:
+                optimizer.zero_grad()
+                F.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+    if __name__ == "__main__":
+        GUARD
+    """).replace("GUARD", guard_call), "train.py")  # fmt: skip
+    lines = lines_of(result)
+    assert {"ddp_wrap", "sampler", "set_epoch"} <= set(kinds(result))
+    assert lines[-4:] == ["_ddp_setup()", guard_call, "if _ddp:", "dist.destroy_process_group()"]
+
+
+def test_a_model_given_to_an_optimizer_builder_is_wrapped_where_the_builder_is_called() -> None:
+    """Wrapping the builder's own parameter would rebind a local name: the caller would train the bare model."""
+    result = port("""
+    def make_optimizer(net, lr):
+        return torch.optim.SGD(net.parameters(), lr=lr)
+
+    data = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)
+    model = nn.Linear(4, 1)
+    optimizer = make_optimizer(model, 0.1)
+    for x, y in data:
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+    """)
+    lines = lines_of(result)
+    at = lines.index("optimizer = make_optimizer(model, 0.1)")
+    assert lines[at - 2 : at] == ["if _ddp:", "model = DistributedDataParallel(model)"]
+    assert "net = DistributedDataParallel(net)" not in lines
+
+
+def test_a_loader_with_its_own_sampler_is_listed_as_not_ported() -> None:
+    result = port(LOOP.replace("shuffle=True, drop_last=True", "sampler=torch.utils.data.WeightedRandomSampler("
+                               "[1.0] * 64, 64)"))  # fmt: skip
+    assert any("its own sampler" in item.reason for item in result.not_ported)
+    assert "_ddp_shard" not in result.source
+    split = port(
+        LOOP.replace("shuffle=True, drop_last=True", "sampler=torch.utils.data.SubsetRandomSampler(range(48))")
+    )
+    assert "train_loader = _ddp_shard(DataLoader(" in split.source  # a split is sharded: its indices kept
+
+
+GUARDED = """
+def main():
+    data = DataLoader(TensorDataset(torch.arange(40.0)), batch_size=4, shuffle=True)
+    model = nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for (x,) in data:
+            optimizer.zero_grad()
+            model(x[:, None]).sum().backward()
+            optimizer.step()
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_shard_helper_deals_each_rank_its_share_keeping_shuffle_drop_last_and_a_split(
+    rank: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The helper as the port writes it, run as rank `rank` of 2 (no process group needed: it names the ranks)."""
+    import torch
+    from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset
+
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    scope: dict[str, object] = {"__name__": "ported"}
+    exec(compile(port(GUARDED).source, "train_ddp.py", "exec"), scope)
+    shard = scope["_ddp_shard"]
+    data = TensorDataset(torch.arange(10.0))
+    loader = shard(DataLoader(data, batch_size=2, shuffle=True, drop_last=True))  # type: ignore[operator]
+    assert (loader.sampler.num_replicas, loader.sampler.rank, loader.sampler.shuffle) == (2, rank, True)
+    assert loader.drop_last and loader.batch_size == 2
+    split = shard(DataLoader(data, batch_size=2, sampler=SubsetRandomSampler([1, 3, 5, 7])))  # type: ignore[operator]
+    seen = sorted(int(v) for (batch,) in split for v in batch)
+    assert len(seen) == 2 and set(seen) <= {1, 3, 5, 7}
+    plain = shard(DataLoader(data, batch_size=5))  # type: ignore[operator]
+    assert [int(v) for (batch,) in plain for v in batch] == list(range(rank, 10, 2))  # no shuffle: kept
+
+
+def test_writers_and_wandb_runs_are_rank_zero_only() -> None:
+    result = port("import wandb\nfrom torch.utils.tensorboard import SummaryWriter\nwriter = SummaryWriter()\n"
+                  "run = wandb.init(project='p')\n" + LOOP + "writer.add_scalar('loss', loss.item(), 0)\n"
+                  "run.log({'loss': loss.item()})\nwandb.log({'loss': 1.0})\n")  # fmt: skip
+    lines = lines_of(result)
+    assert "writer = SummaryWriter() if _is_main else None" in lines
+    assert "run = wandb.init(project='p') if _is_main else None" in lines
+    for call in (
+        "writer.add_scalar('loss', loss.item(), 0)",
+        "wandb.log({'loss': 1.0})",
+        "run.log({'loss': loss.item()})",
+    ):
+        assert lines[lines.index(call) - 1] == "if _is_main:"
