@@ -130,13 +130,14 @@ def _row(
     partner = find_partner(run, runs)
     diff = compare_params(run.record, partner.record, param_diff) if partner else None
     step_speedup, efficiency = batch_implications(run, base)
+    scaling = scaling_efficiency(ratio, run.record.world_size, base.record.world_size)
     return ComparisonRow(
         run=run,
         label=labels[run.record.run_dir],
         is_baseline=run is base,
         loss_at_baseline_samples=run.metrics.loss_at_target,
         speedup=ratio,
-        scaling_efficiency=scaling_efficiency(ratio, run.record.world_size, base.record.world_size),
+        scaling_efficiency=scaling,
         partner=partner,
         partner_label=labels[partner.record.run_dir] if partner else None,
         param_diff=diff,
@@ -144,7 +145,7 @@ def _row(
         predicted_step_speedup=step_speedup,
         data_efficiency=efficiency,
         compare_findings=tuple(schedule_findings(run, _references(base, partner, labels))),
-        speed_unreliable=ratio is not None and run is not base and speed_unreliable(run.record, base.record),
+        speed_unreliable=ratio is not None and run is not base and speed_unreliable(run.record, base.record, scaling),
     )
 
 
