@@ -474,3 +474,22 @@ def test_writers_and_wandb_runs_are_rank_zero_only() -> None:
         "run.log({'loss': loss.item()})",
     ):
         assert lines[lines.index(call) - 1] == "if _is_main:"
+
+
+def test_a_read_back_through_with_open_waits_at_the_barrier_before_the_open() -> None:
+    """word_language_model's pattern: `with open(args.save, "rb") as f: model = torch.load(f)`. A barrier inside the
+    `with` comes after rank 1 has opened the file, which rank 0 may not have written yet."""
+    save = 'with open("m.pt", "wb") as f:\n    torch.save(model, f)\n'
+    load = 'with open("m.pt", "rb") as f:\n    model = torch.load(f, weights_only=False)\n'
+    lines = lines_of(port(LOOP + save + load))
+    barrier = lines.index("dist.barrier()  # rank 0 has written it")
+    assert lines[barrier - 1 : barrier + 2] == ["if _ddp:", "dist.barrier()  # rank 0 has written it",
+                                                'with open("m.pt", "rb") as f:']  # fmt: skip
+    assert lines.count("dist.barrier()  # rank 0 has written it") == 1
+
+
+def test_a_save_inside_a_guarded_open_is_not_guarded_twice() -> None:
+    lines = lines_of(port(LOOP + 'with open("m.pt", "wb") as f:\n    torch.save(model, f)\n'))
+    opened = lines.index('with open("m.pt", "wb") as f:')
+    assert lines[opened - 1] == "if _is_main:"
+    assert lines[opened + 1] == "torch.save(_unwrap(model), f)"

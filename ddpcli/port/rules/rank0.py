@@ -56,7 +56,8 @@ def apply(port: Port) -> None:
             what = _talks_or_writes(port, value, writers, loggers) if isinstance(value, cst.Call) else None
             if what:
                 saves |= what == "write"
-                port.edits.guard(node, "_is_main")
+                if not _inside_guard(port, node):
+                    port.edits.guard(node, "_is_main")
                 port.change(node, "rank0", f"{port.code(value.func)}(...) on rank 0 only ({what}: once, not once "
                             "per rank)")  # fmt: skip
         elif isinstance(node, cst.With) and any(
@@ -94,11 +95,32 @@ def _with_comma(args: tuple[cst.Arg, ...]) -> list[cst.Arg]:
     return [*rest, last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
 
 
+def _inside_guard(port: Port, node: cst.CSTNode) -> bool:
+    """An enclosing statement already runs on rank 0 alone (a `with open(..., "w")` around a torch.save)."""
+    return any(getattr(how, "guard_test", None) == "_is_main"
+               for ancestor in port.facts.ancestors(node) for how in port.edits.rewrites.get(ancestor, ()))  # fmt: skip
+
+
+def _read_back_statement(port: Port, call: cst.Call) -> cst.CSTNode:
+    """Where a read-back must wait: before the outermost `with open(...)` of its function around it (the open is
+    already the read: rank 0 may not have written the file yet), else before the read's own statement."""
+    facts = port.facts
+    statement = facts.statement(call)
+    for ancestor in facts.ancestors(call):
+        if isinstance(ancestor, cst.FunctionDef):
+            break
+        if isinstance(ancestor, cst.With) and any(
+            isinstance(item.item, cst.Call) and dotted(item.item.func) == "open" for item in ancestor.items
+        ):
+            statement = ancestor
+    return statement
+
+
 def _barriers(port: Port) -> None:
     facts = port.facts
     for call in facts.calls:
         if facts.resolve(call) in READS:
-            statement = facts.statement(call)
+            statement = _read_back_statement(port, call)
             port.edits.insert_before(statement, f"if _ddp:\n    {port.dist}.barrier()  # rank 0 has written it\n")
             port.needs_group_here(statement)
             port.change(call, "barrier", "a barrier before reading back a file: rank 0, which alone writes, has "

@@ -1,0 +1,102 @@
+"""Test instrumentation for tests/test_port_published.py: what a training process did, seen from outside the script.
+
+Python imports this module at start-up when its folder is on PYTHONPATH. It does nothing unless PORT_PROBE_DIR is
+set; then it imports torch and records, without changing what the script computes:
+- every DataLoader iteration (one per epoch, or a peek such as `next(iter(loader))`): which dataset it read (by the
+  order DataLoaders were first built over each dataset, so a loader rebuilt over the same dataset, as a port does
+  to add a sampler, counts as the same), the sample indices its sampler gave, and whether it ran to its end;
+- every `torch.save` call of the script (the path, or the type of the file object), not the observer's;
+- at exit, the parameters of every optimizer the process built, in order (what "identical parameters" compares).
+It writes `<PORT_PROBE_DIR>/<RANK or 'main'>-<pid>.probe.json` and `.params.pt` beside it at exit.
+
+Two switches make a run fit the equivalence claim 2 x B/2 == 1 x B where the script itself does not, applied alike
+to both runs compared: PORT_PROBE_FLOAT64=1 (float64 by default: Adam amplifies float32 rounding of near-zero
+gradients) and PORT_PROBE_NOISE_OFF=1 (dropout is the identity, randn_like gives zeros: per-sample noise drawn from
+the same seed on every rank is not the noise one process draws for the whole batch).
+"""
+
+from __future__ import annotations
+
+import os
+
+if os.environ.get("PORT_PROBE_DIR"):
+    import atexit
+    import json
+
+    import torch
+    import torch.nn.functional as F
+    import torch.utils.data.dataloader as dataloader_module
+
+    _DIR = os.environ["PORT_PROBE_DIR"]
+    _TAG = os.environ.get("RANK", "main")
+    _RUN_DIR = os.environ.get("DDPCLI_RUN_DIR", "")
+    _datasets: list[object] = []  # in the order loaders were first built over them (kept alive: ids stay unique)
+    _iterations: list[dict] = []
+    _saves: list[str] = []
+    _optimizers: list[torch.optim.Optimizer] = []
+
+    if os.environ.get("PORT_PROBE_FLOAT64") == "1":
+        torch.set_default_dtype(torch.float64)
+    if os.environ.get("PORT_PROBE_NOISE_OFF") == "1":
+        F.dropout = lambda input, p=0.5, training=True, inplace=False: input
+        F.dropout2d = lambda input, p=0.5, training=True, inplace=False: input
+        torch.randn_like = lambda input, **kwargs: torch.zeros_like(input, **kwargs)
+
+    _loader_init = torch.utils.data.DataLoader.__init__
+
+    def _init_loader(self, *args, **kwargs):
+        _loader_init(self, *args, **kwargs)
+        if not any(dataset is self.dataset for dataset in _datasets):
+            _datasets.append(self.dataset)
+
+    torch.utils.data.DataLoader.__init__ = _init_loader
+
+    _iter_init = dataloader_module._BaseDataLoaderIter.__init__
+    _next_index = dataloader_module._BaseDataLoaderIter._next_index
+
+    def _init_iter(self, loader):
+        _iter_init(self, loader)
+        serial = next((i for i, dataset in enumerate(_datasets) if dataset is loader.dataset), -1)
+        self._probe = {"loader": serial, "indices": [], "complete": False}
+        _iterations.append(self._probe)
+
+    def _next(self):
+        try:
+            index = _next_index(self)
+        except StopIteration:
+            self._probe["complete"] = True
+            raise
+        self._probe["indices"].extend(int(i) for i in (index if isinstance(index, list) else [index]))
+        return index
+
+    dataloader_module._BaseDataLoaderIter.__init__ = _init_iter
+    dataloader_module._BaseDataLoaderIter._next_index = _next
+
+    _save = torch.save
+
+    def _record_save(obj, f, *args, **kwargs):
+        path = os.fspath(f) if isinstance(f, (str, os.PathLike)) else type(f).__name__
+        if not (_RUN_DIR and path.startswith(_RUN_DIR)):  # ddpcli's observer writing final_params.pt
+            _saves.append(path)
+        return _save(obj, f, *args, **kwargs)
+
+    torch.save = _record_save
+
+    _optimizer_init = torch.optim.Optimizer.__init__
+
+    def _init_optimizer(self, *args, **kwargs):
+        _optimizer_init(self, *args, **kwargs)
+        _optimizers.append(self)
+
+    torch.optim.Optimizer.__init__ = _init_optimizer
+
+    def _write() -> None:
+        if not (_iterations or _saves or _optimizers):
+            return  # torchrun's own agent, or a process that trained nothing
+        stem = os.path.join(_DIR, f"{_TAG}-{os.getpid()}")
+        params = [p.detach().cpu().clone() for o in _optimizers for g in o.param_groups for p in g["params"]]
+        _save(params, f"{stem}.params.pt")
+        with open(f"{stem}.probe.json", "w", encoding="utf-8") as handle:
+            json.dump({"rank": _TAG, "iterations": _iterations, "saves": _saves}, handle)
+
+    atexit.register(_write)

@@ -1,0 +1,363 @@
+"""`ddpcli port` on scripts people publish (issue 25's acceptance), proven by running what it wrote.
+
+tests/port_scripts/ holds fixtures of our own, each reproducing the patterns of a script people publish
+(pytorch/examples, course material, accelerate's example: its header names which and what), with small models and
+synthetic data, and manifest.toml says what port must do with each. For a script it
+ports: `python OUT` ends with bit-identical parameters and the same files as `python SCRIPT`; 1 x B and 2 x B/2 are
+launched through `ddpcli launch` (torchrun, gloo, the observer), and each 2-process run must be data-parallel (both
+ranks' parameters identical, distinct samples, no error finding), every epoch must be split into disjoint halves
+that cover the training set, each file must be written by rank 0 alone, and where the manifest says so 2 x B/2 must
+end within 1e-5 of 1 x B. What each process did is recorded from outside the script by _probe/sitecustomize.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomllib
+
+from ddpcli.rundir.slowness import SLOWNESS_CODES
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.e2e
+
+FIXTURES = REPO / "tests" / "port_scripts"
+PROBE = FIXTURES / "_probe"
+MANIFEST: dict[str, dict[str, Any]] = tomllib.loads((FIXTURES / "manifest.toml").read_text())["fixtures"]
+PORTED = [name for name, entry in MANIFEST.items() if entry["outcome"] == "ported"]
+REFUSED = [name for name, entry in MANIFEST.items() if entry["outcome"] == "refused"]
+TOLERANCE = 1e-5
+LAUNCH_OK = {"completed"}
+
+
+def ddpcli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ddpcli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, check=False, env=environment())  # fmt: skip
+
+
+def environment(probe_dir: Path | None = None, **switches: str) -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROBE), str(REPO), os.environ.get("PYTHONPATH")]))
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PORT_PROBE_DIR"):
+        env.pop(key, None)
+    if probe_dir is not None:
+        env["PORT_PROBE_DIR"] = str(probe_dir)
+    env.update(switches)
+    return env
+
+
+def copy_fixture(name: str, root: Path, batch: int | None = None) -> Path:
+    """The fixture's folder (or file) copied under root; a script without a parser gets `batch` written in."""
+    entry = MANIFEST[name]
+    source = FIXTURES / entry["script"]
+    target_dir = root / (source.parent.name if source.parent != FIXTURES else "script")
+    if source.parent != FIXTURES:
+        shutil.copytree(source.parent, target_dir)
+    else:
+        target_dir.mkdir(parents=True)
+        shutil.copy(source, target_dir)
+    script = target_dir / source.name
+    if batch is not None and "batch_source" in entry:
+        text = script.read_text()
+        line = re.compile(rf"^{re.escape(entry['batch_source'])}\b", re.MULTILINE)  # the code's line, not a comment
+        assert len(line.findall(text)) == 1
+        script.write_text(line.sub(f"batch_size = {batch}", text))
+    return script
+
+
+def port(script: Path) -> subprocess.CompletedProcess[str]:
+    return ddpcli("port", str(script), "--json", cwd=script.parent)
+
+
+def ported_path(script: Path) -> Path:
+    return script.with_name(f"{script.stem}_ddp.py")
+
+
+def args_for(name: str, batch: int) -> list[str]:
+    return [arg.replace("{batch}", str(batch)) for arg in MANIFEST[name]["args"]]
+
+
+def run_python(name: str, script: Path, workdir: Path) -> dict[str, Any]:
+    """`python SCRIPT ARGS` in a fresh working directory: its files, the probe's record and parameters."""
+    entry = MANIFEST[name]
+    workdir.mkdir(parents=True)
+    for folder in entry.get("dirs", []):
+        (workdir / folder).mkdir()
+    probe_dir = workdir.parent / f"{workdir.name}-probe"
+    probe_dir.mkdir()
+    result = subprocess.run([sys.executable, str(script), *args_for(name, entry["batch"])], cwd=workdir,
+                            capture_output=True, text=True, timeout=300, check=False,
+                            env=environment(probe_dir))  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return {"dir": workdir, "files": files_in(workdir), **read_probe(probe_dir)["main"]}
+
+
+def files_in(directory: Path) -> set[str]:
+    return {str(path.relative_to(directory)) for path in directory.rglob("*") if path.is_file()}
+
+
+def read_probe(probe_dir: Path) -> dict[str, dict[str, Any]]:
+    """Rank (or "main") -> {"iterations", "saves", "params"} of each process that trained."""
+    import torch
+
+    seen: dict[str, dict[str, Any]] = {}
+    for path in sorted(probe_dir.glob("*.probe.json")):
+        record = json.loads(path.read_text())
+        params = torch.load(str(path).removesuffix(".probe.json") + ".params.pt", weights_only=True)
+        assert record["rank"] not in seen, f"two processes of rank {record['rank']}"
+        seen[record["rank"]] = {**record, "params": params}
+    return seen
+
+
+def loaded(path: Path, script_dir: Path) -> list[Any]:
+    """The tensors of a saved file, in order: a state_dict's items, or a whole saved module's state_dict (its class
+    is imported from the script's folder, as the script imported it)."""
+    import torch
+
+    sys.path.insert(0, str(script_dir))
+    try:
+        obj = torch.load(path, weights_only=False)
+    finally:
+        sys.path.remove(str(script_dir))
+    if isinstance(obj, torch.nn.Module):
+        obj = obj.state_dict()
+    if isinstance(obj, torch.Tensor):
+        return [("", obj)]
+    assert isinstance(obj, dict), type(obj)
+    return [(key, value) for key, value in obj.items()]
+
+
+def max_diff(first: list[Any], second: list[Any]) -> float:
+    assert len(first) == len(second)
+    return max(float((a.double() - b.double()).abs().max()) for a, b in zip(first, second, strict=True))
+
+
+# -- refusals ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_refused_with_its_reason_and_nothing_written(name: str, tmp_path: Path) -> None:
+    script = copy_fixture(name, tmp_path)
+    before = files_in(tmp_path)
+    result = ddpcli("port", str(script), cwd=script.parent)
+    assert result.returncode == 2, result.stdout + result.stderr
+    said = (result.stdout + result.stderr).lower()
+    for alternatives in MANIFEST[name]["reasons"]:
+        assert any(reason.lower() in said for reason in alternatives), (alternatives, result.stderr)
+    assert files_in(tmp_path) == before
+
+
+def test_hand_batching_is_sharded_or_named_by_its_line(tmp_path: Path) -> None:
+    entry = MANIFEST["word_language_model"]
+    script = copy_fixture("word_language_model", tmp_path)
+    result = port(script)
+    if result.returncode == 2:
+        assert any(f"{line}" in result.stderr for line in entry["lines"]), result.stderr
+        assert not ported_path(script).exists()
+        return
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    named = {item["line"] for item in report["not_ported"]}
+    changed = {item["line"] for item in report["changes"]}
+    assert named & set(entry["lines"]) or changed & set(entry["lines"]), report
+    # Whatever it did, python OUT still takes SCRIPT's path.
+    original = run_python("word_language_model", script, tmp_path / "original")
+    out = run_python("word_language_model", ported_path(script), tmp_path / "out")
+    assert out["files"] == original["files"]
+    assert max_diff(out["params"], original["params"]) == 0.0
+    if named & set(entry["lines"]):
+        return  # left to the user, with its line
+    # Sharded: two processes train one model on distinct columns, rank 0 alone writes the best model.
+    run = launch_pair("word_language_model", tmp_path, ported_path(script), ported_path(script), entry["batch"],
+                      only_two=True)["2x"]  # fmt: skip
+    record = run["record"]
+    assert record["status"] == "completed", run["launch"].stdout[-3000:] + run["launch"].stderr[-3000:]
+    observed = record["observed"]
+    assert (observed["world_size"], observed["data_parallel_size"]) == (2, 2)
+    assert observed["distinct_samples_across_ranks"] is True
+    assert [f for f in record["findings"] if f["severity"] == "error"] == []
+    ranks = run["probe"]
+    assert max_diff(ranks["0"]["params"], ranks["1"]["params"]) == 0.0
+    assert ranks["1"]["saves"] == [] and len(ranks["0"]["saves"]) == len(original["saves"])
+
+
+# -- ported scripts: the port, then python, then torchrun ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=PORTED)
+def ported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One fixture ported, run with python (SCRIPT and OUT), and launched as 1 x B and 2 x B/2."""
+    name = request.param
+    entry = MANIFEST[name]
+    root = tmp_path_factory.mktemp(f"port-{name}")
+    script = copy_fixture(name, root / "full")
+    source_text = script.read_text()
+    result = port(script)
+    state: dict[str, Any] = {"name": name, "script": script, "port": result, "source_text": source_text}
+    if result.returncode != 0:
+        return state
+    out = ported_path(script)
+    state["out"] = out
+    state["python"] = {"script": run_python(name, script, root / "py-script"),
+                       "out": run_python(name, out, root / "py-out")}  # fmt: skip
+    half = entry["batch"] // 2
+    if "batch_source" in entry:  # no parser: the B/2 run is the user's edit of the batch line, ported again
+        half_script = copy_fixture(name, root / "half", batch=half)
+        half_port = port(half_script)
+        assert half_port.returncode == 0, half_port.stdout + half_port.stderr
+        half_out = ported_path(half_script)
+    else:
+        half_out = out
+    state["runs"] = launch_pair(name, root, out, half_out, half)
+    return state
+
+
+def launch_pair(name: str, root: Path, out: Path, half_out: Path, half: int,
+                only_two: bool = False) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """1 x B and 2 x B/2 through `ddpcli launch`, each from a working directory of its own (the script's files)."""
+    entry = MANIFEST[name]
+    pairs = [("1x", out, 1, entry["batch"]), ("2x", half_out, 2, half)]
+    switches = {}
+    if entry.get("float64"):
+        switches["PORT_PROBE_FLOAT64"] = "1"
+    if entry.get("noise_off"):
+        switches["PORT_PROBE_NOISE_OFF"] = "1"
+    runs = {}
+    for label, script, nproc, batch in pairs[1:] if only_two else pairs:
+        workdir = root / f"launch-{label}"
+        workdir.mkdir()
+        for folder in entry.get("dirs", []):
+            (workdir / folder).mkdir()
+        probe_dir = root / f"probe-{label}"
+        probe_dir.mkdir()
+        env = {"OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", "PORT_PROBE_DIR": str(probe_dir), **switches}
+        env_toml = ", ".join(f'{key} = "{value}"' for key, value in env.items())
+        sizes = f"dataset_size = {entry['train_samples']}\nepochs = {entry['epochs']}" if "epochs" in entry else ""
+        args = json.dumps([arg.replace("{batch}", "{per_device_batch_size}") for arg in entry["args"]])
+        text = f"""
+[defaults]
+script = "{script}"
+args = {args}
+scaling = "none"
+runs_dir = "{root / "runs"}"
+timeout_s = 300
+{sizes}
+env = {{ {env_toml} }}
+
+[baseline]
+name = "{name}-{label}{batch}"
+nproc_per_node = {nproc}
+per_device_batch_size = {batch}
+lr = {entry["lr"]}
+"""
+        (workdir / "experiments.toml").write_text(text)
+        result = ddpcli("launch", "experiments.toml", cwd=workdir)
+        [record_path] = (root / "runs").glob(f"{name}-{label}{batch}/*/run.json")
+        runs[label] = {"launch": result, "record": json.loads(record_path.read_text()), "dir": workdir,
+                       "files": files_in(workdir) - {"experiments.toml"}, "probe": read_probe(probe_dir)}  # fmt: skip
+    return runs
+
+
+def require(state: dict[str, Any]) -> None:
+    result = state["port"]
+    assert result.returncode == 0, f"port exited {result.returncode}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
+
+
+@pytest.mark.parametrize("name", PORTED)
+def test_each_published_script_is_ported(name: str, tmp_path: Path) -> None:
+    script = copy_fixture(name, tmp_path)
+    text = script.read_text()
+    result = port(script)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert Path(report["output"]).resolve() == ported_path(script).resolve()
+    assert ported_path(script).exists() and script.read_text() == text
+    assert report["changes"], report
+    assert all({"line", "kind", "text"} <= set(change) for change in report["changes"])
+
+
+def test_python_out_takes_script_path_bit_for_bit(ported: dict[str, Any]) -> None:
+    require(ported)
+    entry = MANIFEST[ported["name"]]
+    original, out = ported["python"]["script"], ported["python"]["out"]
+    here = ported["script"].parent
+    assert out["files"] == original["files"]
+    assert len(out["params"]) == len(original["params"]) > 0
+    assert max_diff(out["params"], original["params"]) == 0.0
+    for saved in entry["saves"]:
+        assert saved in original["files"]
+        a, b = loaded(original["dir"] / saved, here), loaded(out["dir"] / saved, here)
+        assert [key for key, _ in a] == [key for key, _ in b]  # same names: no `module.` prefix
+        assert max_diff([v for _, v in a], [v for _, v in b]) == 0.0
+    assert out["saves"] == original["saves"]
+
+
+def test_two_processes_are_one_data_parallel_training(ported: dict[str, Any]) -> None:
+    require(ported)
+    run = ported["runs"]["2x"]
+    record = run["record"]
+    assert record["status"] in LAUNCH_OK, run["launch"].stdout[-3000:] + run["launch"].stderr[-3000:]
+    observed = record["observed"]
+    assert (observed["world_size"], observed["data_parallel_size"], observed["ddp"]) == (2, 2, True)
+    assert observed["distinct_samples_across_ranks"] is True
+    assert observed["per_device_batch_size"] == MANIFEST[ported["name"]]["batch"] // 2
+    assert [f for f in record["findings"] if f["severity"] == "error"] == []
+    allowed = set(SLOWNESS_CODES) | set(MANIFEST[ported["name"]].get("allowed_findings", []))
+    assert [f["code"] for f in record["findings"] if f["code"] not in allowed] == [], record["findings"]
+    ranks = run["probe"]
+    assert set(ranks) == {"0", "1"}
+    assert max_diff(ranks["0"]["params"], ranks["1"]["params"]) == 0.0
+
+
+def test_each_epoch_is_split_into_disjoint_halves_that_cover_it(ported: dict[str, Any]) -> None:
+    require(ported)
+    entry = MANIFEST[ported["name"]]
+    ranks = ported["runs"]["2x"]["probe"]
+    epochs = {}
+    for rank in ("0", "1"):
+        epochs[rank] = [it["indices"] for it in ranks[rank]["iterations"]
+                        if it["loader"] == entry.get("train_loader", 0) and it["complete"]]  # fmt: skip
+        assert len(epochs[rank]) == entry["epochs"], [len(e) for e in epochs[rank]]
+    for first, second in zip(epochs["0"], epochs["1"], strict=True):
+        assert len(first) == len(second) == entry["train_samples"] // 2
+        assert not set(first) & set(second)
+        assert set(first) | set(second) == set(range(entry["train_samples"]))
+    if entry["shuffle"]:  # set_epoch: each epoch in another order
+        assert epochs["0"][0] != epochs["0"][1]
+
+
+def test_files_are_written_once_by_rank_zero(ported: dict[str, Any]) -> None:
+    require(ported)
+    run = ported["runs"]["2x"]
+    ranks = run["probe"]
+    single = ported["runs"]["1x"]["probe"]["0"]
+    assert ranks["1"]["saves"] == []
+    assert ranks["0"]["saves"] == single["saves"] == ported["python"]["script"]["saves"]
+    assert run["files"] == ported["python"]["script"]["files"]
+    for saved in MANIFEST[ported["name"]]["saves"]:
+        here = ported["script"].parent
+        keys = [key for key, _ in loaded(run["dir"] / saved, here)]
+        assert keys == [key for key, _ in loaded(ported["python"]["script"]["dir"] / saved, here)]
+
+
+def test_two_by_half_batch_ends_where_one_by_batch_does(ported: dict[str, Any]) -> None:
+    name = ported["name"]
+    if not MANIFEST[name]["equivalent"]:
+        pytest.skip(f"not expected: batchnorm {MANIFEST[name]['batchnorm']}, noise {MANIFEST[name]['noise']!r}")
+    require(ported)
+    single, double = ported["runs"]["1x"], ported["runs"]["2x"]
+    assert single["record"]["status"] in LAUNCH_OK and double["record"]["status"] in LAUNCH_OK
+    diff = max_diff(single["probe"]["0"]["params"], double["probe"]["0"]["params"])
+    assert diff <= TOLERANCE, f"2 x B/2 differs from 1 x B by {diff:.3g}"
+    for saved in MANIFEST[name]["saves"]:
+        here = ported["script"].parent
+        a, b = loaded(single["dir"] / saved, here), loaded(double["dir"] / saved, here)
+        assert max_diff([v for _, v in a], [v for _, v in b]) <= TOLERANCE
