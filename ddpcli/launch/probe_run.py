@@ -12,7 +12,6 @@ probe running and its temporary folder behind, and a timeout was a traceback wit
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from ddpcli.errors import UserError
 from ddpcli.launch.parent_death import die_with_parent
-from ddpcli.launch.supervisor import terminate, worker_pids
+from ddpcli.launch.supervisor import kill_marked, terminate
 
 PROBE_MARKER = "DDPCLI_PROBE"  # its value names one probe: its processes, and only them, are killed after it
 POLL_INTERVAL_S = 0.2
@@ -97,7 +96,7 @@ def run_probe(
             finally:
                 if process.poll() is None:
                     terminate(process, STOP_GRACE_S)
-                kill_marked(marker)
+                kill_marked(marker, STOP_GRACE_S)
         return ProbeResult(process.returncode, _text(out_path), _text(err_path))
 
 
@@ -114,31 +113,6 @@ def _wait(process: subprocess.Popen[bytes], deadline: float, timeout: float, wha
                 f"{what} did not finish in {timeout:.0f} s; it was stopped with every process it started "
                 "(--link-gbps predicts without probing)"
             )
-
-
-def kill_marked(marker: bytes, wait_s: float = STOP_GRACE_S) -> list[int]:
-    """SIGKILL every process carrying `marker` in its environment (Linux: /proc), wait (up to `wait_s`) until they
-    have ended, and say which. A SIGKILLed process takes a moment to go: returning before would leave it running."""
-    killed = []
-    for pid in worker_pids(marker):
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + wait_s
-    while any(map(_running, killed)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return killed
-
-
-def _running(pid: int) -> bool:
-    """Not yet ended: a zombie has (only its parent's wait is missing)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2 :].startswith("Z") is False
 
 
 def _text(path: Path) -> str:

@@ -172,6 +172,13 @@ def kill_leftover_workers(spec: LaunchSpec) -> list[int]:
     and a node that finishes first must not kill a node that shares its host and is still saving.
     """
     marker = f"DDPCLI_NODE_KEY={spec.node_key}".encode() if spec.node_key else run_dir_marker(spec.run_dir)
+    return kill_marked(marker)
+
+
+def kill_marked(marker: bytes, wait_s: float = 0.0) -> list[int]:
+    """SIGKILL every process carrying `marker` in its environment (Linux: /proc), wait (up to `wait_s`) until they
+    have ended, and say which. A SIGKILLed process takes a moment to go: a caller that must leave nothing running
+    (a probe) waits; launch's leftover workers are reaped by the agent's end."""
     killed = []
     for pid in worker_pids(marker):
         try:
@@ -179,7 +186,19 @@ def kill_leftover_workers(spec: LaunchSpec) -> list[int]:
             killed.append(pid)
         except ProcessLookupError:
             pass
+    deadline = time.monotonic() + wait_s
+    while any(map(_running, killed)) and time.monotonic() < deadline:
+        time.sleep(0.01)
     return killed
+
+
+def _running(pid: int) -> bool:
+    """Not yet ended: a zombie has (only its parent's wait is missing)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :].startswith("Z") is False
 
 
 def group_rank_of_workers(agent_pid: int) -> int | None:

@@ -93,15 +93,20 @@ def _moved_elsewhere(port: Port, optimizer: cst.Call, model: str) -> list[tuple[
 
 
 def _wrap_after(port: Port, optimizer: cst.Call, statement: cst.BaseStatement, target: str) -> None:
-    port.edits.insert_after(statement, f"if _ddp:\n{_sync_batchnorm(port, target)}    {target} = "
-                            f"DistributedDataParallel({target})\n")  # fmt: skip
-    port.needs.add("ddp")
-    port.needs_group_here(statement)
-    if target not in port.models:
-        port.models.append(target)
+    port.edits.insert_after(statement, _wrapping(port, statement, target))
     port.change(statement, "ddp_wrap", f"{target} wrapped in DistributedDataParallel under torchrun once it is on "
                 "its device (its optimizer, built before, holds the same parameters): each backward averages its "
                 "gradients across ranks")  # fmt: skip
+
+
+def _wrapping(port: Port, statement: cst.BaseStatement, model: str) -> str:
+    """The lines that wrap `model` in DDP under torchrun, placed at `statement`: the model counts as trained, and the
+    process group must be up by then."""
+    port.needs.add("ddp")
+    port.needs_group_here(statement)
+    if model not in port.models:
+        port.models.append(model)
+    return f"if _ddp:\n{_sync_batchnorm(port, model)}    {model} = DistributedDataParallel({model})\n"
 
 
 def _builder(port: Port, optimizer: cst.Call, model: str) -> cst.FunctionDef | None:
@@ -123,12 +128,7 @@ def _wrap_at_calls(port: Port, optimizer: cst.Call, helper: cst.FunctionDef, mod
                         "model in DistributedDataParallel yourself before this call")  # fmt: skip
             continue
         statement = facts.statement(call)
-        port.edits.insert_before(statement, f"if _ddp:\n{_sync_batchnorm(port, name)}    {name} = "
-                                 f"DistributedDataParallel({name})\n")  # fmt: skip
-        port.needs.add("ddp")
-        port.needs_group_here(statement)
-        if name not in port.models:
-            port.models.append(name)
+        port.edits.insert_before(statement, _wrapping(port, statement, name))
         port.change(call, "ddp_wrap", f"{name} wrapped in DistributedDataParallel under torchrun before "
                     f"{helper.name.value}(...) builds its optimizer: each backward averages its gradients across "
                     "ranks")  # fmt: skip
