@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.runs import ComparedRun
+from ddpcli.rundir.timing import TimeBreakdown
 
 STARVED_SHARE = 0.35  # of one core, over the timed steps (the median rank)
 BEYOND_LINEAR = 1.25  # scaling efficiency above this is no DDP speedup (step-time noise stays well below it)
@@ -84,13 +85,17 @@ def _beyond_linear(row: ComparisonRow, base: ComparisonRow) -> str | None:
     return text + "; the speedup (marked ?) measures how the host served the two runs, not DDP"
 
 
+def _breakdown(run: ComparedRun) -> TimeBreakdown | None:
+    return run.record.observed.time_breakdown if run.record.observed is not None else None
+
+
 def _compute_s(run: ComparedRun) -> float | None:
-    breakdown = run.record.observed.time_breakdown if run.record.observed is not None else None
+    breakdown = _breakdown(run)
     return breakdown.median.compute_s if breakdown is not None else None
 
 
 def _max_load(run: ComparedRun) -> float | None:
-    breakdown = run.record.observed.time_breakdown if run.record.observed is not None else None
+    breakdown = _breakdown(run)
     loads = [rank.load_average for rank in (breakdown.ranks if breakdown else []) if rank.load_average is not None]
     return max(loads) if loads else None
 
