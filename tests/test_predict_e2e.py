@@ -112,5 +112,9 @@ def test_plan_predicts_from_the_baseline_with_the_cached_probe(predicted: dict[s
     plan = json.loads(result.stdout)
     runs = [plan["baseline"], *plan["experiments"]]
     assert all(run["predicted_memory_bytes"] > 3 * 4 * PARAMS for run in runs)
-    assert plan["baseline"]["predicted_scaling_efficiency"] == pytest.approx(1.0, rel=0.5)
+    # The baseline predicted from itself is its own step on this host as the probe found it now: slower or faster
+    # by the CPU contention (other test jobs share these cores, unlike when the baseline ran), and otherwise itself.
+    base_prediction = plan["baseline"]
+    contention = base_prediction["prediction"]["cpu_contention"]
+    assert base_prediction["predicted_scaling_efficiency"] * contention == pytest.approx(1.0, rel=0.5), base_prediction
     assert plan["experiments"][1]["prediction"]["comm_source"].startswith("gloo probe, 2 processes")

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ddpcli.rundir.cpu_list import format_cpu_list, parse_cpu_list
 from ddpcli.rundir.record import Observed
 from ddpcli.rundir.slowness import slowness_findings
 from ddpcli.rundir.timing import model_state, rank_time, time_breakdown
@@ -111,6 +112,29 @@ def test_a_straggler_on_a_loaded_host_says_what_the_load_was() -> None:
     assert straggler_message(slow(1.9)).endswith("another job on its device)")
 
 
+def test_a_straggler_that_waited_for_a_cpu_is_named_for_its_host() -> None:
+    """Seen in CI: a clean 2-process run on a host where another test job held the cores got a straggler finding
+    that said to look for what differs on that rank. Its training thread had been runnable and waiting for a CPU;
+    that wait, recorded per rank, is the cause to name. Rank 1 lags 0.06 s a step (rank 0 waits 0.06 s for it)."""
+
+    def slow(wait_0: float, wait_1: float) -> dict[int, dict[str, Any]]:
+        return {0: row(fb=0.7, synced_backwards=10, ddp=ddp(60, 0), cpu_wait_s=wait_0),
+                1: row(fb=0.7, synced_backwards=10, ddp=ddp(1, 0), cpu_wait_s=wait_1)}  # fmt: skip
+
+    timed = time_breakdown(slow(0.05, 0.45))
+    assert timed is not None and [rank.cpu_wait_s for rank in timed.ranks] == pytest.approx([0.005, 0.045])
+    named = straggler_message(slow(0.05, 0.45))  # 0.04 s a step more than rank 0: 2/3 of the 0.059 s gap
+    assert named.endswith(
+        "all-reduce: its training thread was ready to run but waited 0.045 s a step for a CPU (the other ranks "
+        "0.005 s), so other processes on its host had the CPU: give each rank cores of its own (fewer processes or "
+        "threads on that host, or stop the other work there)"
+    )
+    assert straggler_message(slow(0.05, 0.3)).endswith("another job on its device)")  # 0.025 s: under half the gap
+    assert straggler_message({0: slow(0, 0)[0], 1: row(fb=0.7, synced_backwards=10, ddp=ddp(1, 0))}).endswith(
+        "another job on its device)"
+    )  # the straggler's wait not recorded: no cause claimed
+
+
 def test_accumulation_oversubscription_and_unused_parameters() -> None:
     accumulating = dict(micro_batches=20, synced_backwards=20, ddp=ddp(1, 0))
     assert codes_for({0: row(**accumulating), 1: row(**accumulating)}) == {"accumulation_syncs_every_micro_batch"}
@@ -149,3 +173,23 @@ def test_unused_parameters_advice_is_in_the_framework_that_stepped(stepped_by: l
     observed = Observed(world_size=2, device="cpu", time_breakdown=time_breakdown(rows), frameworks=frameworks)
     (finding,) = [f for f in slowness_findings(observed, rows) if f.code == "find_unused_parameters_unneeded"]
     assert finding.message.endswith(says) or says in finding.message
+
+
+@given(st.sets(st.integers(0, 300)))
+def test_a_cpu_list_reads_back_as_the_cpus_it_was_written_from(cpus: set[int]) -> None:
+    assert parse_cpu_list(format_cpu_list(cpus)) == cpus
+    assert parse_cpu_list("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11} and format_cpu_list({5, 1, 2, 3}) == "1-3,5"
+    assert parse_cpu_list("3-1") == parse_cpu_list("a") == parse_cpu_list(None) == parse_cpu_list("1,") == set()
+
+
+def test_ranks_pinned_to_cores_of_their_own_are_not_oversubscribed() -> None:
+    """Found by the crowded-rank knob: its rank pinned itself to one CPU, and the finding said 2 processes took
+    turns on 1 core, while the other rank ran on the other core. The cores are the union over a node's ranks."""
+    pinned = {rank: row(local_world_size=2, cores=1, cpus=str(rank), node=0) for rank in (0, 1)}
+    assert codes_for(pinned) == set()
+    shared = {rank: row(local_world_size=2, cores=1, cpus="0", node=0) for rank in (0, 1)}
+    assert codes_for(shared) == {"cpu_oversubscribed"}
+    two_nodes = {rank: row(local_world_size=1, cores=1, cpus="0", node=rank) for rank in (0, 1)}
+    assert codes_for(two_nodes) == set()  # one process on each node's core
+    older = {0: row(local_world_size=2, cores=1), 1: row(local_world_size=2, cores=2)}  # no CPU list: each alone
+    assert codes_for(older) == {"cpu_oversubscribed"}

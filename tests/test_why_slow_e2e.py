@@ -48,6 +48,7 @@ name = "clean-1"
     _run("clean-2", 2),
     _run("slow-data-1", 1, "--slow-getitem", "0.00003"),
     _run("straggler-2", 2, "--sleepy-rank", "1", "--sleep", "0.1"),
+    _run("crowded-2", 2, "--crowded-rank", "1", batch=1024),
     _run("accumulation-sync-2", 2, "--sync-every-micro-batch", accumulation=2),
     _run("accumulation-no-sync-unused-2", 2, "--find-unused", accumulation=2),
     _run("tiny-batch-2", 2, "--hidden", "2048", batch=4),
@@ -59,6 +60,7 @@ EXPECTED = {
     "clean-2": set(),
     "slow-data-1": {"input_bound"},
     "straggler-2": {"straggler_rank"},
+    "crowded-2": {"straggler_rank"},
     "accumulation-sync-2": {"accumulation_syncs_every_micro_batch"},
     "accumulation-no-sync-unused-2": {"find_unused_parameters_unneeded"},
     "tiny-batch-2": {"communication_bound"},
@@ -74,20 +76,41 @@ def slow_codes(record: dict[str, Any]) -> set[str]:
     return {code for code in codes(record) if code in SLOWNESS_CODES}
 
 
+CPU_CAUSE = "its training thread was ready to run but waited"
+
+
+def straggler(record: dict[str, Any]) -> dict[str, Any]:
+    (finding,) = [f for f in record["findings"] if f["code"] == "straggler_rank"]
+    return finding
+
+
+def slow_codes_of_the_run(record: dict[str, Any]) -> set[str]:
+    """The slowness codes less a straggler whose cause named is the host's CPUs (the rank waited for one, as
+    recorded): other test jobs share this machine's cores and can make any rank of a clean run lag."""
+    found = slow_codes(record)
+    if "straggler_rank" in found and CPU_CAUSE in straggler(record)["message"]:
+        found.remove("straggler_rank")
+    return found
+
+
 @pytest.mark.parametrize("name", EXPECTED)
 def test_each_cause_gets_its_finding_and_the_clean_runs_none(knobs: dict[str, dict[str, Any]], name: str) -> None:
     record = knobs[name]["record"]
     assert record["status"] == "completed", record["failed_ranks"]
     if name == "tiny-batch-2":  # the all-reduce dominates; other causes may show beside it on a loaded machine
         assert "communication_bound" in slow_codes(record), record["observed"]["time_breakdown"]
-    else:
+    elif "straggler_rank" in EXPECTED[name]:
         assert slow_codes(record) == EXPECTED[name], (record["findings"], record["observed"]["time_breakdown"])
+    else:
+        found = slow_codes_of_the_run(record)
+        assert found == EXPECTED[name], (record["findings"], record["observed"]["time_breakdown"])
 
 
 def test_the_straggler_is_named(knobs: dict[str, dict[str, Any]]) -> None:
     record = knobs["straggler-2"]["record"]
-    (finding,) = [f for f in record["findings"] if f["code"] == "straggler_rank"]
+    finding = straggler(record)
     assert finding["observed"] == 1 and finding["message"].startswith("rank 1 is a straggler")
+    assert CPU_CAUSE not in finding["message"]  # it sleeps: not waiting for a CPU, so the host is not blamed
     ranks = {rank["rank"]: rank for rank in record["observed"]["time_breakdown"]["ranks"]}
     assert ranks[1]["compute_s"] > ranks[0]["compute_s"] + 0.08  # it sleeps 0.1 s in every forward
     assert ranks[0]["comm_s"] > ranks[1]["comm_s"] + 0.06  # rank 0 waits for it in the all-reduce
@@ -141,3 +164,14 @@ def test_compare_shows_where_the_time_went(knobs: dict[str, dict[str, Any]], tmp
     root = knobs["clean-1"]["dir"].parent.parent
     rows = {row["name"]: row for row in compare_json(root)}
     assert rows["straggler-2"]["observed"]["time_breakdown"]["median"]["step_s"] > 0.05
+
+
+def test_a_rank_that_waited_for_its_cpu_is_a_straggler_named_for_its_host(knobs: dict[str, dict[str, Any]]) -> None:
+    """Rank 1 shares its one CPU with a busy loop of a higher priority: it lags, and the finding says the rank's
+    training thread waited for a CPU, with the seconds each rank recorded."""
+    record = knobs["crowded-2"]["record"]
+    finding = straggler(record)
+    assert finding["observed"] == 1 and CPU_CAUSE in finding["message"], finding["message"]
+    ranks = {rank["rank"]: rank for rank in record["observed"]["time_breakdown"]["ranks"]}
+    assert ranks[1]["cpu_wait_s"] > ranks[0]["cpu_wait_s"] + 0.5 * (ranks[1]["compute_s"] - ranks[0]["compute_s"])
+    assert f"waited {ranks[1]['cpu_wait_s']:.3g} s a step for a CPU" in finding["message"]

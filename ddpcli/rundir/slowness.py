@@ -6,10 +6,12 @@ Thresholds (docs/contracts.md states them; shares are of the median step time):
   all-reduce time >= COMMUNICATION_BOUND_SHARE of the step (the least, so a straggler's victims do not count).
 - straggler_rank: one rank's own work (step - exposed communication) is >= STRAGGLER_RATIO x the median of the
   others' and the difference is >= STRAGGLER_GAP_SHARE of the step: the others wait for it at the all-reduce;
-  over at least STRAGGLER_MIN_STEPS timed steps.
+  over at least STRAGGLER_MIN_STEPS timed steps. The cause is named when it was seen: that rank's training thread
+  waited for a CPU (cpu_wait_s) for >= CPU_WAIT_CAUSE of the gap more than the others' did.
 - accumulation_syncs_every_micro_batch: a DDP model with >= 2 micro-batches per optimizer step all-reduced on
   every one of them (no `no_sync`).
-- cpu_oversubscribed: a CPU run whose processes on one host x intra-op threads exceed the cores they may use.
+- cpu_oversubscribed: a CPU run whose processes on one host x intra-op threads exceed the cores they may use (the
+  union of the CPUs its ranks there may run on).
 - find_unused_parameters_unneeded: DDP's find_unused_parameters=True, and the reducer found no unused parameter on
   any rank (every parameter got a gradient in the iterations it sampled).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ddpcli.rundir.cpu_list import parse_cpu_list
 from ddpcli.rundir.framework_advice import find_unused_off
 from ddpcli.rundir.record import Finding, Observed
 from ddpcli.rundir.timing import RankTime, TimeBreakdown
@@ -28,6 +31,7 @@ COMMUNICATION_BOUND_SHARE = 0.30
 STRAGGLER_RATIO = 1.5
 STRAGGLER_GAP_SHARE = 0.25
 STRAGGLER_MIN_STEPS = 8  # timed steps: in fewer, one stall of a process (a loaded host) looks like a straggler
+CPU_WAIT_CAUSE = 0.5  # of the straggler's gap, waited for a CPU beyond the others: the host is the cause named
 SLOWNESS_CODES = (
     "input_bound", "communication_bound", "straggler_rank", "accumulation_syncs_every_micro_batch",
     "cpu_oversubscribed", "find_unused_parameters_unneeded",
@@ -95,9 +99,30 @@ def _straggler(breakdown: TimeBreakdown, rows: dict[int, dict[str, Any]]) -> lis
         code="straggler_rank", severity="warning", observed=slowest.rank,
         message=f"rank {slowest.rank} is a straggler: its own work took {_busy(slowest):.3g} s a step against "
         f"{others:.3g} s on the other ranks, which waited about {gap:.3g} s a step ({gap / step:.0%}) for it at the "
-        "all-reduce: find what differs on that rank (its data, its host, another job on its device)"
-        + _host_load(slowest, rows.get(slowest.rank, {})),
+        "all-reduce: " + (_cpu_wait(slowest, breakdown, gap) or _unknown_cause(slowest, rows)),
     )]  # fmt: skip
+
+
+def _unknown_cause(rank: RankTime, rows: dict[int, dict[str, Any]]) -> str:
+    return "find what differs on that rank (its data, its host, another job on its device)" + _host_load(
+        rank, rows.get(rank.rank, {})
+    )
+
+
+def _cpu_wait(slowest: RankTime, breakdown: TimeBreakdown, gap: float) -> str:
+    """The cause, where it was seen: the slow rank's training thread waited for a CPU (runnable, not running) for
+    at least CPU_WAIT_CAUSE of the gap more than the other ranks' did: its host, not its work, made it slow."""
+    waits = [rank.cpu_wait_s for rank in breakdown.ranks if rank is not slowest and rank.cpu_wait_s is not None]
+    if slowest.cpu_wait_s is None or not waits:
+        return ""
+    others = statistics.median(waits)
+    if slowest.cpu_wait_s - others < CPU_WAIT_CAUSE * gap:
+        return ""
+    return (
+        f"its training thread was ready to run but waited {slowest.cpu_wait_s:.3g} s a step for a CPU (the other "
+        f"ranks {others:.3g} s), so other processes on its host had the CPU: give each rank cores of its own "
+        "(fewer processes or threads on that host, or stop the other work there)"
+    )
 
 
 def _host_load(rank: RankTime, row: dict[str, Any]) -> str:
@@ -131,10 +156,7 @@ def _accumulation_syncs(breakdown: TimeBreakdown) -> list[Finding]:
 def _oversubscribed(observed: Observed, rows: dict[int, dict[str, Any]]) -> list[Finding]:
     if observed.device != "cpu":
         return []
-    for row in rows.values():
-        local, threads, cores = (row.get(key) for key in ("local_world_size", "threads", "cores"))
-        if not all(isinstance(value, int) and value > 0 for value in (local, threads, cores)):
-            continue
+    for local, threads, cores in _node_budgets(rows):
         if local * threads > cores:
             return [Finding(
                 code="cpu_oversubscribed", severity="warning", observed=local * threads, planned=cores,
@@ -143,6 +165,22 @@ def _oversubscribed(observed: Observed, rows: dict[int, dict[str, Any]]) -> list
                 f"OMP_NUM_THREADS = cores / processes",
             )]  # fmt: skip
     return []
+
+
+def _node_budgets(rows: dict[int, dict[str, Any]]) -> list[tuple[int, int, int]]:
+    """(processes, threads, cores) of each node's ranks: the cores are the union of the CPUs its ranks may use
+    (ranks pinned to cores of their own share none); a row without its CPU list (an older run) counts alone."""
+    nodes: dict[Any, list[dict[str, Any]]] = {}
+    for rank, row in rows.items():
+        if all(isinstance(row.get(key), int) and row[key] > 0 for key in ("local_world_size", "threads", "cores")):
+            key = row.get("node", 0) if isinstance(row.get("cpus"), str) else ("rank", rank)
+        nodes.setdefault(key, []).append(row)
+    budgets = []
+    for group in nodes.values():
+        cpus = [parse_cpu_list(row.get("cpus")) for row in group]
+        cores = len(set().union(*cpus)) if all(cpus) else min(row["cores"] for row in group)
+        budgets.append((max(row["local_world_size"] for row in group), max(row["threads"] for row in group), cores))
+    return budgets
 
 
 def _unused_parameters(rows: dict[int, dict[str, Any]], frameworks: dict[str, Any] | None) -> list[Finding]:

@@ -56,6 +56,7 @@ class RankTime(StepTime):
     micro_batches_per_step: float | None = None
     all_reduces_per_step: float | None = None  # backwards of a DDP model that synchronised, per optimizer step
     load_average: float | None = None  # the host's 1-minute load average at the run's end
+    cpu_wait_s: float | None = None  # the training thread runnable but not running (waiting for a CPU), per step
     comm_from: str | None = None  # where comm_s came from on this rank, or why it is null (module docstring)
 
 
@@ -160,6 +161,7 @@ def rank_time(rank: int, row: dict[str, Any]) -> RankTime | None:
         all_reduces_per_step=syncs if isinstance(row.get("ddp"), dict) else None,
         cpu_share=cpu / step if (cpu := _number(row.get("cpu_s"))) is not None and step > 0 else None,
         load_average=_number(row.get("load_average")),
+        cpu_wait_s=wait / steps if (wait := _number(row.get("cpu_wait_s"))) is not None else None,
         forward_backward_sd_s=_sd(fb, _number(row.get("forward_backward_squares")), steps),
     )
 

@@ -2,11 +2,12 @@
 
     torchrun --standalone --nproc-per-node 2 tests/observe_scripts/slow_knobs.py --batch-size 32 [knobs]
 
-Knobs: --slow-getitem S (every sample's __getitem__ sleeps S seconds: input-bound), --sleepy-rank R --sleep S (rank
-R's model sleeps S seconds in every forward: a straggler), --grad-accum N with --sync-every-micro-batch (no
-`no_sync`: an all-reduce per micro-batch) or without it (no_sync on all but the last), --find-unused (DDP's
-find_unused_parameters=True on a model that uses every parameter). An MLP big enough that its compute, not the
-all-reduce, dominates a clean run.
+Knobs: --slow-getitem S (every sample's __getitem__ sleeps S seconds: input-bound), --sleepy-rank R --sleep S
+(rank R's model sleeps S seconds in every forward: a straggler), --crowded-rank R (rank R shares its one CPU with
+a busy-looping process of a higher priority for the whole run: a straggler whose host, not its work, is the
+cause), --grad-accum N with --sync-every-micro-batch (no `no_sync`: an all-reduce per micro-batch) or without it
+(no_sync on all but the last), --find-unused (DDP's find_unused_parameters=True on a model that uses every
+parameter). An MLP big enough that its compute, not the all-reduce, dominates a clean run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import subprocess
+import sys
 import time
 
 import torch
@@ -59,6 +62,25 @@ class Sleepy(nn.Module):
         return x
 
 
+HOG = """
+import ctypes, os, signal
+ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the rank that started it
+while True:
+    pass
+"""
+
+
+def crowd_this_process() -> subprocess.Popen[bytes]:
+    """Pin this process to one of its CPUs and start a busy loop on the same CPU at a higher priority (this process
+    niced by 5: about a quarter of the CPU when both are runnable), so that the other load of a shared test machine
+    cannot hide it: the rest of the host's work moves to the other CPUs."""
+    cpu = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})
+    hog = subprocess.Popen([sys.executable, "-c", HOG])  # inherits the one-CPU affinity, not the niceness below
+    os.nice(5)
+    return hog
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -69,12 +91,14 @@ def main() -> None:
     parser.add_argument("--slow-getitem", type=float, default=0.0)
     parser.add_argument("--sleepy-rank", type=int, default=-1)
     parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--crowded-rank", type=int, default=-1)
     parser.add_argument("--sync-every-micro-batch", action="store_true")
     parser.add_argument("--find-unused", action="store_true")
     args = parser.parse_args()
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     if world > 1:
         dist.init_process_group("gloo")
+    hog = crowd_this_process() if rank == args.crowded_rank else None
     torch.manual_seed(0)
     sleep = args.sleep if rank == args.sleepy_rank else 0.0
     model: nn.Module = nn.Sequential(
@@ -99,6 +123,9 @@ def main() -> None:
         optimizer.step()
         optimizer.zero_grad()
         step += 1
+    if hog is not None:
+        hog.kill()
+        hog.wait()
     if world > 1:
         dist.destroy_process_group()
 

@@ -12,6 +12,7 @@ the DDP reducer times it itself (`_get_ddp_logging_data()`, read at the reducer'
 sampled iteration of the window is kept (ddpcli.worker.observer.reducer_samples), and the host merge
 (ddpcli.rundir.timing) takes their mean out of forward + backward. The row `timing` is written every
 RESOLVE_EVERY steps (cumulative: the merge keeps the last) and at the end, with peak memory, threads and cores,
+the training thread's wait for a CPU over the window (ddpcli.worker.observer.cpu_wait),
 and the byte counts of the parameters, their gradients and the optimizer state (what `ddpcli plan --predict-from`
 starts from).
 """
@@ -29,6 +30,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
+from ddpcli.rundir.cpu_list import format_cpu_list
+from ddpcli.worker.observer.cpu_wait import RunQueueWait
 from ddpcli.worker.observer.parallel import optimizer_params, sharding
 from ddpcli.worker.observer.reducer_samples import ReducerSamples
 
@@ -108,6 +111,9 @@ class StepTiming:
         self.memory_at_first_forward: int | None = None  # the process before any activation: runtime + model
         self.cpu_start = 0.0  # process CPU time (every thread) at the window's start
         self.cpu_s = 0.0  # process CPU time over the window: / step_s = the cores' worth this process got
+        self.run_queue: RunQueueWait | None = None  # the training thread's wait for a CPU (opened at the window)
+        self.cpu_wait_start: float | None = None
+        self.cpu_wait_s: float | None = None  # that wait over the window (None: not known on this OS)
         self.step_fb = 0.0  # host clock: this step's forward + backward seconds so far
         self.fb_squares = 0.0  # host clock: sum over timed steps of (a step's forward + backward)^2
 
@@ -194,8 +200,13 @@ class StepTiming:
                 self.observer.stream.add(self.row())
         else:
             self.cpu_start = time.process_time()
+            self.run_queue = RunQueueWait()
+            self.cpu_wait_start = self.run_queue.seconds()
         self.window_started = True
         self.cpu_s = time.process_time() - self.cpu_start
+        waited = self.run_queue.seconds() if self.run_queue is not None else None
+        if waited is not None and self.cpu_wait_start is not None:
+            self.cpu_wait_s = waited - self.cpu_wait_start
         self.last_step_end, self.optimizer_start, self.forward_start, self.step_fb = end, None, None, 0.0
 
     # -- the row ----------------------------------------------------------------------------------------------
@@ -217,6 +228,7 @@ class StepTiming:
             "forward_backward_squares": self.fb_squares if not isinstance(self.clock, CudaClock) else None,
             "optimizer_s": self.totals.get("optimizer", 0.0),
             "cpu_s": self.cpu_s,
+            "cpu_wait_s": self.cpu_wait_s,
             "load_average": os.getloadavg()[0],
             "micro_batches": self.micro_batches,
             "synced_backwards": self.synced_backwards,
@@ -262,15 +274,18 @@ def current_memory(on_cuda: bool) -> int | None:
 
 
 def cpu_budget() -> dict[str, Any]:
-    """Intra-op threads of this process, cores it may run on, processes of the job on this host."""
+    """Intra-op threads of this process, the cores it may run on (their count and which: the merge takes the union
+    over a node's ranks, which may each be pinned to cores of their own), its node, and the job's processes there."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        allowed = sorted(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover (not Linux)
-        cores = os.cpu_count() or 1
-    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+        allowed = list(range(os.cpu_count() or 1))
+    local, node = os.environ.get("LOCAL_WORLD_SIZE", "1"), os.environ.get("GROUP_RANK", "0")
     return {
         "threads": torch.get_num_threads(),
-        "cores": cores,
+        "cores": len(allowed),
+        "cpus": format_cpu_list(allowed),
+        "node": int(node) if node.isdigit() else 0,
         "local_world_size": int(local) if local.isdigit() else 1,
     }
 
