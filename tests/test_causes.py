@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ddpcli.compare.initial import initial_params_cause
@@ -11,6 +12,7 @@ from ddpcli.rundir.findings import plan_mismatches
 from ddpcli.rundir.observations import RankObservation
 from ddpcli.rundir.record import Finding, Observed, RunRecord
 from ddpcli.rundir.script_io import spawn_findings
+from ddpcli.worker.observer.loads import loaded_file
 
 
 def explained(plan: dict[str, Any], observed: Observed, end: dict[str, Any] | None = None) -> dict[str, str]:
@@ -49,6 +51,23 @@ def test_fewer_steps_after_a_file_loaded_at_start_name_the_file() -> None:
     assert finding.code == "resumed_from_other_run"
     own = {"loaded": [{"path": "/w/pretrained.pt", "mtime": 0.0, "during_sweep": False}]}
     assert script_findings(own, 32) == []  # a file older than the sweep, in no run: the script's own weights
+
+
+def test_a_checkpoint_in_the_runs_own_directory_is_not_another_runs(tmp_path: Path) -> None:
+    """Found by the restarts test: `ddpcli launch --resume` loads the run's own checkpoint.pt, written after the
+    run (its id: the sweep's start) began, and was told it started from what another run left."""
+    run_dir = tmp_path / "runs" / "a" / "20260101T000000Z-abc123"
+    run_dir.mkdir(parents=True)
+    (run_dir / "checkpoint.pt").write_bytes(b"x")
+    entry = loaded_file(str(run_dir / "checkpoint.pt"), run_dir)
+    assert entry is not None and entry["own_run"] is True and "during_sweep" not in entry
+    assert script_findings({"loaded": [entry]}, 12) == []
+    message = explained({"total_steps": 24}, Observed(optimizer_steps=12), {"loaded": [entry]})["total_steps"]
+    assert "this run's own checkpoint, which a restart or a resume goes on from" in message
+    other = tmp_path / "runs" / "b" / "20260101T000001Z-def456"
+    other.mkdir(parents=True)
+    elsewhere = loaded_file(str(run_dir / "checkpoint.pt"), other)
+    assert elsewhere is not None and "own_run" not in elsewhere and elsewhere["during_sweep"] is True
 
 
 def test_spawned_processes_are_a_finding() -> None:

@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ddpcli.jsonvalues import read_json
 from ddpcli.rundir.metrics import read_metrics
+from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.conftest import final_params, max_abs_diff, write_toml
 
 pytestmark = pytest.mark.e2e
@@ -58,6 +60,11 @@ def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
     return process.returncode, out + err
 
 
+def not_errors(record: dict[str, Any]) -> list[str]:
+    """The findings other than why it was slow (a shared machine) of a run that should have none."""
+    return [found["code"] for found in record["findings"] if found["code"] not in SLOWNESS_CODES]
+
+
 def run_dir_of(root: Path, name: str) -> Path:
     (run_dir,) = (root / "runs" / name).iterdir()
     return run_dir
@@ -101,6 +108,7 @@ def test_killed_worker_restarts_from_the_checkpoint(root: Path) -> None:
     record = read_json(run_dir / "run.json")
     assert (record["status"], record["restarts"]) == ("completed", 1)
     assert record["env_added"]["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert not_errors(record) == [], record["findings"]  # its own checkpoint is not another run's
     assert [row["step"] for row in read_metrics(run_dir / "metrics.jsonl").rows] == list(range(1, STEPS + 1))
     assert max_abs_diff(final_params(run_dir), final_params(run_dir_of(root, "steady"))) <= 1e-6
 
@@ -111,12 +119,15 @@ def test_without_restarts_it_fails_and_resume_finishes_it(root: Path) -> None:
     code, output = finish(process)
     assert code == 1, output
     run_dir = run_dir_of(root, "no-restarts")
-    assert read_json(run_dir / "run.json")["status"] == "failed"
+    failed = read_json(run_dir / "run.json")
+    assert failed["status"] == "failed" and failed["metrics_from_observations"], failed["findings"]
+    assert "observer_error" not in not_errors(failed)  # the merge of a killed rank's run failed once
     assert (run_dir / "checkpoint.pt").exists()
     code, output = finish(launch(root, "--resume", str(run_dir)))
     assert code == 0, output
     record = read_json(run_dir / "run.json")
     assert (record["status"], record["resumes"]) == ("completed", 1)
+    assert not_errors(record) == [] and record["metrics_from_observations"], record["findings"]
     assert [row["step"] for row in read_metrics(run_dir / "metrics.jsonl").rows] == list(range(1, STEPS + 1))
     assert max_abs_diff(final_params(run_dir), final_params(run_dir_of(root, "steady"))) <= 1e-6
     code, output = finish(launch(root, "--resume", str(run_dir)))

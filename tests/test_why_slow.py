@@ -193,3 +193,14 @@ def test_ranks_pinned_to_cores_of_their_own_are_not_oversubscribed() -> None:
     assert codes_for(two_nodes) == set()  # one process on each node's core
     older = {0: row(local_world_size=2, cores=1), 1: row(local_world_size=2, cores=2)}  # no CPU list: each alone
     assert codes_for(older) == {"cpu_oversubscribed"}
+    killed = {0: row(local_world_size=2, cores=1, cpus="0", node=0), 1: {}}  # rank 1 killed before timing a step
+    assert codes_for(killed) == {"cpu_oversubscribed"}  # failed the merge of a killed run before it was caught
+
+
+@given(st.dictionaries(st.integers(0, 3), st.dictionaries(
+    st.sampled_from(["local_world_size", "threads", "cores", "cpus", "node"]),
+    st.one_of(st.integers(-1, 4), st.text(max_size=5), st.none(), st.lists(st.integers(0, 2), max_size=2)),
+)))  # fmt: skip
+def test_any_timing_rows_get_an_answer_not_an_error(rows: dict[int, dict[str, Any]]) -> None:
+    observed = Observed(world_size=max(len(rows), 1), device="cpu", time_breakdown=None)
+    assert {found.code for found in slowness_findings(observed, rows)} <= {"cpu_oversubscribed"}

@@ -100,6 +100,8 @@ def _written(entry: dict[str, Any]) -> str:
         datetime.fromtimestamp(mtime, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if mtime else "at a time unknown"
     )
     words = f"modified {when}"
+    if entry.get("own_run") is True:
+        return f"{words}: this run's own checkpoint, which a restart or a resume goes on from"
     if entry.get("during_sweep") is True:
         words += ", after this sweep began"
     writer = text_or_none(entry.get("written_by"))

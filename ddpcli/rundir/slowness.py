@@ -167,14 +167,18 @@ def _oversubscribed(observed: Observed, rows: dict[int, dict[str, Any]]) -> list
     return []
 
 
+BUDGET_KEYS = ("local_world_size", "threads", "cores")
+
+
 def _node_budgets(rows: dict[int, dict[str, Any]]) -> list[tuple[int, int, int]]:
     """(processes, threads, cores) of each node's ranks: the cores are the union of the CPUs its ranks may use
     (ranks pinned to cores of their own share none); a row without its CPU list (an older run) counts alone."""
     nodes: dict[Any, list[dict[str, Any]]] = {}
     for rank, row in rows.items():
-        if all(isinstance(row.get(key), int) and row[key] > 0 for key in ("local_world_size", "threads", "cores")):
-            key = row.get("node", 0) if isinstance(row.get("cpus"), str) else ("rank", rank)
-        nodes.setdefault(key, []).append(row)
+        if not all(isinstance(row.get(name), int) and row[name] > 0 for name in BUDGET_KEYS):
+            continue  # a rank that timed nothing (killed before its first `timing` row)
+        node = row["node"] if isinstance(row.get("node"), int) else 0
+        nodes.setdefault(node if isinstance(row.get("cpus"), str) else ("rank", rank), []).append(row)
     budgets = []
     for group in nodes.values():
         cpus = [parse_cpu_list(row.get("cpus")) for row in group]

@@ -4,7 +4,8 @@ A script that resumes from a file left by another run (the DDP tutorial's `snaps
 directory) trains fewer steps than planned, from other weights. Each file is recorded with its path and
 modification time, and with what ddpcli can tell about who wrote it: the run whose directory holds it, or the run
 of this sweep that was running when it was written (from the sibling run.json files), and whether it was written
-after this sweep began (run ids start with the sweep's UTC start time). Read once per torch.load: no cost per step.
+after this sweep began (run ids start with the sweep's UTC start time); a file in the run's own directory is its
+own checkpoint (`own_run`: a restart or a resume goes on from it). Read once per torch.load: no cost per step.
 """
 
 import json
@@ -27,6 +28,9 @@ def loaded_file(source: Any, run_dir: Path) -> dict[str, Any] | None:
     except OSError:
         return None
     found: dict[str, Any] = {"path": str(path), "mtime": round(mtime, 3)}
+    if run_dir.resolve() in path.parents:  # its own checkpoint: a torchrun restart or `ddpcli launch --resume`
+        found["own_run"] = True
+        return found
     sweep_start = _sweep_start(run_dir.name)
     if sweep_start is not None:
         found["during_sweep"] = mtime >= sweep_start
