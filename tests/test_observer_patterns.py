@@ -115,6 +115,19 @@ def test_several_losses_on_one_batch_are_one_micro_batch(tmp_path: Path, pattern
     assert all(isinstance(row["loss"], float) and row["loss"] > 0 for row in ranks[0].steps.values())
 
 
+def test_a_gan_step_is_one_micro_batch_of_data(tmp_path: Path) -> None:
+    """Seen on the dcgan fixture: the discriminator's two backward passes (data, generated samples) and the
+    generator's one were read as 3 micro-batches a step (2 at the first), a global batch 3x the plan's and
+    uneven accumulation. The generator's pass was for its own optimizer, the second pass trained on no data."""
+    _, ranks, _ = observed_unchanged(tmp_path, "gan")
+    observed = summarize(ranks)
+    assert observed is not None
+    assert (observed.optimizer_steps, observed.per_device_batch_size, observed.grad_accum_steps) == (4, 8, 1)
+    assert observed.samples_seen == 32
+    assert [row["micro_batches"] for row in ranks[0].steps.values()] == [1, 1, 1, 1]
+    assert ranks[0].timing["micro_batches"] == 3  # the timed steps after the first: one micro-batch each
+
+
 def test_a_forward_that_no_backward_reached_is_not_training(tmp_path: Path) -> None:
     """Item 11: a validation batch of 32 with grad enabled, never back-propagated, was taken as the training one."""
     _, ranks, _ = observed_unchanged(tmp_path, "grad-validation")

@@ -20,6 +20,9 @@ unless the pattern says otherwise:
   os-exit           the script ends with os._exit(0) (the last rows were lost)
   exit-code         the script ends with sys.exit(3)
   spawn             the script trains in a child process it starts with torch.multiprocessing.spawn
+  gan               a GAN's step (pytorch/examples dcgan's order): the model (the discriminator) back-propagates
+                    a data batch and, separately, a generator's detached output; its optimizer steps; then the
+                    generator's loss through the model, and the generator's own optimizer steps
 --save writes the final parameters (torch.save of the state_dict) for a bit-identical comparison.
 """
 
@@ -39,7 +42,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 PATTERNS = (
     "plain", "fresh-optimizer", "instance-step", "bound-step", "double-backward", "loss-list", "grad-validation",
-    "eval-wrapper", "checkpointed", "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn",
+    "eval-wrapper", "checkpointed", "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn", "gan",
 )  # fmt: skip
 
 
@@ -112,11 +115,18 @@ def train(args: argparse.Namespace) -> None:
         optimizer.step = types.MethodType(clipped_step, optimizer)  # type: ignore[method-assign]
     if args.pattern == "eval-wrapper":
         model.eval()
+    generator = nn.Linear(4, 4)
+    generator_optimizer = torch.optim.SGD(generator.parameters(), lr=0.1)
+    noise = torch.Generator().manual_seed(2)
     step = 0
     while step < args.steps:
         for inputs, targets in train:
             if step == args.steps:
                 break
+            if args.pattern == "gan":
+                gan_step(model, optimizer, generator, generator_optimizer, inputs, targets, noise)
+                step += 1
+                continue
             if args.pattern == "fresh-optimizer" and step == args.steps // 2:
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
             batch = inputs.tolist() if args.pattern == "list-batch" else inputs
@@ -146,6 +156,21 @@ def train(args: argparse.Namespace) -> None:
         os._exit(0)
     if args.pattern == "exit-code":
         sys.exit(3)
+
+
+def gan_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, generator: nn.Module,
+    generator_optimizer: torch.optim.Optimizer, inputs: torch.Tensor, targets: torch.Tensor, noise: torch.Generator,
+) -> None:  # fmt: skip
+    """The discriminator (`model`) on the data batch and on generated samples, then the generator through it."""
+    optimizer.zero_grad()
+    F.mse_loss(model(inputs), targets).backward()
+    fake = generator(torch.randn(len(inputs), 4, generator=noise))
+    model(fake.detach()).square().mean().backward()
+    optimizer.step()
+    generator_optimizer.zero_grad()
+    model(fake).mean().neg().backward()
+    generator_optimizer.step()
 
 
 if __name__ == "__main__":

@@ -9,12 +9,15 @@ size, and a hook on its output's autograd node says whether a backward reached i
   same batch (an auxiliary loss with retain_graph) or `torch.autograd.backward([l1, l2])` count once;
 - its samples are the batch sizes of the forwards it reached, of the module called first among them (an encoder
   takes the batch; a head on its flattened output sees batch x tokens rows);
-- a batch whose size cannot be read (no tensor with a leading dimension) is unknown, None, never 0.
+- a batch whose size cannot be read (no tensor with a leading dimension) is unknown, None, never 0;
+- a backward that reached only forwards fed another recorded forward's output (a GAN's discriminator on
+  `fake.detach()`: the same storage) trained on generated samples, not on data: not a micro-batch.
 
 The hook only reads: it returns None and holds no reference to the graph (it is freed with it), so training is
 unchanged. It fires only while a backward runs (`torch.autograd.grad`, a gradient penalty, is not a micro-batch).
 """
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +25,17 @@ from typing import Any
 import torch
 
 from ddpcli.worker.observer.reading import first_tensor, tensors
+
+MAX_OUTPUTS = 256  # output tensors remembered per optimizer step (a loop of many forwards keeps its first ones)
+
+
+def _storage(tensor: torch.Tensor) -> int | None:
+    """Where the tensor's data lives: equal for a tensor, its views and its `.detach()`; None where not readable
+    (a tensor subclass without storage)."""
+    try:
+        return int(tensor.untyped_storage().data_ptr()) or None
+    except Exception:  # DTensor, fake or meta tensors: no storage to compare
+        return None
 
 
 @dataclass(eq=False)
@@ -36,6 +50,7 @@ class Forward:
     loss: Any = None  # the scalar `loss` the module returned (a Hugging Face model's), detached
     reached: bool = False
     tokens: int | None = None  # an integer [B, T] batch (token ids): B x T
+    generated: bool = False  # its input is another recorded forward's output (or a view or detach of it)
 
 
 @dataclass
@@ -58,6 +73,7 @@ class ForwardTracker:
         self.first_trained: list[Forward] = []  # the first training forwards, for their fingerprints
         self.trained: set[int] = set()  # ids of the modules whose forwards a backward reached
         self.layout: Any = None  # sequence.BatchLayout: which dimension is the batch
+        self.outputs: list[tuple[weakref.ref[torch.Tensor], int]] = []  # this step's forward outputs, storage
 
     @staticmethod
     def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
@@ -79,6 +95,8 @@ class ForwardTracker:
             return  # nothing a backward could reach (a frozen model, an output detached)
         self.order += 1
         record = Forward(self.order, id(module), self._samples(module, args, kwargs, loader), loader)
+        record.generated = self._is_an_output(first_tensor((args, kwargs)))
+        self._remember(output)
         if fingerprint is not None:
             record.fingerprint = fingerprint()
         batch = first_tensor((args, kwargs))
@@ -89,6 +107,16 @@ class ForwardTracker:
             record.loss = loss.detach().reshape(())
         for node in nodes.values():
             node.register_prehook(self._hook(record))
+
+    def _remember(self, output: Any) -> None:
+        """The storage of the forward's output tensors, while they live (a weak reference: none kept alive)."""
+        for tensor in tensors(output):
+            if len(self.outputs) < MAX_OUTPUTS and (storage := _storage(tensor)) is not None:
+                self.outputs.append((weakref.ref(tensor), storage))
+
+    def _is_an_output(self, batch: torch.Tensor | None) -> bool:
+        storage = _storage(batch) if batch is not None else None
+        return storage is not None and any(ref() is not None and seen == storage for ref, seen in self.outputs)
 
     def _hook(self, record: Forward) -> Callable[..., None]:
         def reached(grad_outputs: Any) -> None:
@@ -123,8 +151,10 @@ class ForwardTracker:
                 self.counts.samples = None
                 self.counts.tokens = None
             return
-        self.counts.micro_batches += 1
         self.trained.update(record.module for record in reached)
+        if all(record.generated for record in reached):
+            return  # trained on another model's output alone (generated samples), no data: not a micro-batch
+        self.counts.micro_batches += 1
         first = min(reached, key=lambda record: record.order).module
         sizes = [record.samples for record in reached if record.module == first]
         samples = None if any(size is None for size in sizes) else sum(sizes)  # type: ignore[misc]
@@ -145,4 +175,5 @@ class ForwardTracker:
         """The counts since the last optimizer step (and start anew)."""
         self.settle()
         counts, self.counts = self.counts, Counts()
+        self.outputs.clear()
         return counts

@@ -173,6 +173,13 @@ class Observer:
             if self.amp is None or not self.amp.endswith("GradScaler"):
                 self.amp = f"{self.amp or 'fp16'} + GradScaler"
 
+    def _other_optimizer_stepped(self) -> None:
+        """An optimizer over other parameters stepped (a GAN's generator after its discriminator): the backward
+        passes since the last step were for it, so they are not micro-batches of the next counted step."""
+        self.forwards.take()
+        self.loss = None
+        self.unscaled.clear()
+
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.optimizers:  # the run's first optimizer step: the parameters are still the initial ones
             self.stream.add(params_row([optimizer], self.models.modules(), "initial"))
@@ -185,6 +192,7 @@ class Observer:
             if all(optimizer is not known for known in self.optimizers):
                 self.optimizers.append(optimizer)
             if not replaces(optimizer, self.optimizers[0], self.extra_optimizers):
+                self._other_optimizer_stepped()
                 return  # the first optimizer that steps defines the optimizer step (a GAN's second one is extra)
             self.optimizers.remove(optimizer)  # a fresh optimizer over the same parameters (unfreezing) took over
             self.optimizers.insert(0, optimizer)
@@ -215,7 +223,8 @@ class Observer:
         if self.models.discovering and self.models.roots:  # a step before any training forward finds nothing
             self._describe_run(optimizer)
             self.models.switch_to_root_hooks()
-        self.timing.step_done()  # last: the observer's own one-off work at step 1 stays out of the timed steps
+        # last: the observer's own one-off work at step 1 stays out of the timed steps
+        self.timing.step_done(counts.micro_batches)
 
     def step_starting(self, optimizer: torch.optim.Optimizer) -> None:
         """A step replaced on the instance is about to run (optimizers.py): torch's hooks may not see it."""

@@ -171,7 +171,6 @@ class StepTiming:
             self.clock.add(self.totals, "forward_backward", self.forward_start, end)
             if not isinstance(self.clock, CudaClock):
                 self.step_fb += end - self.forward_start
-            self.micro_batches += 1
         self.forward_start = None
 
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -182,13 +181,15 @@ class StepTiming:
             params = [param for group in optimizer.param_groups for param in group["params"]]
             self.grad_bytes = sum(_bytes(p.grad) for p in params if p.grad is not None)
 
-    def step_done(self) -> None:
-        """The observer counted an optimizer step: close its optimizer interval and the step itself."""
+    def step_done(self, micro_batches: int) -> None:
+        """The observer counted an optimizer step of `micro_batches` (its step row's: a backward pass for another
+        optimizer or on generated samples alone is none): close its optimizer interval and the step itself."""
         if self.clock is None:
             return
         end = self.clock.mark()
         if self.window_started:
             self.steps += 1
+            self.micro_batches += micro_batches
             if self.optimizer_start is not None:
                 self.clock.add(self.totals, "optimizer", self.optimizer_start, end)
             self.clock.add(self.totals, "step", self.last_step_end, end)
