@@ -36,6 +36,7 @@ state = [{k: v.detach().cpu() for k, v in module.state_dict().items()} for modul
 torch.save(state, f"rank{os.environ['RANK']}.params")
 """
 TRAINER = REPO / "tests" / "port_rules" / "trainer_class.py"
+DOWNLOADS = REPO / "tests" / "port_rules" / "downloads.py"
 
 
 def ddpcli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -100,6 +101,17 @@ def test_under_torchrun_the_ranks_end_equal_and_the_checkpoint_is_written_once(t
     assert stdout.count("epoch 1: loss") == 1  # printed by rank 0 alone
     assert_equal_ranks(zero, one, models=2)
     assert sorted(p.name for p in port.iterdir() if p.suffix == ".pt") == ["mixed.pt"]
+
+
+def test_a_dataset_that_downloads_is_downloaded_once_by_rank_zero(tmp_path: Path) -> None:
+    """Both ranks of the unported script would download into data/ at once (two lines in downloads.log, two
+    partial files racing); the port's rank 0 downloads, rank 1 waits and reads its file."""
+    _, port = ported_pair(tmp_path, DOWNLOADS)
+    stdout, zero, one = torchrun_ranks(port, "downloads_ddp.py")
+    assert len((port / "data" / "downloads.log").read_text().splitlines()) == 1
+    assert sorted(path.name for path in (port / "data").iterdir()) == ["data.bin", "downloads.log"]
+    assert stdout.count("epoch 1: done") == 1
+    assert_equal_ranks(zero, one, models=1)
 
 
 def test_the_ddp_tutorials_trainer_class_is_ported(tmp_path: Path) -> None:

@@ -493,3 +493,35 @@ def test_a_save_inside_a_guarded_open_is_not_guarded_twice() -> None:
     opened = lines.index('with open("m.pt", "wb") as f:')
     assert lines[opened - 1] == "if _is_main:"
     assert lines[opened + 1] == "torch.save(_unwrap(model), f)"
+
+
+DOWNLOADS = """
+from torchvision import datasets
+train = datasets.MNIST("../data", train=True, download=True)
+test = datasets.MNIST("../data", train=False, download=False)
+local = datasets.FakeData(size=64)
+"""
+RETURNED = """
+from torchvision import datasets
+def data():
+    return datasets.MNIST("../data", download=True)
+"""
+
+
+def test_a_dataset_that_downloads_is_downloaded_by_rank_zero_first() -> None:
+    """pytorch/examples mnist builds `datasets.MNIST('../data', train=True, download=True, ...)` on every rank:
+    N processes downloading into one folder at once race on its files. Rank 0 builds it first; the others wait,
+    then read what it wrote; each side's barrier matches the other's, dataset after dataset."""
+    result = port(DOWNLOADS + LOOP)
+    lines = lines_of(result)
+    first = lines.index('train = datasets.MNIST("../data", train=True, download=True)')
+    assert lines[first - 2 : first] == ["if _ddp and not _is_main:", "dist.barrier()  # rank 0 downloads first"]
+    after = ["if _ddp and _is_main:", "dist.barrier()  # the others read what it downloaded"]
+    assert lines[first + 1 : first + 3] == after
+    assert lines.index("_ddp_setup()") < first - 2  # the group exists before the first barrier
+    assert kinds(result).count("download") == 1  # download=False and no download: left alone
+    returned = port(RETURNED + LOOP)
+    assert "download" not in kinds(returned)
+    assert [item.reason.split(":")[0] for item in returned.not_ported] == [
+        "datasets.MNIST(download=...) where no barrier can follow it"
+    ]

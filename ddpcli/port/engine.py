@@ -11,12 +11,12 @@ from ddpcli.port import refusals
 from ddpcli.port.context import Port
 from ddpcli.port.facts import Facts
 from ddpcli.port.records import PortRefused, PortResult
-from ddpcli.port.rules import accumulation, device, hand_batching, header, loss, rank0, sampler, unwrap, wrap
+from ddpcli.port.rules import accumulation, device, download, hand_batching, header, loss, rank0, sampler, unwrap, wrap
 
 # wrap first (the others read port.models); header last (it defines what the others used).
 RULES: tuple[Callable[[Port], None], ...] = (
-    wrap.apply, unwrap.apply, device.apply, sampler.apply, loss.apply, rank0.apply, accumulation.apply,
-    hand_batching.apply, header.apply,
+    wrap.apply, unwrap.apply, device.apply, sampler.apply, loss.apply, rank0.apply, download.apply,
+    accumulation.apply, hand_batching.apply, header.apply,
 )  # fmt: skip
 
 
