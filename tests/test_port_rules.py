@@ -525,3 +525,16 @@ def test_a_dataset_that_downloads_is_downloaded_by_rank_zero_first() -> None:
     assert [item.reason.split(":")[0] for item in returned.not_ported] == [
         "datasets.MNIST(download=...) where no barrier can follow it"
     ]
+
+
+def test_a_file_opened_for_writing_outside_a_with_is_opened_on_rank_zero_and_null_elsewhere() -> None:
+    """`log = open(...)` then `log.write(...)` all through the loop: every rank keeps a file object to write to,
+    and only rank 0's is the file. A mode that also reads cannot be nulled and is listed."""
+    result = port(LOOP + 'log = open("train.log", "w", encoding="utf-8")\nlog.write("done")\nlog.close()\n')
+    lines = lines_of(result)
+    opened = 'log = open("train.log", "w", encoding="utf-8") if _is_main else open(os.devnull, "w", encoding="utf-8")'
+    assert opened in lines and 'log.write("done")' in lines
+    assert not result.not_ported
+    both = port(LOOP + 'log = open("train.log", "w+")\n')
+    assert 'log = open("train.log", "w+")' in lines_of(both)
+    assert [item.reason.split(":")[0] for item in both.not_ported] == ["a file opened for writing outside a `with`"]

@@ -71,8 +71,8 @@ def apply(port: Port) -> None:
             and _opens_for_writing(node)
             and not isinstance(facts.parents.get(facts.parents.get(node)), cst.With)
         ):
-            port.cannot(node, "a file opened for writing outside a `with`: every rank writes it; open it on rank "
-                        "0 only (if _is_main)")  # fmt: skip
+            saves = True
+            _open_on_rank_zero(port, node)
         elif isinstance(node, cst.Call) and (
             last_name(node) in WRITER_CLASSES
             or (facts.resolve(node) == "wandb.init" and isinstance(facts.parents.get(node), cst.Assign))
@@ -86,6 +86,23 @@ def apply(port: Port) -> None:
             port.change(node, "rank0", "progress bar shown on rank 0 only")
     if saves:
         _barriers(port)
+
+
+def _open_on_rank_zero(port: Port, call: cst.Call) -> None:
+    """`log = open("log.txt", "w")`: rank 0 opens the file, the others the null device with the same mode, so every
+    later `log.write` runs everywhere and lands once. A mode that also reads ("r+", "w+") cannot be emptied so."""
+    mode = keyword(call, "mode") or (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
+    value = string_value(mode.value) if mode is not None else None
+    if not call.args or call.args[0].keyword is not None or value is None or "+" in value:
+        port.cannot(call, "a file opened for writing outside a `with`: every rank writes it; open it on rank 0 "
+                    "only (if _is_main)")  # fmt: skip
+        return
+    port.edits.rewrite(call, lambda n: cst.IfExp(
+        test=cst.Name("_is_main"), body=n,
+        orelse=n.with_changes(args=[n.args[0].with_changes(value=cst.parse_expression("os.devnull")), *n.args[1:]]),
+    ))  # fmt: skip
+    port.change(call, "rank0", f"{port.code(call)} on rank 0; the other ranks write to os.devnull (once, not once "
+                "per rank)")  # fmt: skip
 
 
 def _with_comma(args: tuple[cst.Arg, ...]) -> list[cst.Arg]:
