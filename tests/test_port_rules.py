@@ -538,3 +538,31 @@ def test_a_file_opened_for_writing_outside_a_with_is_opened_on_rank_zero_and_nul
     both = port(LOOP + 'log = open("train.log", "w+")\n')
     assert 'log = open("train.log", "w+")' in lines_of(both)
     assert [item.reason.split(":")[0] for item in both.not_ported] == ["a file opened for writing outside a `with`"]
+
+
+WHILE_EPOCHS = """
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+train_loader = DataLoader(data, batch_size=8, shuffle=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+epoch = 0
+while epoch < 3:
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+    epoch += 1
+"""
+
+
+def test_a_while_epoch_loop_counts_its_rounds_for_set_epoch() -> None:
+    """A `while` loop around the batch loop has no loop variable to hand set_epoch: it was listed as not ported,
+    and every epoch would have repeated the first one's shuffle. Its rounds are counted instead."""
+    result = port(WHILE_EPOCHS)
+    lines = lines_of(result)
+    loop = lines.index("while epoch < 3:")
+    assert lines[loop - 2 : loop] == ["if _ddp:", "_ddp_epoch = 0  # epochs begun: the shuffle's seed"]
+    assert lines[loop + 1 : loop + 5] == [
+        "if _ddp:", "_ddp_epoch += 1", "if _ddp:", "train_loader.sampler.set_epoch(_ddp_epoch - 1)"
+    ]  # fmt: skip
+    assert "set_epoch" in kinds(result) and not result.not_ported

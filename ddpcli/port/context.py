@@ -22,6 +22,7 @@ class Port:
     models: list[str] = field(default_factory=list)  # names DDP-wraps (the wrap rule sets them)
     wraps_at_module_level: bool = False  # a DDP wrap or barrier outside any function: set up the group there
     dist: str = "dist"  # the name torch.distributed goes by in the output
+    counted_loops: set[int] = field(default_factory=set)  # epoch loops given a round counter (no epoch variable)
 
     def change(self, node: cst.CSTNode, kind: str, text: str) -> None:
         self.changes.append(Change(self.facts.line(node), kind, text))

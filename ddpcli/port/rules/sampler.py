@@ -43,6 +43,9 @@ def _loader_names(port: Port, call: cst.Call) -> list[str]:
     return found
 
 
+EPOCH_COUNTER = "_ddp_epoch"
+
+
 def _epoch_of(loop: cst.For | cst.While) -> str | None:
     if isinstance(loop, cst.For):
         target = loop.target
@@ -108,10 +111,17 @@ def _set_epoch(port: Port, name: str, loop: cst.For, at: cst.CSTNode, epoch_loop
     epoch = _epoch_of(epoch_loop)
     loader = name if at is loop else port.code(next(a.value for a in at.args if dotted(a.value) == name))
     body = epoch_loop.body
-    if epoch is None or not isinstance(body, cst.IndentedBlock):
-        port.cannot(epoch_loop, f"{name}: this epoch loop has no epoch variable; call "
+    if not isinstance(body, cst.IndentedBlock):
+        port.cannot(epoch_loop, f"{name}: this epoch loop is on one line; call "
                     f"{name}.sampler.set_epoch(epoch) at the top of each epoch")  # fmt: skip
         return
+    if epoch is None:  # `while epoch < n:`, `for self.epoch in ...`: count the loop's rounds
+        if id(epoch_loop) not in port.counted_loops:
+            port.counted_loops.add(id(epoch_loop))
+            start = f"if _ddp:\n    {EPOCH_COUNTER} = 0  # epochs begun: the shuffle's seed\n"
+            port.edits.insert_before(epoch_loop, start)
+            port.edits.insert_before(body.body[0], f"if _ddp:\n    {EPOCH_COUNTER} += 1\n")
+        epoch = f"{EPOCH_COUNTER} - 1"
     port.edits.insert_before(body.body[0], f"if _ddp:\n    {loader}.sampler.set_epoch({epoch})\n")
     port.change(epoch_loop, "set_epoch", f"{loader}.sampler.set_epoch({epoch}) at the top of each epoch: a "
                 "new shuffle each epoch, the same on every rank")  # fmt: skip
