@@ -1,0 +1,251 @@
+"""compare's table and notes printed line by line, exactly as Rich prints them, when no cell needs laying out.
+
+Rich lays a table out cell by cell (measure, wrap, justify, pad, crop: a few hundred function calls a cell), so
+5,000 runs x 20 columns took seconds, and every cell had to be kept as a Text until the table was laid out. When
+every value is one line and the table at its natural width fits the console, none of that can change a cell: a
+column is as wide as its widest value (plus padding), a value is padded to it on the side its column justifies,
+and the cells are joined by the box's spaces. This module does just that, from compact cells (plain text, style,
+spans) kept per row, and yields Rich Segments, so the console still turns styles into escape codes (or drops
+them on a pipe). The title, the header and the caption are few: Rich renders those (a table without rows, with
+the same column widths). Anything else (a multi-line or tab-holding value, a table wider than the console, which
+Rich would wrap or split) is not handled here: `fast_table` returns None and the caller prints with Rich.
+
+The one module of ddpcli.compare that imports Rich; only the compare command imports it. tests/test_fast_table.py
+checks, on random tables of compare's shape, that the output is Rich's byte for byte, with and without colour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import islice, pairwise
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.padding import Padding
+from rich.segment import Segment
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+
+StyleName = str | Style
+Span = tuple[int, int, StyleName]
+# A cell: its plain text when it has no style, else (plain, style, spans). Most cells are numbers without style.
+Cell = str | tuple[str, StyleName, tuple[Span, ...]]
+CHUNK_ROWS = 256  # rows handed to the console per print: its buffer holds this many rows' segments, not all
+NULL = Style.null()
+
+
+def compact(text: Text, strings: dict[str, str]) -> Cell | None:
+    """The cell of a Text, or None when it is not one line of plain text Rich would print as it is. `strings`
+    shares equal values between rows (a status, a batch size, `-`): a sweep repeats most of them."""
+    plain = text.plain
+    if text.justify is not None or text.overflow is not None or text.no_wrap is not None or text.end != "\n":
+        return None
+    if "\t" in plain or (plain and plain.splitlines() != [plain]):
+        return None  # a tab expands, a line break (of any kind) makes two lines: Rich's job
+    plain = strings.setdefault(plain, plain)
+    if not text.style and not text.spans:
+        return plain
+    return plain, text.style, tuple((span.start, span.end, span.style) for span in text.spans)
+
+
+@dataclass(frozen=True)
+class Header:
+    """A column as the table shows it: header text and justification ("left" or "right")."""
+
+    text: str
+    justify: str = "right"
+
+
+class FastTable:
+    """A one-line-a-cell table with SIMPLE_HEAD box, no edge, padding (0, 1), collapsed padding: the table
+    ddpcli.cli.render.layout builds when every column fits. Rows are kept as compact cells only."""
+
+    def __init__(self, headers: Sequence[Header], rows: list[tuple[Cell, ...]], title: Text, caption: Text) -> None:
+        self.headers = headers
+        self.rows = rows
+        self.title = title
+        self.caption = caption
+        self.widths = [
+            max(cell_len(line) for line in header.text.split("\n")) for header in headers
+        ]  # the content width of each column: its widest value or header line
+        for row in rows:
+            for index, cell in enumerate(row):
+                size = cell_len(cell if isinstance(cell, str) else cell[0])
+                if size > self.widths[index]:
+                    self.widths[index] = size
+
+    @property
+    def width(self) -> int:
+        """Columns, their padding (two on the first, one on the others) and one space between two columns."""
+        return sum(self.widths) + 2 * len(self.widths)
+
+    def print_to(self, console: Console) -> None:
+        """Print the table: Rich's head, our rows in chunks (the console buffers one chunk), Rich's caption."""
+        console.print(_Head(self))
+        rows = iter(self.rows)
+        while chunk := list(islice(rows, CHUNK_ROWS)):
+            console.print(_Body(self, chunk))
+        console.print(_Caption(self))
+
+    def head_table(self) -> Table:
+        """The table without rows: Rich renders its title, header and rule at our widths. min_width is the content
+        width Rich clamps to after adding one of padding (the first column has two, hence one more)."""
+        table = Table(
+            title=self.title,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            padding=(0, 1),
+            collapse_padding=True,
+        )
+        for index, (header, width) in enumerate(zip(self.headers, self.widths, strict=True)):
+            table.add_column(header.text, justify=header.justify, no_wrap=True, min_width=width + (index == 0))  # type: ignore[arg-type]
+        return table
+
+    def row_segments(self, row: Sequence[Cell], console: Console, plain: bool) -> Iterator[Segment]:
+        """One row's segments: left padding on the first cell, the value padded to its column, one space of
+        padding and one of box between cells. `plain`: the console drops styles, so one segment is the line."""
+        if plain:
+            yield Segment(" " + "  ".join(self._plain_cells(row)) + " ")
+            yield Segment.line()
+            return
+        yield Segment(" ", NULL)
+        last = len(row) - 1
+        for index, (cell, header, width) in enumerate(zip(row, self.headers, self.widths, strict=True)):
+            yield from _cell_segments(cell, header.justify, width, console)
+            yield Segment(" ", NULL)
+            if index != last:
+                yield Segment(" ", NULL)
+        yield Segment.line()
+
+    def _plain_cells(self, row: Sequence[Cell]) -> Iterator[str]:
+        for cell, header, width in zip(row, self.headers, self.widths, strict=True):
+            text = cell if isinstance(cell, str) else cell[0]
+            if header.justify == "right":
+                text = text.rstrip()
+                yield " " * (width - cell_len(text)) + text
+            else:
+                yield text + " " * (width - cell_len(text))
+
+
+def _justified(cell: Cell, justify: str, width: int) -> tuple[str, StyleName, tuple[Span, ...]]:
+    """The cell padded to `width` as Rich justifies a line: left pads on the right; right strips trailing space
+    (spans cut to the shorter text) and pads on the left (spans moved along)."""
+    plain, style, spans = (cell, "", ()) if isinstance(cell, str) else cell
+    if justify != "right":
+        return plain + " " * (width - cell_len(plain)), style, spans
+    stripped = plain.rstrip()
+    if len(stripped) < len(plain):
+        end = len(stripped)
+        spans = tuple((start, min(stop, end), name) for start, stop, name in spans if start < end)
+    shift = width - cell_len(stripped)
+    return " " * shift + stripped, style, tuple((start + shift, stop + shift, name) for start, stop, name in spans)
+
+
+def _cell_segments(cell: Cell, justify: str, width: int, console: Console) -> Iterator[Segment]:
+    """A justified cell as Rich's Text renders a line: the line's style and its spans (in order) stacked on a
+    null style, one segment for each stretch between two span ends; no style and no spans: one bare segment."""
+    text, style, spans = _justified(cell, justify, width)
+    layers = ([(0, len(text), style)] if style else []) + list(spans)
+    if not layers:
+        yield Segment(text)
+        return
+    styles = [NULL, *(console.get_style(name, default=NULL) for _, _, name in layers)]
+    edges = sorted(
+        [(0, False, 0), *((start, False, i) for i, (start, _, _) in enumerate(layers, 1)),
+         *((stop, True, i) for i, (_, stop, _) in enumerate(layers, 1)), (len(text), True, 0)],
+        key=lambda edge: (edge[0], edge[1]),
+    )  # fmt: skip
+    stack: list[int] = []
+    for (offset, leaving, layer), (following, _, _) in pairwise(edges):
+        if leaving:
+            stack.remove(layer)
+        else:
+            stack.append(layer)
+        if following > offset:
+            yield Segment(text[offset:following], Style.combine(styles[layer] for layer in sorted(stack)))
+
+
+class _Head:
+    def __init__(self, table: FastTable) -> None:
+        self.table = table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from console.render(self.table.head_table(), options)
+
+
+class _Body:
+    def __init__(self, table: FastTable, rows: list[tuple[Cell, ...]]) -> None:
+        self.table, self.rows = table, rows
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        plain = console.color_system is None and not console.record
+        for row in self.rows:
+            yield from self.table.row_segments(row, console, plain)
+
+
+class _Caption:
+    def __init__(self, table: FastTable) -> None:
+        self.table = table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        """As Table renders its caption: at the table's width, left-justified, no highlighting."""
+        table_options = options.update(width=self.table.width, highlight=False, height=None)
+        yield from console.render(self.table.caption, table_options.update(justify="left"))
+
+
+def fast_table(
+    headers: Sequence[Header], rows: Iterable[Sequence[Text]], width: int, *, title: Text, caption: Text
+) -> FastTable | None:
+    """The table of these rows if it can be printed without Rich laying it out at `width`, else None. Each row's
+    Texts are made compact as they come, so only compact cells are kept."""
+    strings: dict[str, str] = {}
+    kept: list[tuple[Cell, ...]] = []
+    for texts in rows:
+        row = tuple(compact(text, strings) for text in texts)
+        if len(row) != len(headers) or any(cell is None for cell in row):
+            return None
+        kept.append(row)  # type: ignore[arg-type]  # no None left
+    if not kept or any(header.justify not in ("left", "right") for header in headers):
+        return None
+    table = FastTable(headers, kept, title, caption)
+    return table if table.width <= width else None
+
+
+def print_notes(console: Console, title: str, notes: Sequence[str]) -> None:
+    """What ddpcli.cli.render.layout.print_bullets prints (a bold title, each note as `- note` indented by two),
+    one line a note without Rich wrapping it when it fits; a note that wraps is printed by Rich."""
+    if not notes:
+        return
+    console.print(Text(title, style="bold"))
+    width = console.width
+    lines: list[str] = []
+    for note in notes:
+        text = Text(f"- {note}")
+        plain = text.plain
+        if "\t" not in plain and plain.splitlines() == [plain] and cell_len(plain) <= width - 2:
+            lines.append(f"  {plain}{' ' * (width - 2 - cell_len(plain))}")
+            continue
+        _print_lines(console, lines)
+        console.print(Padding(text, (0, 0, 0, 2)))
+    _print_lines(console, lines)
+
+
+def _print_lines(console: Console, lines: list[str]) -> None:
+    """Lines already laid out, as unstyled segments; empties `lines`."""
+    if lines:
+        console.print(_Lines(lines[:]))
+        lines.clear()
+
+
+class _Lines:
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for line in self.lines:
+            yield Segment(line, NULL)
+            yield Segment.line()
