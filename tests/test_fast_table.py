@@ -1,4 +1,4 @@
-"""ddpcli.compare.fast_table prints exactly what Rich prints: random tables of compare's shape (its columns, cells
+"""ddpcli.cli.render.fast_table prints exactly what Rich prints: random tables of compare's shape (its columns, cells
 with styles and spans, unicode of every width, empty and long values) and random notes, with and without colour;
 and it declines (None) where Rich would lay the table out differently (too narrow, a line break, a tab)."""
 
@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.text import Text
 
 from ddpcli.cli.render.compare import COLUMNS
+from ddpcli.cli.render.fast_table import CHUNK_ROWS, FastTable, Header, fast_table, print_notes
 from ddpcli.cli.render.layout import fitted_tables, print_bullets
-from ddpcli.compare.fast_table import CHUNK_ROWS, FastTable, Header, fast_table, print_notes
 
 HEADERS = [Header(column.header, column.justify) for column in COLUMNS]
 STYLES = ["", "bold", "green", "red", "dim", "cyan", "yellow", "bold red", "italic"]

@@ -14,8 +14,8 @@ from rich.text import Text
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE as EXPERIMENT_FILE
 from ddpcli.cli.console import stdout, user_errors, warning, wrote
 from ddpcli.cli.render.compare import COLUMNS, _caption, _cells, comparison_tables, csv_text, loss_figure
+from ddpcli.cli.render.fast_table import Header, fast_table, print_notes
 from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, Comparison, collect_runs, compare_runs
-from ddpcli.compare.fast_table import Header, fast_table, print_notes
 from ddpcli.compare.lost import with_observations
 from ddpcli.errors import UserError
 from ddpcli.experiment.planning import load_plan
@@ -92,7 +92,7 @@ def compare_command(
 
 
 def _print_table(comparison: Comparison) -> None:
-    """The table, laid out by ddpcli.compare.fast_table when it fits the console one line a value (what Rich would
+    """The table, laid out by ddpcli.cli.render.fast_table when it fits the console one line a value (what Rich would
     print, without Rich laying out every cell: seconds at 5,000 runs), else by Rich (split, wrapped)."""
     title = Text(f"Compare: baseline {comparison.baseline.label} ({comparison.baseline_reason})")
     caption = Text(_caption(comparison), style="table.caption")  # as fitted_tables puts it under one table

@@ -10,8 +10,9 @@ them on a pipe). The title, the header and the caption are few: Rich renders tho
 the same column widths). Anything else (a multi-line or tab-holding value, a table wider than the console, which
 Rich would wrap or split) is not handled here: `fast_table` returns None and the caller prints with Rich.
 
-The one module of ddpcli.compare that imports Rich; only the compare command imports it. tests/test_fast_table.py
-checks, on random tables of compare's shape, that the output is Rich's byte for byte, with and without colour.
+Generic (headers, Texts in, Segments out), so it sits with the renderers: ddpcli.compare stays free of Rich.
+tests/test_fast_table.py checks, on random tables of compare's shape, that the output is Rich's byte for byte,
+with and without colour.
 """
 
 from __future__ import annotations
