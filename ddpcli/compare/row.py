@@ -48,6 +48,7 @@ class ComparisonRow:
     data_efficiency: float | None = None
     compare_findings: tuple[Finding, ...] = ()  # found between runs (lr_schedule_mismatch), not in run.json
     speed_unreliable: bool = False  # the run or its baseline was starved of CPU (compare.throughput): marked ?
+    spark: str | None = None  # the sparkline, drawn before compare_runs drops the loss points (None: draw it)
 
     @property
     def findings(self) -> list[Finding]:
@@ -71,7 +72,7 @@ class ComparisonRow:
 
     @property
     def sparkline(self) -> str:
-        return sparkline(self.run.metrics.loss_points)
+        return self.spark if self.spark is not None else sparkline(self.run.metrics.loss_points)
 
     def as_json(self) -> dict[str, Any]:
         """The row of --json and --csv: ROW_KEYS, null where a value does not apply, is unknown or is not finite (a
