@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +115,18 @@ class ComparisonRow:
             "predicted_samples_per_s": self.prediction.predicted_samples_per_s if self.prediction else None,
             "prediction_error": self.prediction.error if self.prediction else None,
         }
+
+
+def json_list(items: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """`json.dumps(list(items), indent=2, allow_nan=False)` in pieces, one item at a time: --json of 5,000 runs
+    holds one row's dict and text, not all of them. (Indented JSON has no blank line, and a string's newline is
+    escaped, so indenting each of an item's lines by two is exactly how json nests it in the list.)"""
+    first = True
+    for item in items:
+        text = json.dumps(item, indent=2, allow_nan=False).replace("\n", "\n  ")
+        yield ("[\n  " if first else ",\n  ") + text
+        first = False
+    yield "[]" if first else "\n]"
 
 
 def _strict(value: Any) -> Any:

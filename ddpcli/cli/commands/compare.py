@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -17,6 +16,7 @@ from ddpcli.cli.render.compare import COLUMNS, _caption, _cells, comparison_tabl
 from ddpcli.cli.render.fast_table import Header, fast_table, print_notes
 from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, Comparison, collect_runs, compare_runs
 from ddpcli.compare.lost import with_observations
+from ddpcli.compare.row import json_list
 from ddpcli.errors import UserError
 from ddpcli.experiment.planning import load_plan
 from ddpcli.rundir.params import param_diff
@@ -80,7 +80,9 @@ def compare_command(
     for message in [*warnings, *comparison.warnings]:
         warning(message)
     if as_json:
-        print(json.dumps([row.as_json() for row in comparison.rows], indent=2, allow_nan=False))
+        for piece in json_list(row.as_json() for row in comparison.rows):  # one row's dict held at a time
+            print(piece, end="")
+        print()
     else:
         _print_table(comparison)
         print_notes(stdout, "Notes", comparison.notes)
