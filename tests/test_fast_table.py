@@ -12,7 +12,15 @@ from rich.console import Console
 from rich.text import Text
 
 from ddpcli.cli.render.compare import COLUMNS
-from ddpcli.cli.render.fast_table import CHUNK_ROWS, FastTable, Header, fast_table, print_notes
+from ddpcli.cli.render.fast_table import (
+    CHUNK_ROWS,
+    FastTable,
+    Header,
+    fast_table,
+    fitted_fast_tables,
+    print_notes,
+    print_tables,
+)
 from ddpcli.cli.render.layout import fitted_tables, print_bullets
 
 HEADERS = [Header(column.header, column.justify) for column in COLUMNS]
@@ -57,11 +65,17 @@ def fast_output(table: FastTable, width: int, colour: bool) -> str:
     return out.file.getvalue()  # type: ignore[attr-defined]
 
 
+def fitted_output(tables: list[FastTable | Text], width: int, colour: bool) -> str:
+    out = console(width, colour)
+    print_tables(out, tables)
+    return out.file.getvalue()  # type: ignore[attr-defined]
+
+
 def title_and_caption(words: str) -> tuple[Text, str]:
     return Text(f"Compare: baseline {words} (smallest world size)"), f"* baseline. {words} " * 6
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     table_rows=rows(),
     slack=st.integers(0, 40),
@@ -81,6 +95,27 @@ def test_a_table_that_fits_prints_as_rich_prints_it(
 
 
 @settings(max_examples=40, deadline=None)
+@given(table_rows=rows(), width=st.integers(20, 200), colour=st.booleans())
+def test_tables_split_to_fit_print_as_rich_prints_them(table_rows: list[list[Text]], width: int, colour: bool) -> None:
+    """At any width: where every table of fitted_tables' split fits one line a value, the same text; else None."""
+    title, caption = title_and_caption("narrow")
+    tables = fitted_fast_tables(COLUMNS, table_rows, width, title=title, caption=caption)
+    if tables is not None:
+        assert fitted_output(tables, width, colour) == rich_output(table_rows, width, colour, title, caption)
+
+
+def test_a_narrow_console_splits_into_fast_tables() -> None:
+    """80 columns (a pipe, a CI log): training, then speed and equivalence, each printed here."""
+    table_rows = [[Text(f"{index}x{column}"[:6]) for column in range(len(COLUMNS))] for index in range(5)]
+    title, caption = title_and_caption("narrow")
+    tables = fitted_fast_tables(COLUMNS, table_rows, 80, title=title, caption=caption)
+    assert tables is not None and sum(isinstance(table, FastTable) for table in tables) >= 2
+    assert isinstance(tables[-1], Text)  # the caption, after the tables
+    for colour in (False, True):
+        assert fitted_output(tables, 80, colour) == rich_output(table_rows, 80, colour, title, caption)
+
+
+@settings(max_examples=20, deadline=None)
 @given(table_rows=rows(), short=st.integers(1, 30))
 def test_a_table_wider_than_the_console_is_left_to_rich(table_rows: list[list[Text]], short: int) -> None:
     title, caption = title_and_caption("x")

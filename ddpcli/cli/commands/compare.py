@@ -13,7 +13,7 @@ from rich.text import Text
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE as EXPERIMENT_FILE
 from ddpcli.cli.console import stdout, user_errors, warning, wrote
 from ddpcli.cli.render.compare import COLUMNS, _caption, _cells, comparison_tables, csv_text, loss_figure
-from ddpcli.cli.render.fast_table import Header, fast_table, print_notes
+from ddpcli.cli.render.fast_table import fitted_fast_tables, print_notes, print_tables
 from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, Comparison, collect_runs, compare_runs
 from ddpcli.compare.lost import with_observations
 from ddpcli.compare.row import json_list
@@ -94,15 +94,14 @@ def compare_command(
 
 
 def _print_table(comparison: Comparison) -> None:
-    """The table, laid out by ddpcli.cli.render.fast_table when it fits the console one line a value (what Rich would
-    print, without Rich laying out every cell: seconds at 5,000 runs), else by Rich (split, wrapped)."""
+    """The tables of ddpcli.cli.render.layout.fitted_tables, printed by ddpcli.cli.render.fast_table where every
+    value is one line in a table that fits (what Rich would print, without Rich laying out every cell: seconds at
+    5,000 runs), else by Rich (a value that wraps or folds)."""
     title = Text(f"Compare: baseline {comparison.baseline.label} ({comparison.baseline_reason})")
-    caption = Text(_caption(comparison), style="table.caption")  # as fitted_tables puts it under one table
-    headers = [Header(column.header, column.justify) for column in COLUMNS]
     rows = (_cells(row) for row in comparison.rows)
-    table = fast_table(headers, rows, stdout.width, title=title, caption=caption)
-    if table is not None:
-        table.print_to(stdout)
+    tables = fitted_fast_tables(COLUMNS, rows, stdout.width, title=title, caption=_caption(comparison))
+    if tables is not None:
+        print_tables(stdout, tables)
         return
     for rich_table in comparison_tables(comparison, stdout.width):
         stdout.print(rich_table)

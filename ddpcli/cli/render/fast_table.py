@@ -30,6 +30,8 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from ddpcli.cli.render.layout import Column, fitted_tables
+
 StyleName = str | Style
 Span = tuple[int, int, StyleName]
 # A cell: its plain text when it has no style, else (plain, style, spans). Most cells are numbers without style.
@@ -61,22 +63,26 @@ class Header:
 
 
 class FastTable:
-    """A one-line-a-cell table with SIMPLE_HEAD box, no edge, padding (0, 1), collapsed padding: the table
-    ddpcli.cli.render.layout builds when every column fits. Rows are kept as compact cells only."""
+    """A one-line-a-cell table with SIMPLE_HEAD box, no edge, padding (0, 1), collapsed padding: a table
+    ddpcli.cli.render.layout builds when its columns fit. Shows the columns `indices` of `rows` (compact cells,
+    shared with the other tables of a split); `widths` are every column's content widths (`content_widths`)."""
 
-    def __init__(self, headers: Sequence[Header], rows: list[tuple[Cell, ...]], title: Text, caption: Text) -> None:
-        self.headers = headers
+    def __init__(
+        self,
+        headers: Sequence[Header],
+        rows: list[tuple[Cell, ...]],
+        *,
+        widths: Sequence[int],
+        indices: Sequence[int] | None = None,
+        title: Text | None = None,
+        caption: Text | None = None,
+    ) -> None:
+        self.indices = list(range(len(headers))) if indices is None else list(indices)
+        self.headers = [headers[index] for index in self.indices]
+        self.widths = [widths[index] for index in self.indices]
         self.rows = rows
         self.title = title
         self.caption = caption
-        self.widths = [
-            max(cell_len(line) for line in header.text.split("\n")) for header in headers
-        ]  # the content width of each column: its widest value or header line
-        for row in rows:
-            for index, cell in enumerate(row):
-                size = cell_len(cell if isinstance(cell, str) else cell[0])
-                if size > self.widths[index]:
-                    self.widths[index] = size
 
     @property
     def width(self) -> int:
@@ -89,7 +95,8 @@ class FastTable:
         rows = iter(self.rows)
         while chunk := list(islice(rows, CHUNK_ROWS)):
             console.print(_Body(self, chunk))
-        console.print(_Caption(self))
+        if self.caption is not None:
+            console.print(_Caption(self))
 
     def head_table(self) -> Table:
         """The table without rows: Rich renders its title, header and rule at our widths. min_width is the content
@@ -109,27 +116,39 @@ class FastTable:
     def row_segments(self, row: Sequence[Cell], console: Console, plain: bool) -> Iterator[Segment]:
         """One row's segments: left padding on the first cell, the value padded to its column, one space of
         padding and one of box between cells. `plain`: the console drops styles, so one segment is the line."""
+        cells = [row[index] for index in self.indices]
         if plain:
-            yield Segment(" " + "  ".join(self._plain_cells(row)) + " ")
+            yield Segment(" " + "  ".join(self._plain_cells(cells)) + " ")
             yield Segment.line()
             return
         yield Segment(" ", NULL)
-        last = len(row) - 1
-        for index, (cell, header, width) in enumerate(zip(row, self.headers, self.widths, strict=True)):
+        last = len(cells) - 1
+        for index, (cell, header, width) in enumerate(zip(cells, self.headers, self.widths, strict=True)):
             yield from _cell_segments(cell, header.justify, width, console)
             yield Segment(" ", NULL)
             if index != last:
                 yield Segment(" ", NULL)
         yield Segment.line()
 
-    def _plain_cells(self, row: Sequence[Cell]) -> Iterator[str]:
-        for cell, header, width in zip(row, self.headers, self.widths, strict=True):
+    def _plain_cells(self, cells: Sequence[Cell]) -> Iterator[str]:
+        for cell, header, width in zip(cells, self.headers, self.widths, strict=True):
             text = cell if isinstance(cell, str) else cell[0]
             if header.justify == "right":
                 text = text.rstrip()
                 yield " " * (width - cell_len(text)) + text
             else:
                 yield text + " " * (width - cell_len(text))
+
+
+def content_widths(headers: Sequence[Header], rows: Iterable[Sequence[Cell]]) -> list[int]:
+    """Each column's widest value or header line, in cells."""
+    widths = [max(cell_len(line) for line in header.text.split("\n")) for header in headers]
+    for row in rows:
+        for index, cell in enumerate(row):
+            size = cell_len(cell if isinstance(cell, str) else cell[0])
+            if size > widths[index]:
+                widths[index] = size
+    return widths
 
 
 def _justified(cell: Cell, justify: str, width: int) -> tuple[str, StyleName, tuple[Span, ...]]:
@@ -198,22 +217,87 @@ class _Caption:
         yield from console.render(self.table.caption, table_options.update(justify="left"))
 
 
-def fast_table(
-    headers: Sequence[Header], rows: Iterable[Sequence[Text]], width: int, *, title: Text, caption: Text
-) -> FastTable | None:
-    """The table of these rows if it can be printed without Rich laying it out at `width`, else None. Each row's
-    Texts are made compact as they come, so only compact cells are kept."""
+def compact_rows(rows: Iterable[Sequence[Text]], columns: int) -> list[tuple[Cell, ...]] | None:
+    """Each row's Texts made compact as they come (only compact cells are kept); None when one cannot be."""
     strings: dict[str, str] = {}
     kept: list[tuple[Cell, ...]] = []
     for texts in rows:
         row = tuple(compact(text, strings) for text in texts)
-        if len(row) != len(headers) or any(cell is None for cell in row):
+        if len(row) != columns or any(cell is None for cell in row):
             return None
         kept.append(row)  # type: ignore[arg-type]  # no None left
-    if not kept or any(header.justify not in ("left", "right") for header in headers):
+    return kept or None
+
+
+def fast_table(
+    headers: Sequence[Header], rows: Iterable[Sequence[Text]], width: int, *, title: Text, caption: Text
+) -> FastTable | None:
+    """The one table of these rows if it can be printed without Rich laying it out at `width`, else None."""
+    kept = compact_rows(rows, len(headers))
+    if kept is None or any(header.justify not in ("left", "right") for header in headers):
         return None
-    table = FastTable(headers, kept, title, caption)
+    table = FastTable(headers, kept, widths=content_widths(headers, kept), title=title, caption=caption)
     return table if table.width <= width else None
+
+
+def fitted_fast_tables(
+    columns: Sequence[Column], rows: Iterable[Sequence[Text]], width: int, *, title: Text, caption: str
+) -> list[FastTable | Text] | None:
+    """What ddpcli.cli.render.layout.fitted_tables prints, as fast tables: the same split into tables keyed by
+    the first column (chosen by fitted_tables itself, from each column's two extreme cells: all its choice
+    depends on), then each table printed here. None when a table would need Rich: a value that must wrap or fold,
+    or a cell that is not one plain line."""
+    headers = [Header(column.header, column.justify) for column in columns]
+    kept = compact_rows(rows, len(columns))
+    if kept is None or any(header.justify not in ("left", "right") for header in headers):
+        return None
+    widths = content_widths(headers, kept)
+    split = fitted_tables(columns, _extremes(kept, len(columns)), width, title=title, caption=caption)
+    groups = [[index for index, _ in enumerate(columns) if columns[index].header in _headers(table)] for table in split
+              if isinstance(table, Table)]  # fmt: skip
+    if len({column.header for column in columns}) != len(columns):
+        return None  # tables are told apart by their headers
+    tables: list[FastTable | Text] = [
+        FastTable(headers, kept, widths=widths, indices=group, title=title if number == 0 else None)
+        for number, group in enumerate(groups)
+    ]
+    if any(isinstance(table, FastTable) and table.width > width for table in tables):
+        return None
+    if len(tables) == 1:
+        tables[0].caption = Text(caption, style="table.caption")  # type: ignore[union-attr]
+    else:
+        tables.append(Text(caption, style="table.caption"))  # as fitted_tables: after the tables, console-wide
+    return tables
+
+
+def _headers(table: Table) -> set[str]:
+    return {str(column.header) for column in table.columns}
+
+
+def _extremes(rows: list[tuple[Cell, ...]], columns: int) -> list[list[Text]]:
+    """Two rows of Texts: per column the value with the longest line and the one with the longest word, which
+    is all fitted_tables' choice of tables measures (layout.Measured)."""
+    widest: list[tuple[int, str]] = [(-1, "")] * columns
+    longest_word: list[tuple[int, str]] = [(-1, "")] * columns
+    for row in rows:
+        for index, cell in enumerate(row):
+            plain = cell if isinstance(cell, str) else cell[0]
+            most = cell_len(plain)
+            words = plain.split()
+            least = 0 if most < 1 else min(max(map(cell_len, words)) if words else most, most)
+            if most > widest[index][0]:
+                widest[index] = (most, plain)
+            if least > longest_word[index][0]:
+                longest_word[index] = (least, plain)
+    return [[Text(plain) for _, plain in widest], [Text(plain) for _, plain in longest_word]]
+
+
+def print_tables(console: Console, tables: Sequence[FastTable | Text]) -> None:
+    for table in tables:
+        if isinstance(table, FastTable):
+            table.print_to(console)
+        else:
+            console.print(table)
 
 
 def print_notes(console: Console, title: str, notes: Sequence[str]) -> None:
