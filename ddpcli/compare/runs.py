@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -149,8 +150,9 @@ def read_run_record(run_dir: Path, finish_lost: FinishLost | None = None) -> Com
     shown = {
         "name": record.name or text_or_none(record.plan.get("name")) or run_dir.parent.name,
         "started_at": record.started_at or "",
+        "plan": {sys.intern(key): value for key, value in record.plan.items()},
         **({"status": LOST} if lost else {}),
-    }
+    }  # the plan's keys are the same two dozen in every run: one string each for all records, not per record
     return ComparedRun(record.model_copy(update=shown), run_dir)
 
 
