@@ -1,19 +1,19 @@
-"""compare's table and notes printed line by line, exactly as Rich prints them, when no cell needs laying out.
+"""compare's tables and notes printed line by line, exactly as Rich prints them, when no cell needs laying out.
 
 Rich lays a table out cell by cell (measure, wrap, justify, pad, crop: a few hundred function calls a cell), so
 5,000 runs x 20 columns took seconds, and every cell had to be kept as a Text until the table was laid out. When
-every value is one line and the table at its natural width fits the console, none of that can change a cell: a
+every value is one line and a table at its natural width fits the console, none of that can change a cell: a
 column is as wide as its widest value (plus padding), a value is padded to it on the side its column justifies,
 and the cells are joined by the box's spaces. This module does just that, from compact cells (plain text, style,
 spans) kept per row, and yields Rich Segments, so the console still turns styles into escape codes (or drops
 them on a pipe). The title, the header and the caption are few: Rich renders those (a table without rows, with
-the same column widths). Anything else (a multi-line or tab-holding value, a table wider than the console, which
-Rich would wrap or split) is not handled here: `fast_table` returns None and the caller prints with Rich.
+the same column widths). A narrow console's split into several tables is fitted_tables' own choice, made from
+each column's two extreme cells (`fitted_fast_tables`). Anything else (a multi-line or tab-holding value, a
+value that would wrap or fold) is not handled here: None, and the caller prints with Rich.
 
-Generic (headers, Texts in, Segments out), so it sits with the renderers: ddpcli.compare stays free of Rich.
-tests/test_fast_table.py checks, on random tables of compare's shape, that the output is Rich's byte for byte,
-with and without colour.
-"""
+Generic (columns, Texts in, Segments out), so it sits with the renderers: ddpcli.compare stays free of Rich.
+tests/test_fast_table.py checks, on random tables of compare's shape at random widths, that the output is
+Rich's byte for byte, with and without colour."""
 
 from __future__ import annotations
 
@@ -248,26 +248,26 @@ def fitted_fast_tables(
     depends on), then each table printed here. None when a table would need Rich: a value that must wrap or fold,
     or a cell that is not one plain line."""
     headers = [Header(column.header, column.justify) for column in columns]
+    if len({header.text for header in headers}) != len(headers):
+        return None  # the split's tables are told apart by their headers
     kept = compact_rows(rows, len(columns))
     if kept is None or any(header.justify not in ("left", "right") for header in headers):
         return None
     widths = content_widths(headers, kept)
     split = fitted_tables(columns, _extremes(kept, len(columns)), width, title=title, caption=caption)
-    groups = [[index for index, _ in enumerate(columns) if columns[index].header in _headers(table)] for table in split
+    groups = [[index for index, header in enumerate(headers) if header.text in _headers(table)] for table in split
               if isinstance(table, Table)]  # fmt: skip
-    if len({column.header for column in columns}) != len(columns):
-        return None  # tables are told apart by their headers
-    tables: list[FastTable | Text] = [
+    tables = [
         FastTable(headers, kept, widths=widths, indices=group, title=title if number == 0 else None)
         for number, group in enumerate(groups)
     ]
-    if any(isinstance(table, FastTable) and table.width > width for table in tables):
-        return None
+    if any(table.width > width for table in tables):
+        return None  # a value would wrap or fold: Rich's
+    caption_text = Text(caption, style="table.caption")
     if len(tables) == 1:
-        tables[0].caption = Text(caption, style="table.caption")  # type: ignore[union-attr]
-    else:
-        tables.append(Text(caption, style="table.caption"))  # as fitted_tables: after the tables, console-wide
-    return tables
+        tables[0].caption = caption_text
+        return list(tables)
+    return [*tables, caption_text]  # as fitted_tables: after several tables, as wide as the console
 
 
 def _headers(table: Table) -> set[str]:
