@@ -92,7 +92,7 @@ class ComparisonRow:
         return {
             "name": run.name,
             "status": run.status,
-            "run_dir": str(run.run_dir.resolve()),
+            "run_dir": run.resolved_dir,
             "world_size": run.world_size,
             "per_device_batch_size": run.per_device_batch_size,
             "grad_accum_steps": run.grad_accum_steps,

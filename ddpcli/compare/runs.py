@@ -95,6 +95,12 @@ class ComparedRun:
     def plan_mismatches(self) -> list[run_record.Finding]:
         return [finding for finding in self.record.findings if finding.code == "plan_mismatch"]
 
+    @cached_property
+    def resolved_dir(self) -> str:
+        """The directory's absolute path, links resolved (--json's run_dir, the summary's key, telling copies
+        apart): asked three times a run, a few system calls each."""
+        return str(self.run_dir.resolve())
+
     @property
     def metrics_path(self) -> Path:
         return self.run_dir / METRICS_FILE
@@ -240,7 +246,7 @@ def collect_runs(
             except UserError as error:
                 warnings.append(f"{error}; run skipped")
         chosen += found if include_all else select_newest(found)
-    unique = list({record.run_dir.resolve(): record for record in chosen}.values())
+    unique = list({record.resolved_dir: record for record in chosen}.values())
     if not unique:
         raise UserError(f"no readable run in {', '.join(map(str, paths))}: {'; '.join(warnings)}")
     return unique, warnings
