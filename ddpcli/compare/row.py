@@ -143,9 +143,12 @@ def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
         return ""
     width = min(width, len(values))
     buckets: list[float | None] = []
+    isfinite = math.isfinite  # looked up once: 64 values a run, 5,000 runs a compare
     for i in range(width):
-        chunk = [v for v in values[i * len(values) // width : (i + 1) * len(values) // width] if _finite(v)]
-        buckets.append(sum(v / len(chunk) for v in chunk) if chunk else None)  # type: ignore[operator]
+        chunk = [v for v in values[i * len(values) // width : (i + 1) * len(values) // width]
+                 if v is not None and isfinite(v)]  # fmt: skip
+        count = len(chunk)
+        buckets.append(sum([v / count for v in chunk]) if chunk else None)
     finite = [value for value in buckets if value is not None]
     if not finite:
         return " " * width
@@ -155,7 +158,3 @@ def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
         " " if value is None else SPARK_BLOCKS[round((value / 2 - low) / (high - low) * top) if high > low else 0]
         for value in buckets
     )
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)

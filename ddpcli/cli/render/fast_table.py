@@ -253,8 +253,8 @@ def fitted_fast_tables(
     kept = compact_rows(rows, len(columns))
     if kept is None or any(header.justify not in ("left", "right") for header in headers):
         return None
-    widths = content_widths(headers, kept)
-    split = fitted_tables(columns, _extremes(kept, len(columns)), width, title=title, caption=caption)
+    widths, extremes = _measured(headers, kept)
+    split = fitted_tables(columns, extremes, width, title=title, caption=caption)
     groups = [[index for index, header in enumerate(headers) if header.text in _headers(table)] for table in split
               if isinstance(table, Table)]  # fmt: skip
     tables = [
@@ -274,22 +274,27 @@ def _headers(table: Table) -> set[str]:
     return {str(column.header) for column in table.columns}
 
 
-def _extremes(rows: list[tuple[Cell, ...]], columns: int) -> list[list[Text]]:
-    """Two rows of Texts: per column the value with the longest line and the one with the longest word, which
-    is all fitted_tables' choice of tables measures (layout.Measured)."""
+def _measured(headers: Sequence[Header], rows: list[tuple[Cell, ...]]) -> tuple[list[int], list[list[Text]]]:
+    """In one pass: the content widths (`content_widths`), and two rows of Texts, per column the value with the
+    longest line and the one with the longest word: all that fitted_tables' choice of tables measures
+    (layout.Measured)."""
+    columns = len(headers)
     widest: list[tuple[int, str]] = [(-1, "")] * columns
     longest_word: list[tuple[int, str]] = [(-1, "")] * columns
     for row in rows:
         for index, cell in enumerate(row):
             plain = cell if isinstance(cell, str) else cell[0]
             most = cell_len(plain)
-            words = plain.split()
-            least = 0 if most < 1 else min(max(map(cell_len, words)) if words else most, most)
             if most > widest[index][0]:
                 widest[index] = (most, plain)
-            if least > longest_word[index][0]:
-                longest_word[index] = (least, plain)
-    return [[Text(plain) for _, plain in widest], [Text(plain) for _, plain in longest_word]]
+            if most > longest_word[index][0]:  # a word is no longer than its line
+                words = plain.split()
+                least = 0 if most < 1 else min(max(map(cell_len, words)) if words else most, most)
+                if least > longest_word[index][0]:
+                    longest_word[index] = (least, plain)
+    widths = [max(most, *(cell_len(line) for line in header.text.split("\n"))) for (most, _), header in
+              zip(widest, headers, strict=True)]  # fmt: skip
+    return widths, [[Text(plain) for _, plain in widest], [Text(plain) for _, plain in longest_word]]
 
 
 def print_tables(console: Console, tables: Sequence[FastTable | Text]) -> None:
