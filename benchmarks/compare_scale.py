@@ -18,7 +18,9 @@ version and f0f8800 (--against: before the fast table, the slim rows and the str
   compare, 500 runs --json    0.63 s   4.8x            cold 1.28 s  peak 42 MB   (0.72 s, 5.4x, 50 MB)
   compare, 5,000 runs (table) 3.19 s    24x            cold 9.93 s  peak 98 MB   (15.4 s, 116x, 216 MB)
   compare, 5,000 runs --json  2.62 s    20x            cold 9.92 s  peak 90 MB   (3.20 s, 24x, 168 MB)
-A second side-by-side run (5 repetitions, load ~4): 5,000-run table 4.33 s vs 22.9 s, --json 3.81 s vs 4.57 s.
+Again at 9fd8f15 (3 reps, load 1.7 to 2.4, floor 0.115 s): 5,000 runs table 3.21 s = 28x (f0f8800 14.3 s = 124x),
+--json 2.73 s = 24x (3.31 s = 29x); 500 runs 0.66 s = 5.7x (1.74 s = 15x) and 0.64 s = 5.6x (0.69 s = 6.0x); peaks
+the same. A side-by-side run at load ~4 (5 reps): 5,000-run table 4.33 s vs 22.9 s, --json 3.81 s vs 4.57 s.
 At 80 columns (a pipe: the table splits in two, still printed by the fast path) 5,000 runs took 4.96 s (load ~3).
 Issue 29 measured before: 500 runs 1.79 s (24x); 5,000 runs 15.6 s / 278 MB (table), 4.3 s / 365 MB (--json).
 Memory per run, from 500 to 5,000 runs: table 11.8 KB (was 35 KB), --json 10.7 KB (was 26 KB). What is left is
