@@ -18,7 +18,7 @@ VALUES = st.recursive(
 ROWS = st.lists(st.dictionaries(st.text(), VALUES, max_size=6), max_size=5)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(rows=ROWS)
 def test_rows_one_at_a_time_are_the_whole_list(rows: list[dict[str, Any]]) -> None:
     assert "".join(json_list(iter(rows))) == json.dumps(rows, indent=2, allow_nan=False)

@@ -75,7 +75,7 @@ def title_and_caption(words: str) -> tuple[Text, str]:
     return Text(f"Compare: baseline {words} (smallest world size)"), f"* baseline. {words} " * 6
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     table_rows=rows(),
     slack=st.integers(0, 40),
@@ -94,7 +94,7 @@ def test_a_table_that_fits_prints_as_rich_prints_it(
     assert fast_output(table, width, colour) == rich_output(table_rows, width, colour, title, caption)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(table_rows=rows(), width=st.integers(20, 200), colour=st.booleans())
 def test_tables_split_to_fit_print_as_rich_prints_them(table_rows: list[list[Text]], width: int, colour: bool) -> None:
     """At any width: where every table of fitted_tables' split fits one line a value, the same text; else None."""
