@@ -1,25 +1,33 @@
 """`ddpcli compare` at scale: 500 and 5,000 run directories, as ratios to the `import typer, rich, pydantic` floor,
 measured side by side (interleaved rounds after one warm-up, which also writes each run's summary.json).
 
-    python benchmarks/compare_scale.py [--from RUN_DIR] [--rows 100] [--repetitions 3] [--keep DIR]
+    python benchmarks/compare_scale.py [--from RUN_DIR] [--rows 100] [--repetitions 3] [--keep DIR] [--against DIR]
 
 The runs are synthesized from one finished run directory (--from: a real one, e.g. runs/<name>/<run_id> of the
 bundled sweep; default: one generated as compare_bench.py writes them, run.json as `ddpcli launch` writes it): copied
 N times, each copy's run.json edited to a distinct name and run_id and a world size of 1, 2, 4 or 8 (so compare
 keeps every one and pairs the multi-process runs with single-process ones). Prints the medians and ratios, and each
 command's peak memory (ru_maxrss of one more run), first without summaries (cold: every metrics.jsonl parsed) and
-then with them.
+then with them; every command at COLUMNS=200 (the table fits one line a run). --against DIR times another
+checkout's compare (e.g. `git archive f0f8800 | tar -x -C DIR`) in the same rounds, over the same runs.
 
-Measured on the 2-core machine (load ~2), 100 rows a run, 3 interleaved repetitions (medians):
-  python -c "import typer, rich, pydantic"   0.080 s
-  compare, 500 runs (table)                  1.08 s   13.5x the floor   cold (no summaries) 1.74 s   peak 54 MB
-  compare, 500 runs --json                   0.48 s    6.0x             cold 0.96 s                  peak 50 MB
-  compare, 5,000 runs (table)                9.50 s    119x             cold 15.8 s                  peak 192 MB
-  compare, 5,000 runs --json                 2.16 s     27x             cold 7.35 s                  peak 167 MB
+Measured on the 2-core machine (load 0.4 to 2.3, shared), 100 rows a run, 3 interleaved repetitions (medians), this
+version and f0f8800 (--against: before the fast table, the slim rows and the streamed --json) side by side:
+  python -c "import typer, rich, pydantic"  0.132 s
+  compare, 500 runs (table)   0.65 s   4.9x the floor  cold 1.50 s  peak 45 MB   (f0f8800: 1.69 s, 12.8x, 57 MB)
+  compare, 500 runs --json    0.63 s   4.8x            cold 1.28 s  peak 42 MB   (0.72 s, 5.4x, 50 MB)
+  compare, 5,000 runs (table) 3.19 s    24x            cold 9.93 s  peak 98 MB   (15.4 s, 116x, 216 MB)
+  compare, 5,000 runs --json  2.62 s    20x            cold 9.92 s  peak 90 MB   (3.20 s, 24x, 168 MB)
+Again at 9fd8f15 (3 reps, load 1.7 to 2.4, floor 0.115 s): 5,000 runs table 3.21 s = 28x (f0f8800 14.3 s = 124x),
+--json 2.73 s = 24x (3.31 s = 29x); 500 runs 0.66 s = 5.7x (1.74 s = 15x) and 0.64 s = 5.6x (0.69 s = 6.0x); peaks
+the same. A side-by-side run at load ~4 (5 reps): 5,000-run table 4.33 s vs 22.9 s, --json 3.81 s vs 4.57 s.
+At 80 columns (a pipe: the table splits in two, still printed by the fast path) 5,000 runs took 4.96 s (load ~3).
 Issue 29 measured before: 500 runs 1.79 s (24x); 5,000 runs 15.6 s / 278 MB (table), 4.3 s / 365 MB (--json).
-Not met: the 5,000-row table is rich laying out and rendering 5,000 rows (rich.Console.print is ~70% of the cached
-run under cProfile), and memory still grows with the runs (every row is held until the table is laid out: ~30 KB a
-run).
+Memory per run, from 500 to 5,000 runs: table 11.8 KB (was 35 KB), --json 10.7 KB (was 26 KB). What is left is
+mostly each run's record (run.json as a pydantic model, ~6 KB: the notes and --json's observed and findings read
+it after every row is built), the row's numbers and the table's compact cells (~2 KB), and while rows are built
+the single-process runs' lr-schedule points (the references a schedule is checked against, ~9 KB each).
+Not met: memory flat in the number of runs (the records), and the 5,000-row table is 3.2 s, just over 3 s.
 """
 
 from __future__ import annotations
@@ -62,18 +70,28 @@ def synthesize(template: Path, root: Path, runs: int) -> None:
         (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
 
 
-def peak_memory_mb(argv: list[str]) -> float:
+def peak_memory_mb(argv: list[str], env: dict[str, str]) -> float:
     """Peak resident memory of one run of `argv`, in MB (its own process, measured by a fresh parent)."""
     probe = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True); " \
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, check=True, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", probe, *argv], capture_output=True, text=True, check=True, cwd=REPO, env=env
+    )
     return int(out.stdout.strip()) / 1024
 
 
-def seconds(argv: list[str]) -> float:
+def seconds(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
     return time.perf_counter() - start
+
+
+def compare_argv(checkout: Path | None) -> list[str]:
+    """`ddpcli compare` of this checkout, or of another one (its package first on the path)."""
+    if checkout is None:
+        return [sys.executable, "-m", "ddpcli", "compare"]
+    start = f"import sys; sys.path.insert(0, {str(checkout.resolve())!r}); from ddpcli.cli.app import main; main()"
+    return [sys.executable, "-c", start, "compare"]
 
 
 def main() -> None:
@@ -82,6 +100,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100, help="metrics rows of the generated template run")
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="generate the runs roots here and keep them")
+    parser.add_argument(
+        "--against", type=Path, help="another checkout of ddpcli (an older commit, e.g. `git archive` of it), timed "
+        "side by side in the same rounds over the same runs",
+    )  # fmt: skip
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="ddpcli-compare-scale-"))
     try:
@@ -94,25 +116,27 @@ def main() -> None:
             synthesize(template, root, count)
         time.sleep(RACY_S + 0.5)  # the copies' files settle, so the warm-up round writes their summaries
         env = {**os.environ, "COLUMNS": "200"}
-        ddpcli = [sys.executable, "-m", "ddpcli", "compare"]
+        checkouts = {"": None, **({" (against)": args.against} if args.against else {})}
         commands = {FLOOR: [sys.executable, "-c", "import typer, rich, pydantic"]}
         for count, root in roots.items():
-            commands[f"ddpcli compare  ({count:,} runs)"] = [*ddpcli, str(root)]
-            commands[f"ddpcli compare --json  ({count:,} runs)"] = [*ddpcli, str(root), "--json"]
+            for mode in ("", " --json"):
+                for suffix, checkout in checkouts.items():
+                    argv = [*compare_argv(checkout), str(root), *mode.split()]
+                    commands[f"ddpcli compare{mode}  ({count:,} runs){suffix}"] = argv
         cold = {}
         for label, argv in commands.items():
             if label != FLOOR:
                 for path in Path(argv[-1] if argv[-1] != "--json" else argv[-2]).glob(f"*/*/{SUMMARY_FILE}"):
                     path.unlink()
-                cold[label] = seconds(argv)  # every metrics.jsonl parsed (and the summaries written)
+                cold[label] = seconds(argv, env)  # every metrics.jsonl parsed (and the summaries written)
         timings = time_commands(commands, args.repetitions, cwd=REPO, env=env)
         print(f"runs copied from {template}")
         print(report(timings, reference=FLOOR))
         floor = timings[0].median
         for timing in timings[1:]:
             argv = commands[timing.label]
-            print(f"{timing.label:<40} {timing.median / floor:5.1f}x the floor; cold (no summaries) "
-                  f"{cold[timing.label]:.2f} s; peak {peak_memory_mb(argv):.0f} MB")  # fmt: skip
+            print(f"{timing.label:<50} {timing.median / floor:5.1f}x the floor; cold (no summaries) "
+                  f"{cold[timing.label]:.2f} s; peak {peak_memory_mb(argv, env):.0f} MB")  # fmt: skip
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

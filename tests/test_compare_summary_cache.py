@@ -88,7 +88,21 @@ def test_a_summary_with_wrong_values_under_the_right_key_is_derived_again(
     expected = rows(base, other)
     path = other / SUMMARY_FILE
     data = json.loads(path.read_text())
-    for broken in ({"final_loss": "3"}, {"rows": None}, {"lr_points": [[1, 2]]}, {"noise_scale": True}):
+    broken_values = (
+        {"final_loss": "3"},
+        {"rows": None},
+        {"lr_points": [[1, 2]]},
+        {"noise_scale": True},
+        {"rows": True},
+        {"lr_points": [[1, 2, 3.5]]},
+        {"lr_points": [[1, False, 3]]},
+        {"loss_points": [1.0, True]},
+        {"steps": 2.0},
+        {"skipped": ["ok", 1]},
+        {"full_parse": 1},
+        {"noise_problem": 3},
+    )  # a bool is no number, a step is whole
+    for broken in broken_values:
         path.write_text(json.dumps({"key": data["key"], "values": {**data["values"], **broken}}))
         assert rows(base, other) == expected
     del data["values"]["loss_points"]

@@ -78,7 +78,7 @@ def summarize_run(run: ComparedRun, target_samples: float | None = None, *, plot
     finished run's summary is kept in its directory and read back while its files are unchanged (summary_cache)."""
     if plot_points or run.status in UNFINISHED:
         return _derive_run(run, target_samples, plot_points)
-    derived_with = {"run_dir": str(run.run_dir.resolve()), "target": target_samples,
+    derived_with = {"run_dir": run.resolved_dir, "target": target_samples,
                     "full_parse": run.record.restarts > 0, "global_batch_size": run.global_batch_size}  # fmt: skip
     key = summary_cache.cache_key(run.run_dir, derived_with)
     cached = summary_cache.read_summary(run.run_dir, key) if key is not None else None

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,7 @@ class ComparisonRow:
     data_efficiency: float | None = None
     compare_findings: tuple[Finding, ...] = ()  # found between runs (lr_schedule_mismatch), not in run.json
     speed_unreliable: bool = False  # the run or its baseline was starved of CPU (compare.throughput): marked ?
+    spark: str | None = None  # the sparkline, drawn before compare_runs drops the loss points (None: draw it)
 
     @property
     def findings(self) -> list[Finding]:
@@ -71,7 +73,7 @@ class ComparisonRow:
 
     @property
     def sparkline(self) -> str:
-        return sparkline(self.run.metrics.loss_points)
+        return self.spark if self.spark is not None else sparkline(self.run.metrics.loss_points)
 
     def as_json(self) -> dict[str, Any]:
         """The row of --json and --csv: ROW_KEYS, null where a value does not apply, is unknown or is not finite (a
@@ -90,7 +92,7 @@ class ComparisonRow:
         return {
             "name": run.name,
             "status": run.status,
-            "run_dir": str(run.run_dir.resolve()),
+            "run_dir": run.resolved_dir,
             "world_size": run.world_size,
             "per_device_batch_size": run.per_device_batch_size,
             "grad_accum_steps": run.grad_accum_steps,
@@ -115,6 +117,18 @@ class ComparisonRow:
         }
 
 
+def json_list(items: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """`json.dumps(list(items), indent=2, allow_nan=False)` in pieces, one item at a time: --json of 5,000 runs
+    holds one row's dict and text, not all of them. (Indented JSON has no blank line, and a string's newline is
+    escaped, so indenting each of an item's lines by two is exactly how json nests it in the list.)"""
+    first = True
+    for item in items:
+        text = json.dumps(item, indent=2, allow_nan=False).replace("\n", "\n  ")
+        yield ("[\n  " if first else ",\n  ") + text
+        first = False
+    yield "[]" if first else "\n]"
+
+
 def _strict(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
@@ -129,9 +143,12 @@ def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
         return ""
     width = min(width, len(values))
     buckets: list[float | None] = []
+    isfinite = math.isfinite  # looked up once: 64 values a run, 5,000 runs a compare
     for i in range(width):
-        chunk = [v for v in values[i * len(values) // width : (i + 1) * len(values) // width] if _finite(v)]
-        buckets.append(sum(v / len(chunk) for v in chunk) if chunk else None)  # type: ignore[operator]
+        chunk = [v for v in values[i * len(values) // width : (i + 1) * len(values) // width]
+                 if v is not None and isfinite(v)]  # fmt: skip
+        count = len(chunk)
+        buckets.append(sum([v / count for v in chunk]) if chunk else None)
     finite = [value for value in buckets if value is not None]
     if not finite:
         return " " * width
@@ -141,7 +158,3 @@ def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
         " " if value is None else SPARK_BLOCKS[round((value / 2 - low) / (high - low) * top) if high > low else 0]
         for value in buckets
     )
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -94,6 +95,12 @@ class ComparedRun:
     def plan_mismatches(self) -> list[run_record.Finding]:
         return [finding for finding in self.record.findings if finding.code == "plan_mismatch"]
 
+    @cached_property
+    def resolved_dir(self) -> str:
+        """The directory's absolute path, links resolved (--json's run_dir, the summary's key, telling copies
+        apart): asked three times a run, a few system calls each."""
+        return str(self.run_dir.resolve())
+
     @property
     def metrics_path(self) -> Path:
         return self.run_dir / METRICS_FILE
@@ -149,8 +156,9 @@ def read_run_record(run_dir: Path, finish_lost: FinishLost | None = None) -> Com
     shown = {
         "name": record.name or text_or_none(record.plan.get("name")) or run_dir.parent.name,
         "started_at": record.started_at or "",
+        "plan": {sys.intern(key): value for key, value in record.plan.items()},
         **({"status": LOST} if lost else {}),
-    }
+    }  # the plan's keys are the same two dozen in every run: one string each for all records, not per record
     return ComparedRun(record.model_copy(update=shown), run_dir)
 
 
@@ -238,7 +246,7 @@ def collect_runs(
             except UserError as error:
                 warnings.append(f"{error}; run skipped")
         chosen += found if include_all else select_newest(found)
-    unique = list({record.run_dir.resolve(): record for record in chosen}.values())
+    unique = list({record.resolved_dir: record for record in chosen}.values())
     if not unique:
         raise UserError(f"no readable run in {', '.join(map(str, paths))}: {'; '.join(warnings)}")
     return unique, warnings

@@ -39,23 +39,33 @@ def compare_runs(
     param_diff: ParamDiffFn | None = None,
     plot_points: int = 0,
 ) -> Comparison:
-    """Measure every run against the baseline and check each multi-process run's equivalence."""
+    """Measure every run against the baseline and check each multi-process run's equivalence.
+
+    Rows are built in table order, each as soon as its run is summarised, and keep no curve (see `_slim`): only
+    the baseline's and the single-process runs' curves (the references a run's lr schedule is checked against)
+    are held until every row is built, so memory does not grow by a run's points for every run compared.
+    """
     base_record, reason = choose_baseline(records, baseline)
     base = summarize_run(base_record, None, plot_points=plot_points)
     target = base.metrics.samples_seen
     base = replace(base, metrics=_with_target(base.metrics, target))
-    others = [summarize_run(record, target, plot_points=plot_points) for record in records if record is not base_record]
-    summaries = [base, *others]
-    summaries.sort(key=lambda run: (run is not base, *size_key(run.record)))
-    labels = _labels(summaries)
+    order = [base_record, *sorted((record for record in records if record is not base_record), key=size_key)]
+    labels = _labels(order)
+    summaries = {id(base_record): base}
     singles: dict[int | None, list[RunSummary]] = {}  # the only partners there can be, by global batch
-    for run in summaries:
-        if run.record.world_size == 1:
-            singles.setdefault(run.record.global_batch_size, []).append(run)
-    rows = [
-        _row(run, base, singles.get(run.record.global_batch_size, []), labels, atol, param_diff) for run in summaries
-    ]
-    warnings = [warning for run in summaries for warning in run.metrics.skipped]
+    for record in order:
+        if record.world_size == 1:
+            if id(record) not in summaries:
+                summaries[id(record)] = summarize_run(record, target, plot_points=plot_points)
+            singles.setdefault(record.global_batch_size, []).append(summaries[id(record)])
+    rows, warnings = [], []
+    for record in order:
+        run = summaries.get(id(record)) or summarize_run(record, target, plot_points=plot_points)
+        row = _row(run, base, singles.get(record.global_batch_size, []), labels, atol, param_diff)
+        rows.append(row if id(record) in summaries else _slim(row, {}))  # a reference is slimmed after all rows
+        warnings += run.metrics.skipped
+    slimmed = {id(run): _slim_run(run) for run in summaries.values()}
+    rows = [_slim(row, slimmed) if id(row.run) in slimmed else _slim_partner(row, slimmed) for row in rows]
     files = sorted({run.record.experiment_file or NO_FILE for run in records})
     return Comparison(
         rows=rows,
@@ -66,6 +76,24 @@ def compare_runs(
         warnings=warnings,
         experiment_files=files,
     )
+
+
+def _slim_run(run: RunSummary) -> RunSummary:
+    """The run without the curves a row no longer needs: the sparkline's and the lr schedule's points (plot points
+    stay: --plot draws them)."""
+    return replace(run, metrics=replace(run.metrics, loss_points=[], lr_points=[]))
+
+
+def _slim(row: ComparisonRow, slimmed: dict[int, RunSummary]) -> ComparisonRow:
+    """The row with its sparkline drawn and its run (and partner) slimmed: what the table, --json and the notes
+    read, without ~10 KB of points a run."""
+    run = slimmed.get(id(row.run)) or _slim_run(row.run)
+    return _slim_partner(replace(row, run=run, spark=row.sparkline), slimmed)
+
+
+def _slim_partner(row: ComparisonRow, slimmed: dict[int, RunSummary]) -> ComparisonRow:
+    partner = slimmed.get(id(row.partner)) if row.partner is not None else None
+    return replace(row, partner=partner) if partner is not None else row
 
 
 def speedup(samples_per_s: float | None, baseline_samples_per_s: float | None) -> float | None:
@@ -89,14 +117,14 @@ def _with_target(metrics: MetricsSummary, target: float | None) -> MetricsSummar
     return replace(metrics, loss_at_target=metrics.final_loss if target is not None else None)
 
 
-def _labels(runs: Sequence[RunSummary]) -> dict[Path, str]:
+def _labels(runs: Sequence[ComparedRun]) -> dict[Path, str]:
     """Distinct labels: the name; name@run_id when several runs share the name; when copies of a run (a copied
     directory keeps its run.json, run_id included) share that too, name@ the shortest end of their directory paths
     that tells them apart."""
-    names = Counter(run.record.name for run in runs)
+    names = Counter(run.name for run in runs)
     copies: dict[tuple[str, str], list[Path]] = {}
     for run in runs:
-        copies.setdefault((run.record.name, run.record.run_id), []).append(run.record.run_dir)
+        copies.setdefault((run.name, run.run_id), []).append(run.run_dir)
     labels = {}
     for (name, run_id), run_dirs in copies.items():
         if names[name] == 1:

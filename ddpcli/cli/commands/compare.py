@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE as EXPERIMENT_FILE
 from ddpcli.cli.console import stdout, user_errors, warning, wrote
-from ddpcli.cli.render.compare import comparison_tables, csv_text, loss_figure
-from ddpcli.cli.render.layout import print_bullets
-from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, collect_runs, compare_runs
+from ddpcli.cli.render.compare import COLUMNS, _caption, _cells, comparison_tables, csv_text, loss_figure
+from ddpcli.cli.render.fast_table import fitted_fast_tables, print_notes, print_tables
+from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, Comparison, collect_runs, compare_runs
 from ddpcli.compare.lost import with_observations
+from ddpcli.compare.row import json_list
 from ddpcli.errors import UserError
 from ddpcli.experiment.planning import load_plan
 from ddpcli.rundir.params import param_diff
@@ -79,16 +80,31 @@ def compare_command(
     for message in [*warnings, *comparison.warnings]:
         warning(message)
     if as_json:
-        print(json.dumps([row.as_json() for row in comparison.rows], indent=2, allow_nan=False))
+        for piece in json_list(row.as_json() for row in comparison.rows):  # one row's dict held at a time
+            print(piece, end="")
+        print()
     else:
-        for table in comparison_tables(comparison, stdout.width):
-            stdout.print(table)
-        print_bullets(stdout, "Notes", comparison.notes)
+        _print_table(comparison)
+        print_notes(stdout, "Notes", comparison.notes)
     if csv_path is not None:
         text = csv_text(comparison)
         _writing(csv_path, lambda: csv_path.write_text(text, encoding="utf-8", newline=""))
     if plot_path is not None and pyplot is not None:
         _writing(plot_path, lambda: _save_figure(loss_figure(comparison, pyplot), plot_path, pyplot))
+
+
+def _print_table(comparison: Comparison) -> None:
+    """The tables of ddpcli.cli.render.layout.fitted_tables, printed by ddpcli.cli.render.fast_table where every
+    value is one line in a table that fits (what Rich would print, without Rich laying out every cell: seconds at
+    5,000 runs), else by Rich (a value that wraps or folds)."""
+    title = Text(f"Compare: baseline {comparison.baseline.label} ({comparison.baseline_reason})")
+    rows = (_cells(row) for row in comparison.rows)
+    tables = fitted_fast_tables(COLUMNS, rows, stdout.width, title=title, caption=_caption(comparison))
+    if tables is not None:
+        print_tables(stdout, tables)
+        return
+    for rich_table in comparison_tables(comparison, stdout.width):
+        stdout.print(rich_table)
 
 
 def _writing(path: Path, write: Callable[[], object]) -> None:
