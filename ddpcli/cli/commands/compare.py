@@ -14,6 +14,7 @@ from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE as EXPERIMENT_FILE
 from ddpcli.cli.console import stdout, user_errors, warning, wrote
 from ddpcli.cli.render.compare import COLUMNS, _caption, _cells, comparison_tables, csv_text, loss_figure
 from ddpcli.cli.render.fast_table import fitted_fast_tables, print_notes, print_tables
+from ddpcli.cli.render.layout import print_bullets
 from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, Comparison, collect_runs, compare_runs
 from ddpcli.compare.lost import with_observations
 from ddpcli.compare.row import json_list
@@ -85,7 +86,7 @@ def compare_command(
         print()
     else:
         _print_table(comparison)
-        print_notes(stdout, "Notes", comparison.notes)
+        (print_notes if stdout.color_system is None else print_bullets)(stdout, "Notes", comparison.notes)
     if csv_path is not None:
         text = csv_text(comparison)
         _writing(csv_path, lambda: csv_path.write_text(text, encoding="utf-8", newline=""))
@@ -95,11 +96,14 @@ def compare_command(
 
 def _print_table(comparison: Comparison) -> None:
     """The tables of ddpcli.cli.render.layout.fitted_tables, printed by ddpcli.cli.render.fast_table where every
-    value is one line in a table that fits (what Rich would print, without Rich laying out every cell: seconds at
-    5,000 runs), else by Rich (a value that wraps or folds)."""
+    value is one line in a table that fits and the output has no colour (what Rich would print, without Rich laying
+    out every cell: seconds at 5,000 runs), else by Rich (a value that wraps or folds, or a colour terminal)."""
     title = Text(f"Compare: baseline {comparison.baseline.label} ({comparison.baseline_reason})")
     rows = (_cells(row) for row in comparison.rows)
-    tables = fitted_fast_tables(COLUMNS, rows, stdout.width, title=title, caption=_caption(comparison))
+    tables = None
+    if stdout.color_system is None:  # plain text (a pipe, a log, NO_COLOR): byte for byte Rich's; with colour,
+        # Rich's own escape codes (the fast path's could group a styled cell and its padding differently)
+        tables = fitted_fast_tables(COLUMNS, rows, stdout.width, title=title, caption=_caption(comparison))
     if tables is not None:
         print_tables(stdout, tables)
         return

@@ -48,6 +48,8 @@ def compact(text: Text, strings: dict[str, str]) -> Cell | None:
         return None
     if "\t" in plain or (plain and plain.splitlines() != [plain]):
         return None  # a tab expands, a line break (of any kind) makes two lines: Rich's job
+    if not plain.isascii() and any(char.isspace() and char != " " for char in plain):
+        return None  # a wide space (U+3000) at a line's end is measured and stripped by Rich's own rules
     plain = strings.setdefault(plain, plain)
     if not text.style and not text.spans:
         return plain
