@@ -86,7 +86,7 @@ def compare_command(
         print()
     else:
         _print_table(comparison)
-        (print_notes if stdout.color_system is None else print_bullets)(stdout, "Notes", comparison.notes)
+        (print_notes if _plain_output() else print_bullets)(stdout, "Notes", comparison.notes)
     if csv_path is not None:
         text = csv_text(comparison)
         _writing(csv_path, lambda: csv_path.write_text(text, encoding="utf-8", newline=""))
@@ -101,14 +101,20 @@ def _print_table(comparison: Comparison) -> None:
     title = Text(f"Compare: baseline {comparison.baseline.label} ({comparison.baseline_reason})")
     rows = (_cells(row) for row in comparison.rows)
     tables = None
-    if stdout.color_system is None:  # plain text (a pipe, a log, NO_COLOR): byte for byte Rich's; with colour,
-        # Rich's own escape codes (the fast path's could group a styled cell and its padding differently)
+    if _plain_output():
         tables = fitted_fast_tables(COLUMNS, rows, stdout.width, title=title, caption=_caption(comparison))
     if tables is not None:
         print_tables(stdout, tables)
         return
     for rich_table in comparison_tables(comparison, stdout.width):
         stdout.print(rich_table)
+
+
+def _plain_output() -> bool:
+    """No colour (a pipe, a log, NO_COLOR): where ddpcli.cli.render.fast_table prints byte for byte what Rich does.
+    With colour Rich prints its own escape codes (the fast path could group a styled cell and its padding
+    differently)."""
+    return stdout.color_system is None
 
 
 def _writing(path: Path, write: Callable[[], object]) -> None:

@@ -18,11 +18,16 @@ WRITER_CLASSES = {"SummaryWriter", "CSVLogger", "TensorBoardLogger"}
 READS = {"torch.load", "load_state_dict_from_file"}
 
 
+def _open_mode(call: cst.Call) -> str | None:
+    """The mode string of `open(path, mode)` / `open(path, mode=...)`, None where it is not a literal."""
+    mode = keyword(call, "mode") or (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
+    return string_value(mode.value) if mode is not None else None
+
+
 def _opens_for_writing(call: cst.Call) -> bool:
     if dotted(call.func) != "open":
         return False
-    mode = keyword(call, "mode") or (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
-    value = string_value(mode.value) if mode is not None else None
+    value = _open_mode(call)
     return value is not None and any(letter in value for letter in "wax+")
 
 
@@ -91,8 +96,7 @@ def apply(port: Port) -> None:
 def _open_on_rank_zero(port: Port, call: cst.Call) -> None:
     """`log = open("log.txt", "w")`: rank 0 opens the file, the others the null device with the same mode, so every
     later `log.write` runs everywhere and lands once. A mode that also reads ("r+", "w+") cannot be emptied so."""
-    mode = keyword(call, "mode") or (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
-    value = string_value(mode.value) if mode is not None else None
+    value = _open_mode(call)
     if not call.args or call.args[0].keyword is not None or value is None or "+" in value:
         port.cannot(call, "a file opened for writing outside a `with`: every rank writes it; open it on rank 0 "
                     "only (if _is_main)")  # fmt: skip
