@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ddpcli.compare import schedule
 from ddpcli.compare.schedule import Point, ScheduleMismatch, compare_schedules, points
 
 TOTAL = 512  # samples every run trains on
@@ -146,3 +147,41 @@ def test_a_scheduler_stepped_per_epoch_where_the_reference_steps_per_step() -> N
     assert found is not None and found.factor == pytest.approx(1 / 16) and found.zero_steps == 0
     alone = compare_schedules(per_epoch, run(linear, 8), 1.0)  # 1/14 to 1/16 all fit a schedule this slow
     assert alone is not None and alone.factor is not None and 1 / 16 <= alone.factor <= 1 / 14
+
+
+def exhaustive_factor(
+    run: list[Point], ref: schedule._Reference, factors: set[float], preferred: set[float]
+) -> float | None:
+    """_best_factor's definition, every factor checking every step (what it did before its checks stopped early)."""
+    total = max(run[-1].step - run[0].step + 1, 1)
+    best = None
+    for factor in sorted(factors):
+        if not math.isfinite(factor) or factor <= 0 or factor == 1:
+            continue
+        checked, off = schedule._check(run, ref, factor)
+        steps, wrong = sum(checked.values()), sum(off.values())
+        if steps < schedule.MIN_COVERAGE * total or len(checked) < 3 or wrong > (1 - schedule.FIT) * steps:
+            continue
+        candidate = (-wrong / steps, factor in preferred, -abs(math.log(factor)), steps / total, factor)
+        if best is None or candidate > best:
+            best = candidate
+    return best[-1] if best is not None else None
+
+
+SHAPES = [linear, lambda p: 1.0, lambda p: min(1.0, 8 * p + 0.1), lambda p: 0.5 * (1 + math.cos(math.pi * p))]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    shape=st.sampled_from(SHAPES), other=st.sampled_from(SHAPES), batch=st.sampled_from([4, 8, 16, 32]),
+    reference_batch=st.sampled_from([4, 8, 16]), speed=st.sampled_from([0.25, 0.5, 1.0, 2.0, 4.0, 7.0]),
+    at_end=st.booleans(), preferred=st.sets(st.sampled_from([2.0, 4.0, 0.5, 3.0]), max_size=2),
+)  # fmt: skip
+def test_the_best_factor_is_the_one_every_step_checked_would_find(
+    shape: Schedule, other: Schedule, batch: int, reference_batch: int, speed: float, at_end: bool,
+    preferred: set[float],
+) -> None:  # fmt: skip
+    ran = run(shape, batch, speed=speed, at_end=at_end)
+    ref = schedule._Reference(run(other, reference_batch), 1.0)
+    factors = {*schedule.FACTORS, *preferred}
+    assert schedule._best_factor(ran, ref, factors, preferred) == exhaustive_factor(ran, ref, factors, preferred)
