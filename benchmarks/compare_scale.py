@@ -67,6 +67,9 @@ def synthesize(template: Path, root: Path, runs: int) -> None:
         record.update(name=name, run_id=run_id)
         record["plan"].update(name=name, nproc_per_node=world, world_size=world)
         record["plan"]["global_batch_size"] = world * per_device * (record["plan"].get("grad_accum_steps") or 1)
+        if record.get("observed"):  # an observed record: what the run did is what compare shows
+            record["observed"].update(world_size=world, processes=world,
+                                      global_batch_size=record["plan"]["global_batch_size"])  # fmt: skip
         (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
 
 
@@ -98,6 +101,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from", dest="template", type=Path, help="a finished run directory to copy")
     parser.add_argument("--rows", type=int, default=100, help="metrics rows of the generated template run")
+    parser.add_argument(
+        "--record", type=Path, help="a run.json to give the template instead (e.g. the observed record of "
+        "tests/fixtures/run_records: ~40 KB in memory, where compare_bench's is ~6 KB)",
+    )  # fmt: skip
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="generate the runs roots here and keep them")
     parser.add_argument(
@@ -111,17 +118,25 @@ def main() -> None:
         if template is None:
             make_runs_root(work / "template", 1, args.rows)
             (template,) = (work / "template").glob("*/*")
-        roots = {count: work / f"runs-{count}" for count in (500, 5000)}
-        for count, root in roots.items():
+        if args.record is not None:  # on a copy: --from names someone's run
+            template = Path(
+                shutil.copytree(template, work / "template-record", ignore=shutil.ignore_patterns(SUMMARY_FILE))
+            )
+            shutil.copy(args.record, template / RUN_FILE)
+        checkouts = {"": None, **({" (against)": args.against} if args.against else {})}
+        # Each checkout its own copies: their summaries differ (another VERSION), and one shared root would have
+        # each checkout rewrite the other's summaries at every command.
+        roots = {(count, suffix): work / f"runs-{count}{suffix.strip(' ()')}" for count in (500, 5000)
+                 for suffix in checkouts}  # fmt: skip
+        for (count, _), root in roots.items():
             synthesize(template, root, count)
         time.sleep(RACY_S + 0.5)  # the copies' files settle, so the warm-up round writes their summaries
         env = {**os.environ, "COLUMNS": "200"}
-        checkouts = {"": None, **({" (against)": args.against} if args.against else {})}
         commands = {FLOOR: [sys.executable, "-c", "import typer, rich, pydantic"]}
-        for count, root in roots.items():
+        for count in (500, 5000):
             for mode in ("", " --json"):
                 for suffix, checkout in checkouts.items():
-                    argv = [*compare_argv(checkout), str(root), *mode.split()]
+                    argv = [*compare_argv(checkout), str(roots[count, suffix]), *mode.split()]
                     commands[f"ddpcli compare{mode}  ({count:,} runs){suffix}"] = argv
         cold = {}
         for label, argv in commands.items():

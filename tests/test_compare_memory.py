@@ -1,9 +1,12 @@
-"""compare's memory per run: what a comparison and its table keep for each run compared, measured with tracemalloc
-as the slope between 40 and 160 synthesized runs (so the interpreter's and the imports' share cancels out).
+"""compare's memory per run: what `ddpcli compare` keeps for each run compared, from reading the run directories to
+the table's cells and the notes, measured with tracemalloc as the slope between 40 and 160 synthesized runs (so the
+interpreter's and the imports' share cancels out).
 
-Each run's record (run.json as read, a pydantic model: ~6 KB) is held for the notes and --json; the measure starts
-once the records are read. Before rows were slimmed, each run also kept its curves (~11 KB of sparkline and lr
-points) and its table cells as Rich Texts (~7 KB), held until the table was laid out.
+The runs are copies of a real record (tests/fixtures/run_records: run.json as `ddpcli launch` wrote it for the
+bundled 4x16 run, observed, with its time breakdown, prediction and findings: ~40 KB a record in memory). Before
+rows streamed, every record was held until the notes were written (and, before the rows were slimmed, each run's
+curves and its cells as Rich Texts too). What is left per run is mostly what gets printed: the table's compact
+cells and the notes (two findings a run here), and the keys each run is sorted and paired by.
 """
 
 from __future__ import annotations
@@ -15,17 +18,16 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from rich.text import Text
 
-from ddpcli import compare as cmp
-from ddpcli.cli.render.compare import COLUMNS, _cells
-from ddpcli.cli.render.fast_table import Header, fast_table
-from ddpcli.compare import summary_cache
+from ddpcli.cli.commands.compare import _Outputs
+from ddpcli.compare import collect_runs, summary_cache
+from ddpcli.compare.table import ComparisonStream
 from ddpcli.rundir.layout import RUN_FILE
 from tests.test_comparison import make_run
 
-RETAINED_PER_RUN = 3_000  # bytes: the row's numbers, a slim summary, the table's compact cells
-PEAK_PER_RUN = 6_000  # while rows are built: the above, plus the single-process runs' curves (a quarter of runs)
+RECORD = Path(__file__).parent / "fixtures" / "run_records" / "observed-4x16.json"
+RETAINED_PER_RUN = 6_000  # bytes: the notes and cells printed for the run, its keys, a slim summary for a partner
+PEAK_PER_RUN = 8_000  # while rows stream: the above, plus one record at a time (not one a run)
 
 
 def synthesize(template: Path, root: Path, runs: int) -> None:
@@ -39,21 +41,24 @@ def synthesize(template: Path, root: Path, runs: int) -> None:
         record = json.loads(json.dumps(base))
         record.update(name=name, run_id=run_id)
         record["plan"].update(name=name, nproc_per_node=world, world_size=world, global_batch_size=16 * world)
+        if record.get("observed"):
+            record["observed"].update(world_size=world, processes=world, global_batch_size=16 * world)
         (run_dir / RUN_FILE).write_text(json.dumps(record), encoding="utf-8")
 
 
-def held(root: Path) -> tuple[int, int]:
-    """(bytes kept, peak bytes above that) by comparing the runs under `root` and building the table's rows,
-    counted from when the records have been read."""
-    records, _ = cmp.collect_runs([root])
+def held(root: Path, *, json_rows: bool = False) -> tuple[int, int]:
+    """(bytes kept, peak bytes above that) by what `ddpcli compare` does with the runs under `root`: read them,
+    stream the rows into the table's cells (or --json's dicts, printed and dropped) and write the notes."""
     gc.collect()
     tracemalloc.start()
     try:
         start = tracemalloc.get_traced_memory()[0]
-        comparison = cmp.compare_runs(records)
-        headers = [Header(column.header, column.justify) for column in COLUMNS]
-        table = fast_table(headers, (_cells(row) for row in comparison.rows), 10_000, title=Text(""), caption=Text(""))
-        assert table is not None and len(table.rows) == len(records)
+        records, _ = collect_runs([root])
+        stream = ComparisonStream(records)
+        outputs = _Outputs(table=not json_rows, csv=False, plot=False)
+        rows = sum(1 for _ in outputs.taken(stream))
+        notes = stream.notes
+        assert rows == len(records) and notes
         gc.collect()
         kept, peak = tracemalloc.get_traced_memory()
     finally:
@@ -61,18 +66,40 @@ def held(root: Path) -> tuple[int, int]:
     return kept - start, peak - start
 
 
-def test_memory_per_run_stays_flat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No summary is written (RACY_S: the copies never settle), whether the copying took more or less than 2 s: a
-    write interns its paths, and the interpreter's table of interned strings growing by megabytes is not ours."""
-    monkeypatch.setattr(summary_cache, "RACY_S", 1e9)
-    template = make_run(tmp_path / "template", "1x16", steps=100)
+@pytest.fixture
+def template(tmp_path: Path) -> Path:
+    run_dir = make_run(tmp_path / "template", "4x16", nproc=4, steps=100)
+    shutil.copy(RECORD, run_dir / RUN_FILE)
+    return run_dir
+
+
+@pytest.mark.parametrize("json_rows", [False, True], ids=["table", "json"])
+@pytest.mark.parametrize("settled", [False, True], ids=["first-compare", "summaries-kept"])
+def test_memory_per_run_stays_flat(
+    template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_rows: bool, settled: bool
+) -> None:
+    """A first compare (no summary written: RACY_S makes the copies never settle, whether the copying took more or
+    less than 2 s), and a compare that reads the summaries a first one kept."""
+    monkeypatch.setattr(summary_cache, "RACY_S", -1.0 if settled else 1e9)
     measured = {}
     for runs in (40, 160):
         synthesize(template, tmp_path / f"runs-{runs}", runs)
-        if not measured:
-            held(tmp_path / f"runs-{runs}")  # warm: what a first compare caches for good is not kept per run
-        measured[runs] = held(tmp_path / f"runs-{runs}")
+        held(tmp_path / f"runs-{runs}", json_rows=json_rows)  # warm: the interpreter's caches; writes summaries
+        measured[runs] = held(tmp_path / f"runs-{runs}", json_rows=json_rows)
     kept_per_run = (measured[160][0] - measured[40][0]) / 120
     peak_per_run = (measured[160][1] - measured[40][1]) / 120
     assert kept_per_run < RETAINED_PER_RUN, f"{kept_per_run:.0f} bytes kept a run"
     assert peak_per_run < PEAK_PER_RUN, f"{peak_per_run:.0f} bytes at peak a run"
+
+
+def test_a_record_is_held_only_while_its_row_is_built(template: Path, tmp_path: Path) -> None:
+    """The rows come with their records; once the next row is asked for, the last one's record is let go (the
+    baseline's is kept: every row is measured against it)."""
+    synthesize(template, tmp_path / "runs", 8)
+    records, _ = collect_runs([tmp_path / "runs"])
+    assert not any(run._record is not None for run in records)  # read for their keys, then let go
+    stream = ComparisonStream(records)
+    for row in stream.rows():
+        held_now = [run for run in records if run._record is not None]
+        assert row.run.record in held_now and len(held_now) <= 3  # this row's, its partner's, the baseline's
+    assert [run for run in records if run._record is not None] == [stream.head.baseline.run.record]

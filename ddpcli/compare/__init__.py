@@ -5,15 +5,18 @@ and renders what they return. Parameter files are the one thing that needs torch
 `ddpcli.rundir.params`, imported only when two parameter files really have to be compared.
 
 Modules, in the order they build on each other:
-- runs: ComparedRun (a run.json record and its directory), finding run directories, the newest run of each name,
-  why a run did not complete.
+- run_keys: RunKeys, what a run is sorted, paired and chosen by (kept in summary.json: a later compare parses
+  each run.json once, for its row).
+- runs: ComparedRun (a run's keys, its directory, and its record read when asked and let go after its row),
+  finding run directories, the newest run of each name, why a run did not complete.
 - baseline: choosing the run the others are measured against.
 - curve: a loss curve read lazily or from parsed rows; loss at a sample count, evenly spaced points.
 - metrics: MetricsSummary of a metrics.jsonl (the fast reader and its careful fallback), RunSummary.
 - equivalence: ParamDiff, the single-process partner of a multi-process run, the verdict.
 - row: ComparisonRow (ROW_KEYS of --json and --csv) and its sparkline.
 - notes: the plain-word notes under the table.
-- table: Comparison and compare_runs, speedup and scaling efficiency.
+- table: ComparisonStream (the rows one at a time, what `ddpcli compare` prints from: memory does not grow by a
+  record a run), Comparison and compare_runs (every row held), speedup and scaling efficiency.
 
 Definitions (the numbers people quote, so they are fixed here and documented in `ddpcli compare --help`):
 - samples_per_s = (samples of the last row - samples of the first) / (time of the last - time of the first):
@@ -36,12 +39,12 @@ from ddpcli.compare.metrics import PLOT_POINTS, SPARK_POINTS, MetricsSummary, lo
 from ddpcli.compare.notes import divergence_causes
 from ddpcli.compare.row import ROW_KEYS, SPARK_WIDTH, ComparisonRow, sparkline
 from ddpcli.compare.runs import ComparedRun, collect_runs, read_run_record, status_reason
-from ddpcli.compare.table import Comparison, compare_runs, scaling_efficiency, speedup
+from ddpcli.compare.table import Comparison, ComparisonStream, compare_runs, scaling_efficiency, speedup
 
 # What the CLI, the tests and the benchmarks use; anything else is imported from its module.
 __all__ = [
     "DEFAULT_ATOL", "DIVERGED", "EQUIVALENT", "PLOT_POINTS", "ROW_KEYS", "SPARK_POINTS", "SPARK_WIDTH",
-    "ComparedRun", "Comparison", "ComparisonRow", "MetricsSummary", "ParamDiff",
+    "ComparedRun", "Comparison", "ComparisonRow", "ComparisonStream", "MetricsSummary", "ParamDiff",
     "choose_baseline", "collect_runs", "compare_runs", "divergence_causes", "find_partner", "load_run",
     "read_run_record", "scaling_efficiency", "sparkline", "speedup", "status_reason", "summarize_metrics", "verdict",
 ]  # fmt: skip

@@ -45,15 +45,15 @@ def choose_baseline(records: Sequence[ComparedRun], requested: str | None = None
 
 def _declared_baseline(run: ComparedRun, cache: BaselineCache) -> tuple[str | None, str]:
     """The baseline name this run's experiment file declares, or this run's own name if its plan is the baseline."""
-    record = run.record
-    if record.experiment_file:
-        key = f"{record.experiment_file}\0{record.experiment_file_sha256}"
+    keys = run.keys
+    if keys.experiment_file:
+        key = f"{keys.experiment_file}\0{keys.experiment_file_sha256}"
         if key not in cache:
-            cache[key] = _file_baseline_name(Path(record.experiment_file), record.experiment_file_sha256)
+            cache[key] = _file_baseline_name(Path(keys.experiment_file), keys.experiment_file_sha256)
         if cache[key]:
-            return cache[key], f"baseline of {record.experiment_file}"
-    if record.plan.get("scaling") == "baseline":
-        return record.name, "the baseline in its run.json plan"
+            return cache[key], f"baseline of {keys.experiment_file}"
+    if keys.scaling == "baseline":
+        return keys.name, "the baseline in its run.json plan"
     return None, ""
 
 

@@ -65,13 +65,13 @@ def _same_steps(run: RunSummary, other: RunSummary) -> bool:
 
 
 def _partner_preference(run: ComparedRun, other: RunSummary) -> tuple[Any, ...]:
-    mine, theirs = run.record, other.record.record
+    mine, theirs = run.keys, other.record.keys
     return (
         other.record.has_params,
-        other.record.status == "completed",
-        theirs.plan.get("seed") == mine.plan.get("seed"),
+        theirs.status == "completed",
+        theirs.seed == mine.seed,
         theirs.experiment_file == mine.experiment_file,
-        other.record.run_id,
+        theirs.run_id,
     )
 
 

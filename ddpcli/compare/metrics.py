@@ -79,14 +79,14 @@ def summarize_run(run: ComparedRun, target_samples: float | None = None, *, plot
     if plot_points or run.status in UNFINISHED:
         return _derive_run(run, target_samples, plot_points)
     derived_with = {"run_dir": run.resolved_dir, "target": target_samples,
-                    "full_parse": run.record.restarts > 0, "global_batch_size": run.global_batch_size}  # fmt: skip
+                    "full_parse": run.keys.restarts > 0, "global_batch_size": run.global_batch_size}  # fmt: skip
     key = summary_cache.cache_key(run.run_dir, derived_with)
     cached = summary_cache.read_summary(run.run_dir, key) if key is not None else None
-    if cached is not None:
-        return _from_cache(run, cached)
-    summary = _derive_run(run, target_samples, 0)
-    if key is not None:
-        summary_cache.write_summary(run.run_dir, key, _to_cache(summary))
+    summary = _from_cache(run, cached) if cached is not None else _derive_run(run, target_samples, 0)
+    if key is not None and (cached is None or not run.indexed):  # the run's keys are kept with its summary
+        index_key = summary_cache.index_key(run.run_dir)
+        index = (index_key, run.keys.as_json()) if index_key is not None else None
+        run.indexed = summary_cache.write_summary(run.run_dir, key, cached or _to_cache(summary), index)
     return summary
 
 
@@ -108,7 +108,7 @@ def _derive_run(run: ComparedRun, target_samples: float | None, plot_points: int
         run.metrics_path,
         target_samples,
         plot_points=plot_points,
-        full_parse=run.record.restarts > 0,
+        full_parse=run.keys.restarts > 0,
         global_batch_size=run.global_batch_size,
     )
     noise_scale, problem = noise_scale_reading(run.run_dir)

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from ddpcli.compare.equivalence import DIVERGED
 from ddpcli.compare.initial import initial_params_cause
 from ddpcli.compare.numerics import numeric_regime
-from ddpcli.compare.prediction import prediction_notes
+from ddpcli.compare.prediction import prediction_note
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.run_checks import separate_models_note
 from ddpcli.compare.runs import NO_FILE, ComparedRun, status_reason
 from ddpcli.compare.script_notes import beta2_note
-from ddpcli.compare.throughput import throughput_notes
+from ddpcli.compare.throughput import throughput_row_notes
 from ddpcli.experiment.outlook import far_above_critical
 from ddpcli.rundir.findings import explaining
 from ddpcli.rundir.record import Finding
@@ -35,27 +35,49 @@ PLAN_CAUSES = (  # plan keys that break equivalence when they differ, and what e
 
 def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
     """What a reader of the table needs explained: failures, divergences and why, unchecked runs, mixed files."""
-    notes: list[str] = []
-    for row in rows:
+    notes = ComparisonNotes(atol, [row.run.record for row in rows])
+    for row in sorted(rows, key=lambda row: not row.is_baseline):  # the baseline's first: the others refer to it
+        notes.add(row)
+    return notes.notes
+
+
+class ComparisonNotes:
+    """comparison_notes as the rows pass, one at a time (each while its record is read): kept by kind, so they come
+    out grouped (every failure, then every finding, ...) as from the whole table. The baseline's row comes first."""
+
+    KINDS = 9
+
+    def __init__(self, atol: float, runs: Sequence[ComparedRun]) -> None:
+        self.atol = atol
+        self._base: ComparisonRow | None = None
+        self._kinds: list[list[str]] = [[] for _ in range(self.KINDS)]
+        self._files = _file_notes(runs)
+
+    def add(self, row: ComparisonRow) -> None:
+        if row.is_baseline and self._base is None:
+            self._base = row
+        for kind, notes in zip(self._kinds, self._of(row), strict=True):
+            kind += notes
+
+    @property
+    def notes(self) -> list[str]:
+        return [*(note for kind in self._kinds for note in kind), *self._files]
+
+    def _of(self, row: ComparisonRow) -> tuple[list[str], ...]:
         run = row.run.record
         reason = status_reason(run.record)
-        if reason:
-            what = STATUS_WORDS.get(run.status, f"is {run.status}")
-            notes.append(f"{row.label} {what}: {reason}.")
-    for row in rows:
-        notes += _finding_notes(row)
-    for row in rows:
-        notes += _equivalence_notes(row, atol)
-    for row in rows:
-        notes += separate_models_note(row.label, row.run.record)
-    notes += throughput_notes(rows)
-    for row in rows:
-        notes += _noise_scale_notes(row)
-    notes += [note for row in rows if (note := beta2_note(row.label, row.run.record.record))]
-    notes += prediction_notes(rows)
-    notes += [note for row in rows if (note := shard_scope_note(row))]
-    notes += _file_notes([row.run.record for row in rows])
-    return notes
+        status = [f"{row.label} {STATUS_WORDS.get(run.status, f'is {run.status}')}: {reason}."] if reason else []
+        return (
+            status,
+            _finding_notes(row),
+            _equivalence_notes(row, self.atol),
+            separate_models_note(row.label, run),
+            throughput_row_notes(row, self._base),
+            _noise_scale_notes(row),
+            [note] if (note := beta2_note(row.label, run.record)) else [],
+            [note] if (note := prediction_note(row)) else [],
+            [note] if (note := shard_scope_note(row)) else [],
+        )
 
 
 def _finding_notes(row: ComparisonRow) -> list[str]:
@@ -236,9 +258,9 @@ def _file_notes(records: Sequence[ComparedRun]) -> list[str]:
     names: dict[str, set[str]] = {}
     hashes: dict[str, set[str]] = {}
     for run in records:
-        path = run.record.experiment_file or NO_FILE
+        path = run.keys.experiment_file or NO_FILE
         names.setdefault(path, set()).add(run.name)
-        sha256 = run.record.experiment_file_sha256
+        sha256 = run.keys.experiment_file_sha256
         hashes.setdefault(path, set()).update([sha256] if sha256 else [])
     notes = []
     if len(names) > 1:

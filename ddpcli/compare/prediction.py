@@ -98,28 +98,29 @@ class ScoredRow(Protocol):
 
 def prediction_notes(rows: Sequence[ScoredRow]) -> list[str]:
     """One note per run whose prediction missed by more than NOTE_ABOVE, naming the term furthest off."""
-    notes = []
-    for row in rows:
-        found = row.prediction
-        if found is not None and found.sharded:
-            notes.append(
-                f"{row.label}: its ranks held shards of the parameters (FSDP), and predictions model DDP runs (one "
-                "all-reduce per step, full parameters): its prediction does not apply to it."
-            )
-            continue
-        if found is None or found.error is None or abs(found.error) <= NOTE_ABOVE:
-            continue
-        text = (
-            f"{row.label}: predicted {found.predicted_samples_per_s:,.0f} samples/s from the baseline, measured "
-            f"{found.predicted_samples_per_s / (1 + found.error):,.0f} ({found.error:+.0%})"
+    return [note for row in rows if (note := prediction_note(row)) is not None]
+
+
+def prediction_note(row: ScoredRow) -> str | None:
+    """prediction_notes of one row."""
+    found = row.prediction
+    if found is not None and found.sharded:
+        return (
+            f"{row.label}: its ranks held shards of the parameters (FSDP), and predictions model DDP runs (one "
+            "all-reduce per step, full parameters): its prediction does not apply to it."
         )
-        if found.unplanned:
-            text += f"; the run was not the one predicted ({'; '.join(found.unplanned)})"
-        if found.furthest_term is not None:
-            term = found.furthest_term.removesuffix("_s")
-            text += (
-                f"; furthest off: {term}, predicted {found.predicted_term_s * 1000:.3g} ms a step, measured "  # type: ignore[operator]
-                f"{found.measured_term_s * 1000:.3g} ms"  # type: ignore[operator]
-            )
-        notes.append(text + ".")
-    return notes
+    if found is None or found.error is None or abs(found.error) <= NOTE_ABOVE:
+        return None
+    text = (
+        f"{row.label}: predicted {found.predicted_samples_per_s:,.0f} samples/s from the baseline, measured "
+        f"{found.predicted_samples_per_s / (1 + found.error):,.0f} ({found.error:+.0%})"
+    )
+    if found.unplanned:
+        text += f"; the run was not the one predicted ({'; '.join(found.unplanned)})"
+    if found.furthest_term is not None:
+        term = found.furthest_term.removesuffix("_s")
+        text += (
+            f"; furthest off: {term}, predicted {found.predicted_term_s * 1000:.3g} ms a step, measured "  # type: ignore[operator]
+            f"{found.measured_term_s * 1000:.3g} ms"  # type: ignore[operator]
+        )
+    return text + "."

@@ -7,13 +7,14 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ddpcli.compare import summary_cache
+from ddpcli.compare.run_keys import RunKeys
 from ddpcli.errors import UserError
-from ddpcli.jsonvalues import finite_or_none, text_or_none
+from ddpcli.jsonvalues import text_or_none
 from ddpcli.rundir import record as run_record
 from ddpcli.rundir.layout import METRICS_FILE, PARAMS_FILE, RUN_FILE, find_run_dirs, is_run_dir
 
@@ -21,75 +22,95 @@ NO_FILE = "(no experiment file)"
 BATCHNORM_FLAGS = frozenset({"--batchnorm", "--batch-norm", "--bn"})
 SYNC_BN_FLAGS = frozenset({"--sync-bn", "--sync-batchnorm", "--syncbn", "--sync-batch-norm"})
 LOST = "lost"
+RUNNING = "running"
 
 
-@dataclass(frozen=True)
 class ComparedRun:
-    """A run as compare shows it: its record (run.json, the one model of ddpcli.rundir.record), the directory it
-    was read from, and the numbers compare shows.
+    """A run as compare shows it: its keys (ddpcli.compare.run_keys: what it is sorted, paired and chosen by), the
+    directory it was read from, and its record (run.json, the one model of ddpcli.rundir.record), read when asked.
 
     `name`, `status` and `run_id` are the record's as compare reads it (a name from the path where the record has
-    none, `lost` for a run whose launcher is gone). Batch numbers, lr and steps are what the run did (`observed`)
-    where the observer saw it, else the plan's; `observed_from_run` says which it is. Those are worked out once
-    per run (cached_property: the record does not change), as choosing partners asks them of many pairs.
+    none, `lost` for a run whose launcher is gone). A finished run's record can be let go (`release`) once its row
+    is built, and is read again if it is asked for later: a compare of 5,000 runs holds a record at a time, not
+    5,000 (a real run.json is ~40 KB in memory). A running or lost run's record is kept: it is not the file's.
     """
 
-    record: run_record.RunRecord
-    run_dir: Path
+    def __init__(self, run_dir: Path, keys: RunKeys, record: run_record.RunRecord | None = None, *,
+                 indexed: bool = False) -> None:  # fmt: skip
+        self.run_dir = run_dir
+        self.keys = keys
+        self.indexed = indexed  # the keys came from summary.json (else summarize_run keeps them there)
+        self._record = record
+
+    def __repr__(self) -> str:
+        return f"ComparedRun({str(self.run_dir)!r}, {self.keys.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        """The same run: read from the same directory, with the same keys (whether or not its record is held)."""
+        if not isinstance(other, ComparedRun):
+            return NotImplemented
+        return (self.run_dir, self.keys) == (other.run_dir, other.keys)
+
+    def __hash__(self) -> int:
+        return hash((self.run_dir, self.keys))
+
+    @property
+    def record(self) -> run_record.RunRecord:
+        if self._record is None:
+            self._record = read_run_record(self.run_dir)._record
+        assert self._record is not None
+        return self._record
+
+    def release(self) -> None:
+        """Let the record go (read again if asked for): only a finished run's, whose run.json no longer changes."""
+        if self.keys.status not in (RUNNING, LOST):
+            self._record = None
 
     @property
     def name(self) -> str:
-        return self.record.name
+        return self.keys.name
 
     @property
     def status(self) -> str:
-        return self.record.status
+        return self.keys.status
 
     @property
     def run_id(self) -> str:
-        return self.record.run_id
+        return self.keys.run_id
 
-    @cached_property
+    @property
+    def started_at(self) -> str:
+        return self.keys.started_at
+
+    @property
     def observed_from_run(self) -> bool:
-        return self.record.observed is not None and self.record.observed.optimizer_steps not in (None, 0)
+        return self.keys.observed_from_run
 
-    def _batch(self, key: str) -> int | None:
-        seen = getattr(self.record.observed, key) if self.observed_from_run else None
-        return seen if seen is not None else _int_or_none(self.record.plan.get(key))
-
-    @cached_property
+    @property
     def world_size(self) -> int | None:
         """The processes launched (torchrun's), whether or not they formed a group or trained one model."""
-        launched = self.record.observed.processes if self.observed_from_run and self.record.observed else None
-        return launched or self._batch("world_size")
+        return self.keys.world_size
 
-    @cached_property
+    @property
     def per_device_batch_size(self) -> int | None:
-        return self._batch("per_device_batch_size")
+        return self.keys.per_device_batch_size
 
-    @cached_property
+    @property
     def grad_accum_steps(self) -> int | None:
-        return self._batch("grad_accum_steps")
+        return self.keys.grad_accum_steps
 
-    @cached_property
+    @property
     def global_batch_size(self) -> int | None:
-        return self._batch("global_batch_size")
+        return self.keys.global_batch_size
 
-    @cached_property
+    @property
     def total_steps(self) -> int | None:
-        if self.observed_from_run and self.status == "completed" and self.record.observed is not None:
-            return self.record.observed.optimizer_steps
-        return _int_or_none(self.record.plan.get("total_steps"))
+        return self.keys.total_steps
 
-    @cached_property
+    @property
     def lr(self) -> float | None:
         """The base lr the run was given (a scheduler's initial_lr), else its peak (older records), else the plan's."""
-        observed = self.record.observed
-        if self.observed_from_run and observed is not None:
-            seen = observed.lr_base if observed.lr_base is not None else observed.lr_peak
-            if seen is not None:
-                return finite_or_none(seen)
-        return finite_or_none(self.record.plan.get("lr"))
+        return self.keys.lr
 
     @property
     def plan_mismatches(self) -> list[run_record.Finding]:
@@ -159,7 +180,20 @@ def read_run_record(run_dir: Path, finish_lost: FinishLost | None = None) -> Com
         "plan": {sys.intern(key): value for key, value in record.plan.items()},
         **({"status": LOST} if lost else {}),
     }  # the plan's keys are the same two dozen in every run: one string each for all records, not per record
-    return ComparedRun(record.model_copy(update=shown), run_dir)
+    record = record.model_copy(update=shown)
+    return ComparedRun(run_dir, RunKeys.of(record), record)
+
+
+def index_run(run_dir: Path, finish_lost: FinishLost | None = None) -> ComparedRun:
+    """A run to compare, by its keys: summary.json's while run.json is unchanged since they were kept, else read
+    from run.json. Either way no record is held (a finished run's is read again for its row)."""
+    key = summary_cache.index_key(run_dir)
+    keys = RunKeys.from_json(summary_cache.read_index(run_dir, key)) if key is not None else None
+    if keys is not None:
+        return ComparedRun(run_dir, keys, indexed=True)
+    run = read_run_record(run_dir, finish_lost)
+    run.release()
+    return run
 
 
 def _supervisor_gone(record: run_record.RunRecord) -> bool:
@@ -177,11 +211,6 @@ def _supervisor_gone(record: run_record.RunRecord) -> bool:
     except (OSError, OverflowError, ValueError):  # alive, someone else's
         return False
     return False
-
-
-def _int_or_none(value: Any) -> int | None:
-    """A JSON integer (not a bool, not a float), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def size_key(record: ComparedRun, unknown: float = 0) -> tuple[Any, ...]:
@@ -237,12 +266,12 @@ def collect_runs(
     warnings: list[str] = []
     for path in paths:
         if is_run_dir(path):
-            chosen.append(read_run_record(path, finish_lost))
+            chosen.append(index_run(path, finish_lost))
             continue
         found = []
         for run_dir in _run_dirs_under(path):
             try:
-                found.append(read_run_record(run_dir, finish_lost))
+                found.append(index_run(run_dir, finish_lost))
             except UserError as error:
                 warnings.append(f"{error}; run skipped")
         chosen += found if include_all else select_newest(found)
@@ -283,4 +312,4 @@ def newest(records: Sequence[ComparedRun]) -> ComparedRun:
     """The newest completed run among these, else the newest of any status."""
     completed = [record for record in records if record.status == "completed"]
     # started_at (ISO 8601 UTC) orders runs whatever names their directories: a timestamp id or a job id.
-    return max(completed or records, key=lambda run: (run.record.started_at, run.run_id))
+    return max(completed or records, key=lambda run: (run.started_at, run.run_id))

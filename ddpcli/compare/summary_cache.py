@@ -24,19 +24,21 @@ from typing import Any
 
 from ddpcli.rundir.layout import METRICS_FILE, RUN_FILE, SUMMARY_FILE
 
-VERSION = 1
+VERSION = 2  # 2: the run's keys (ddpcli.compare.run_keys) kept beside the metrics summary, under `index`
 RACY_S = 2.0  # a source changed more recently than this is not summarised into the file (see above)
 SOURCES = (RUN_FILE, METRICS_FILE)
+INDEX_START = '{"index": '  # how json.dumps begins a summary whose first key is the index
+_DECODER = json.JSONDecoder()
 FIELDS = (
     "rows", "steps", "samples_seen", "final_loss", "last_time", "first_samples", "first_time", "loss_at_target",
     "loss_points", "lr_points", "skipped", "full_parse",
 )  # fmt: skip
 
 
-def cache_key(run_dir: Path, derived_with: dict[str, Any]) -> dict[str, Any] | None:
+def cache_key(run_dir: Path, derived_with: dict[str, Any], sources: tuple[str, ...] = SOURCES) -> dict[str, Any] | None:
     """What a summary of this run is valid for; None when a source cannot be read (then nothing is cached)."""
     stamps = {}
-    for name in SOURCES:
+    for name in sources:
         try:
             stat = (run_dir / name).stat()
         except FileNotFoundError:
@@ -48,6 +50,33 @@ def cache_key(run_dir: Path, derived_with: dict[str, Any]) -> dict[str, Any] | N
     return {"version": VERSION, "sources": stamps, **derived_with}
 
 
+def index_key(run_dir: Path) -> dict[str, Any] | None:
+    """What the run's keys are valid for: run.json unchanged, read through a path ending in the same two names
+    (a record without a name or id takes them from there)."""
+    key = cache_key(run_dir, {"path": [run_dir.parent.name, run_dir.name]}, (RUN_FILE,))
+    return key if key is not None and key["sources"][RUN_FILE] is not None else None
+
+
+def read_index(run_dir: Path, key: dict[str, Any]) -> Any:
+    """The run's keys kept for `key` (to be checked by ddpcli.compare.run_keys), or None.
+
+    `write_summary` writes the index first, so only it is parsed (`raw_decode` stops at its end): choosing the runs
+    does not parse every summary's curve points a second time. A file that does not start so has no index."""
+    try:
+        text = (run_dir / SUMMARY_FILE).read_text(encoding="utf-8")
+        index, _ = _DECODER.raw_decode(text, len(INDEX_START)) if text.startswith(INDEX_START) else (None, 0)
+    except (OSError, ValueError):
+        return None
+    return index.get("values") if isinstance(index, dict) and index.get("key") == key else None
+
+
+def _read(run_dir: Path) -> Any:
+    try:
+        return json.loads((run_dir / SUMMARY_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
 def settled(key: dict[str, Any]) -> bool:
     """Every source has been unchanged for RACY_S: a summary written now cannot hide a same-tick rewrite."""
     now = time.time_ns()
@@ -57,28 +86,32 @@ def settled(key: dict[str, Any]) -> bool:
 
 def read_summary(run_dir: Path, key: dict[str, Any]) -> dict[str, Any] | None:
     """The cached values for `key`, or None (no file, another key, anything malformed)."""
-    try:
-        data = json.loads((run_dir / SUMMARY_FILE).read_bytes())
-    except (OSError, ValueError):
-        return None
+    data = _read(run_dir)
     if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("values"), dict):
         return None
     values = data["values"]
     return values if _well_formed(values) else None
 
 
-def write_summary(run_dir: Path, key: dict[str, Any], values: dict[str, Any]) -> None:
-    """Keep `values` for `key`, when its sources have settled; a failure to write is no error (derived next time)."""
+def write_summary(
+    run_dir: Path, key: dict[str, Any], values: dict[str, Any], index: tuple[dict[str, Any], dict[str, Any]] | None
+) -> bool:
+    """Keep `values` for `key`, and the run's keys (`index`: key, values), when the sources have settled; a failure
+    to write is no error (derived next time). Whether they were kept."""
     if not settled(key):
-        return
+        return False
     path = run_dir / SUMMARY_FILE
     temporary = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}.tmp")
+    kept: dict[str, Any] = {"index": {"key": index[0], "values": index[1]}} if index is not None else {}
+    kept.update(key=key, values=values)  # after the index: read_index parses only what comes first
     try:
-        text = json.dumps({"key": key, "values": values}, allow_nan=False)  # a NaN loss: not kept, derived each time
+        text = json.dumps(kept, allow_nan=False)  # a NaN loss: not kept, derived each time
         temporary.write_text(text, encoding="utf-8")
         os.replace(temporary, path)
     except (OSError, ValueError):
         temporary.unlink(missing_ok=True)
+        return False
+    return True
 
 
 # json.loads makes exactly these types (no subclass but bool, which is its own type): a type test is exact here,

@@ -1,17 +1,18 @@
 """The comparison as a whole: every run measured against the baseline, with speedup, scaling efficiency and each
-multi-process run's equivalence verdict, plus the notes that explain it."""
+multi-process run's equivalence verdict, plus the notes that explain it: as rows streamed one at a time
+(ComparisonStream, what `ddpcli compare` prints from) or held (compare_runs)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ddpcli.compare.baseline import choose_baseline
 from ddpcli.compare.equivalence import DEFAULT_ATOL, ParamDiffFn, compare_params, find_partner, verdict
 from ddpcli.compare.metrics import MetricsSummary, RunSummary, summarize_run
-from ddpcli.compare.notes import comparison_notes
+from ddpcli.compare.notes import ComparisonNotes
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.run_checks import per_model, schedule_findings, separate_models
 from ddpcli.compare.runs import NO_FILE, ComparedRun, size_key
@@ -21,14 +22,20 @@ from ddpcli.jsonvalues import finite_or_none
 
 
 @dataclass(frozen=True)
-class Comparison:
-    rows: list[ComparisonRow]
+class ComparisonHead:
+    """What is known of a comparison before its rows: the baseline's row and how it was chosen."""
+
     baseline: ComparisonRow
     baseline_reason: str
     atol: float
+    experiment_files: list[str]  # distinct files the runs came from (NO_FILE for runs without one)
+
+
+@dataclass(frozen=True)
+class Comparison(ComparisonHead):
+    rows: list[ComparisonRow]
     notes: list[str]
     warnings: list[str]
-    experiment_files: list[str]  # distinct files the runs came from (NO_FILE for runs without one)
 
 
 def compare_runs(
@@ -39,43 +46,92 @@ def compare_runs(
     param_diff: ParamDiffFn | None = None,
     plot_points: int = 0,
 ) -> Comparison:
-    """Measure every run against the baseline and check each multi-process run's equivalence.
+    """Measure every run against the baseline and check each multi-process run's equivalence: every row held,
+    without its curves (see `_slim`). `ddpcli compare` goes through ComparisonStream, which holds none."""
+    stream = ComparisonStream(records, baseline=baseline, atol=atol, param_diff=param_diff, plot_points=plot_points)
+    rows = [_slim(row) for row in stream.rows()]
+    return Comparison(**vars(stream.head), rows=rows, notes=stream.notes, warnings=stream.warnings)
 
-    Rows are built in table order, each as soon as its run is summarised, and keep no curve (see `_slim`): only
-    the baseline's and the single-process runs' curves (the references a run's lr schedule is checked against)
-    are held until every row is built, so memory does not grow by a run's points for every run compared.
+
+class ComparisonStream:
+    """The comparison one row at a time, in table order (the baseline first, then by world size and global
+    batch), for outputs that take each row once: the table's cells, --json, --csv, the notes.
+
+    Memory does not grow with the runs' records: a row's record (and its partner's) is let go when the next row is
+    asked for (ddpcli.compare.runs.ComparedRun.release), so a consumer that keeps the rows still sees their records,
+    read again. What is held throughout: each run's keys, the baseline's summary and record, and the single-process
+    runs' summaries without their curves (the partners a multi-process run is paired from; a partner's curve and
+    record are read again for the row that needs them). The notes are worked out as the rows pass
+    (`notes`, once every row has); so are the warnings about unreadable metrics lines.
     """
-    base_record, reason = choose_baseline(records, baseline)
-    base = summarize_run(base_record, None, plot_points=plot_points)
-    target = base.metrics.samples_seen
-    base = replace(base, metrics=_with_target(base.metrics, target))
-    order = [base_record, *sorted((record for record in records if record is not base_record), key=size_key)]
-    labels = _labels(order)
-    summaries = {id(base_record): base}
-    singles: dict[int | None, list[RunSummary]] = {}  # the only partners there can be, by global batch
-    for record in order:
-        if record.world_size == 1:
-            if id(record) not in summaries:
-                summaries[id(record)] = summarize_run(record, target, plot_points=plot_points)
-            singles.setdefault(record.global_batch_size, []).append(summaries[id(record)])
-    rows, warnings = [], []
-    for record in order:
-        run = summaries.get(id(record)) or summarize_run(record, target, plot_points=plot_points)
-        row = _row(run, base, singles.get(record.global_batch_size, []), labels, atol, param_diff)
-        rows.append(row if id(record) in summaries else _slim(row, {}))  # a reference is slimmed after all rows
-        warnings += run.metrics.skipped
-    slimmed = {id(run): _slim_run(run) for run in summaries.values()}
-    rows = [_slim(row, slimmed) if id(row.run) in slimmed else _slim_partner(row, slimmed) for row in rows]
-    files = sorted({run.record.experiment_file or NO_FILE for run in records})
-    return Comparison(
-        rows=rows,
-        baseline=rows[0],
-        baseline_reason=reason,
-        atol=atol,
-        notes=comparison_notes(rows, atol),
-        warnings=warnings,
-        experiment_files=files,
-    )
+
+    def __init__(
+        self,
+        records: Sequence[ComparedRun],
+        *,
+        baseline: str | None = None,
+        atol: float = DEFAULT_ATOL,
+        param_diff: ParamDiffFn | None = None,
+        plot_points: int = 0,
+    ) -> None:
+        base_record, reason = choose_baseline(records, baseline)
+        base = summarize_run(base_record, None, plot_points=plot_points)
+        self._target = target = base.metrics.samples_seen
+        self._base = base = replace(base, metrics=_with_target(base.metrics, target))
+        self._order = [base_record, *sorted((run for run in records if run is not base_record), key=size_key)]
+        self._labels = _labels(self._order)
+        self._singles: dict[int | None, list[RunSummary]] = {}  # the only partners there can be, by global batch
+        self._kept: set[int] = set()  # the ids of their records
+        if (base_record.world_size or 0) > 1:  # its partner is among runs whose rows come after it
+            for record in self._order[1:]:
+                if record.world_size == 1:
+                    self._single(summarize_run(record, target))
+        self._single(base)
+        self._atol, self._param_diff, self._plot_points = atol, param_diff, plot_points
+        files = sorted({run.keys.experiment_file or NO_FILE for run in records})
+        self.head = ComparisonHead(self._build(base), reason, atol, files)
+        self._notes = ComparisonNotes(atol, records)
+        self.warnings: list[str] = []
+        self._done = False
+
+    @property
+    def notes(self) -> list[str]:
+        if not self._done:
+            raise RuntimeError("the notes are known once every row has been read")
+        return self._notes.notes
+
+    def rows(self) -> Iterator[ComparisonRow]:
+        """Every row, once."""
+        for record in self._order:
+            if record is self._order[0]:
+                row = self.head.baseline
+            else:
+                run = summarize_run(record, self._target, plot_points=self._plot_points)
+                self._single(run)
+                row = self._build(run)
+            self._notes.add(row)
+            self.warnings += row.run.metrics.skipped
+            yield row
+            for run in (row.run.record, row.partner.record if row.partner else None):
+                if run is not None and run is not self._order[0]:
+                    run.release()
+        self._done = True
+
+    def _single(self, run: RunSummary) -> None:
+        """Keep a single-process run (without its curves) as a partner for the rows after it: the rows come by
+        world size, so every partner a multi-process row can have was built before it (the baseline's too)."""
+        record = run.record
+        if record.world_size == 1 and id(record) not in self._kept:
+            self._kept.add(id(record))
+            self._singles.setdefault(record.global_batch_size, []).append(_slim_run(run))
+
+    def _build(self, run: RunSummary) -> ComparisonRow:
+        partner = find_partner(run, self._singles.get(run.record.global_batch_size, []))
+        if partner is not None and partner.record is not self._base.record:
+            partner = summarize_run(partner.record, self._target)  # with its curve again (the lr schedule's)
+        elif partner is not None:
+            partner = self._base
+        return _row(run, self._base, partner, self._labels, self._atol, self._param_diff)
 
 
 def _slim_run(run: RunSummary) -> RunSummary:
@@ -84,16 +140,11 @@ def _slim_run(run: RunSummary) -> RunSummary:
     return replace(run, metrics=replace(run.metrics, loss_points=[], lr_points=[]))
 
 
-def _slim(row: ComparisonRow, slimmed: dict[int, RunSummary]) -> ComparisonRow:
-    """The row with its sparkline drawn and its run (and partner) slimmed: what the table, --json and the notes
+def _slim(row: ComparisonRow) -> ComparisonRow:
+    """The row with its sparkline drawn and its run and partner slimmed: what the table, --json and the notes
     read, without ~10 KB of points a run."""
-    run = slimmed.get(id(row.run)) or _slim_run(row.run)
-    return _slim_partner(replace(row, run=run, spark=row.sparkline), slimmed)
-
-
-def _slim_partner(row: ComparisonRow, slimmed: dict[int, RunSummary]) -> ComparisonRow:
-    partner = slimmed.get(id(row.partner)) if row.partner is not None else None
-    return replace(row, partner=partner) if partner is not None else row
+    partner = _slim_run(row.partner) if row.partner is not None else None
+    return replace(row, run=_slim_run(row.run), spark=row.sparkline, partner=partner)
 
 
 def speedup(samples_per_s: float | None, baseline_samples_per_s: float | None) -> float | None:
@@ -149,13 +200,12 @@ def _distinct_tails(paths: Sequence[Path]) -> dict[Path, str]:
 def _row(
     run: RunSummary,
     base: RunSummary,
-    runs: Sequence[RunSummary],
+    partner: RunSummary | None,
     labels: dict[Path, str],
     atol: float,
     param_diff: ParamDiffFn | None,
 ) -> ComparisonRow:
     ratio = _speedup(run, base)
-    partner = find_partner(run, runs)
     diff = compare_params(run.record, partner.record, param_diff) if partner else None
     step_speedup, efficiency = batch_implications(run, base)
     scaling = scaling_efficiency(ratio, run.record.world_size, base.record.world_size)

@@ -104,29 +104,33 @@ def throughput_notes(rows: Sequence[ComparisonRow]) -> list[str]:
     """A note for each run whose throughput (or its baseline's) measured the host, and for each run with no timed
     step after the first."""
     base = next((row for row in rows if row.is_baseline), None)
+    return [note for row in rows for note in throughput_row_notes(row, base)]
+
+
+def throughput_row_notes(row: ComparisonRow, base: ComparisonRow | None) -> list[str]:
+    """throughput_notes of one row, measured against the baseline's row `base`."""
     notes = []
-    for row in rows:
-        run = row.run.record
-        if (share := cpu_starved(run)) is not None:
-            notes.append(
-                f"{row.label}: its processes got {share:.0%} of a core each{_load(run)}: the host's other work set "
-                "its samples/s, so its speedup (marked ?) is not a measure of DDP; rerun on a quiet host"
-            )
-        elif base is not None and not row.is_baseline and (share := cpu_starved(base.run.record)) is not None:
-            notes.append(
-                f"{row.label}: its baseline {base.label} got {share:.0%} of a core per process"
-                f"{_load(base.run.record)}: the host's other work set the baseline's samples/s, so this speedup "
-                "(marked ?) is not a measure of DDP"
-            )
-        elif base is not None and not row.is_baseline and (beyond := _beyond_linear(row, base)) is not None:
-            notes.append(beyond)
-        steps = row.run.metrics.rows
-        if steps == 1 and row.run.metrics.samples_per_s is None:
-            notes.append(
-                f"{row.label}: 1 logged step, none timed after the first (whose time holds the start-up): no "
-                "samples/s, speedup or prediction error"
-            )
-        notes += _token_note(row)
+    run = row.run.record
+    if (share := cpu_starved(run)) is not None:
+        notes.append(
+            f"{row.label}: its processes got {share:.0%} of a core each{_load(run)}: the host's other work set "
+            "its samples/s, so its speedup (marked ?) is not a measure of DDP; rerun on a quiet host"
+        )
+    elif base is not None and not row.is_baseline and (share := cpu_starved(base.run.record)) is not None:
+        notes.append(
+            f"{row.label}: its baseline {base.label} got {share:.0%} of a core per process"
+            f"{_load(base.run.record)}: the host's other work set the baseline's samples/s, so this speedup "
+            "(marked ?) is not a measure of DDP"
+        )
+    elif base is not None and not row.is_baseline and (beyond := _beyond_linear(row, base)) is not None:
+        notes.append(beyond)
+    steps = row.run.metrics.rows
+    if steps == 1 and row.run.metrics.samples_per_s is None:
+        notes.append(
+            f"{row.label}: 1 logged step, none timed after the first (whose time holds the start-up): no "
+            "samples/s, speedup or prediction error"
+        )
+    notes += _token_note(row)
     return [f"{note}." for note in notes]
 
 

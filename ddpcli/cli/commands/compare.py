@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.text import Text
 
 from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE as EXPERIMENT_FILE
 from ddpcli.cli.console import stdout, user_errors, warning, wrote
-from ddpcli.cli.render.compare import COLUMNS, _caption, _cells, comparison_tables, csv_text, loss_figure
-from ddpcli.cli.render.fast_table import fitted_fast_tables, print_notes, print_tables
+from ddpcli.cli.render.compare import COLUMNS, CsvRows, LossCurve, _caption, _cells, loss_figure, tables_of, title
+from ddpcli.cli.render.fast_table import fitted_compact_tables, print_notes, print_tables
 from ddpcli.cli.render.layout import print_bullets
-from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, Comparison, collect_runs, compare_runs
+from ddpcli.cli.render.table_rows import TableRows
+from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, collect_runs
 from ddpcli.compare.lost import with_observations
 from ddpcli.compare.row import json_list
+from ddpcli.compare.table import ComparisonHead, ComparisonStream
 from ddpcli.errors import UserError
 from ddpcli.experiment.planning import load_plan
 from ddpcli.rundir.params import param_diff
@@ -71,42 +72,68 @@ def compare_command(
         if path is not None and not path.parent.exists():
             raise UserError(f"{path}: its directory {path.parent} does not exist")
     records, warnings = collect_runs(paths or [_default_root()], include_all, finish_lost=with_observations)
-    comparison = compare_runs(
+    for message in warnings:
+        warning(message)
+    stream = ComparisonStream(
         records,
         baseline=baseline,
         atol=atol,
         param_diff=param_diff,
         plot_points=PLOT_POINTS if plot_path is not None else 0,
     )
-    for message in [*warnings, *comparison.warnings]:
-        warning(message)
+    outputs = _Outputs(table=not as_json, csv=csv_path is not None, plot=plot_path is not None)
     if as_json:
-        for piece in json_list(row.as_json() for row in comparison.rows):  # one row's dict held at a time
+        for piece in json_list(outputs.taken(stream)):  # one row (its record, its dict) held at a time
             print(piece, end="")
         print()
     else:
-        _print_table(comparison)
-        (print_notes if _plain_output() else print_bullets)(stdout, "Notes", comparison.notes)
-    if csv_path is not None:
-        text = csv_text(comparison)
+        for _ in outputs.taken(stream):
+            pass
+    for message in stream.warnings:
+        warning(message)
+    if outputs.table is not None:
+        _print_table(stream.head, outputs.table)
+        (print_notes if _plain_output() else print_bullets)(stdout, "Notes", stream.notes)
+    if csv_path is not None and outputs.csv is not None:
+        text = outputs.csv.text()
         _writing(csv_path, lambda: csv_path.write_text(text, encoding="utf-8", newline=""))
     if plot_path is not None and pyplot is not None:
-        _writing(plot_path, lambda: _save_figure(loss_figure(comparison, pyplot), plot_path, pyplot))
+        _writing(plot_path, lambda: _save_figure(loss_figure(outputs.curves, pyplot), plot_path, pyplot))
 
 
-def _print_table(comparison: Comparison) -> None:
+class _Outputs:
+    """What each output keeps of a row as the rows stream: the table's cells, the CSV's lines, the plot's curves;
+    --json's rows are printed as they come."""
+
+    def __init__(self, *, table: bool, csv: bool, plot: bool) -> None:
+        self.table = TableRows(len(COLUMNS), fast=_plain_output()) if table else None
+        self.csv = CsvRows() if csv else None
+        self.curves: list[LossCurve] | None = [] if plot else None
+
+    def taken(self, stream: ComparisonStream) -> Iterator[dict[str, Any]]:
+        """Each row's --json dict (made only when --json or --csv needs it), once every output took the row."""
+        for row in stream.rows():
+            data = row.as_json() if self.csv is not None or self.table is None else {}
+            if self.csv is not None:
+                self.csv.add(data)
+            if self.curves is not None:
+                self.curves.append(LossCurve.of(row))
+            if self.table is not None:
+                self.table.add(_cells(row))
+            yield data
+
+
+def _print_table(head: ComparisonHead, rows: TableRows) -> None:
     """The tables of ddpcli.cli.render.layout.fitted_tables, printed by ddpcli.cli.render.fast_table where every
     value is one line in a table that fits and the output has no colour (what Rich would print, without Rich laying
     out every cell: seconds at 5,000 runs), else by Rich (a value that wraps or folds, or a colour terminal)."""
-    title = Text(f"Compare: baseline {comparison.baseline.label} ({comparison.baseline_reason})")
-    rows = (_cells(row) for row in comparison.rows)
     tables = None
-    if _plain_output():
-        tables = fitted_fast_tables(COLUMNS, rows, stdout.width, title=title, caption=_caption(comparison))
+    if rows.compact is not None:
+        tables = fitted_compact_tables(COLUMNS, rows.compact, stdout.width, title=title(head), caption=_caption(head))
     if tables is not None:
         print_tables(stdout, tables)
         return
-    for rich_table in comparison_tables(comparison, stdout.width):
+    for rich_table in tables_of(head, rows.texts(), stdout.width):
         stdout.print(rich_table)
 
 

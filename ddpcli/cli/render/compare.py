@@ -1,4 +1,4 @@
-"""`ddpcli compare`'s tables, CSV text and plot figure, from a finished ddpcli.compare.Comparison.
+"""`ddpcli compare`'s tables, CSV text and plot figure, from a ddpcli.compare.Comparison or its rows as they stream.
 
 Nothing here writes a file: the command writes the CSV text and saves the figure.
 """
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -17,6 +19,7 @@ from ddpcli.cli.render.format import MISSING, fixed, fmt_number, percent, status
 from ddpcli.cli.render.layout import Column, fitted_tables
 from ddpcli.cli.render.step_time import BAR_LEGEND, peak_memory_cell, prediction_cell, step_bar
 from ddpcli.compare import DIVERGED, EQUIVALENT, ROW_KEYS, Comparison, ComparisonRow
+from ddpcli.compare.table import ComparisonHead
 
 VERDICT_STYLE = {EQUIVALENT: "green", DIVERGED: "red"}
 COLUMNS = (
@@ -42,13 +45,16 @@ COLUMNS = (
 def comparison_tables(comparison: Comparison, width: int) -> list[RenderableType]:
     """One table when it fits in `width`; else training, then speed and equivalence, each split again if need be,
     every one keyed by run (see ddpcli.cli.render.layout: no value is ever cut)."""
-    return fitted_tables(
-        COLUMNS,
-        [_cells(row) for row in comparison.rows],
-        width,
-        title=Text(f"Compare: baseline {comparison.baseline.label} ({comparison.baseline_reason})"),
-        caption=_caption(comparison),
-    )
+    return tables_of(comparison, [_cells(row) for row in comparison.rows], width)
+
+
+def tables_of(head: ComparisonHead, rows: list[list[Text]], width: int) -> list[RenderableType]:
+    """comparison_tables of rows' cells (`_cells`) taken as the rows streamed."""
+    return fitted_tables(COLUMNS, rows, width, title=title(head), caption=_caption(head))
+
+
+def title(head: ComparisonHead) -> Text:
+    return Text(f"Compare: baseline {head.baseline.label} ({head.baseline_reason})")
 
 
 def _cells(row: ComparisonRow) -> list[Text]:
@@ -108,7 +114,7 @@ def _equivalence_cell(row: ComparisonRow) -> Text:
     return Text(f"{row.verdict} vs {row.partner_label}{amount}", style=VERDICT_STYLE.get(row.verdict, ""))
 
 
-def _caption(comparison: Comparison) -> str:
+def _caption(comparison: ComparisonHead) -> str:
     base = comparison.baseline.run.metrics.samples_seen
     lines = [
         "* baseline. ! did not follow its plan, or its lr schedule or steps were not what its numbers say (see the "
@@ -130,30 +136,47 @@ def _caption(comparison: Comparison) -> str:
     return "\n".join(lines)
 
 
-def csv_text(comparison: Comparison) -> str:
-    """The --json rows as CSV (empty cell for null), for spreadsheets."""
-    buffer = io.StringIO(newline="")
-    writer = csv.DictWriter(buffer, fieldnames=ROW_KEYS, extrasaction="ignore")  # JSON's nested keys stay out
-    writer.writeheader()
-    for row in comparison.rows:
-        writer.writerow(row.as_json())
-    return buffer.getvalue()
+class CsvRows:
+    """The --json rows as CSV (empty cell for null), for spreadsheets: written as the rows stream."""
+
+    def __init__(self) -> None:
+        self._buffer = io.StringIO(newline="")
+        self._writer = csv.DictWriter(self._buffer, fieldnames=ROW_KEYS, extrasaction="ignore")  # no nested keys
+        self._writer.writeheader()
+
+    def add(self, row: dict[str, Any]) -> None:
+        self._writer.writerow(row)
+
+    def text(self) -> str:
+        return self._buffer.getvalue()
 
 
-def loss_figure(comparison: Comparison, pyplot: ModuleType) -> Any:
+@dataclass(frozen=True)
+class LossCurve:
+    """A run's line in the loss figure: its label and (samples, loss) points."""
+
+    label: str
+    is_baseline: bool
+    points: list[tuple[float, float]]
+
+    @classmethod
+    def of(cls, row: ComparisonRow) -> LossCurve:
+        return cls(row.label, row.is_baseline, row.run.metrics.plot_points)
+
+
+def loss_figure(curves: Iterable[LossCurve], pyplot: ModuleType) -> Any:
     """Loss against samples seen, one line per run (up to PLOT_POINTS evenly spaced rows each): a matplotlib
     Figure for the caller to save (and close)."""
     figure, axes = pyplot.subplots(figsize=(9, 5.5))
-    for row in comparison.rows:
-        points = row.run.metrics.plot_points
-        if not points:
+    for curve in curves:
+        if not curve.points:
             continue
-        xs, ys = zip(*points, strict=True)
+        xs, ys = zip(*curve.points, strict=True)
         axes.plot(
             xs,
             ys,
-            label=row.label + (" (baseline)" if row.is_baseline else ""),
-            linewidth=2.0 if row.is_baseline else 1.2,
+            label=curve.label + (" (baseline)" if curve.is_baseline else ""),
+            linewidth=2.0 if curve.is_baseline else 1.2,
         )
     axes.set_xlabel("samples seen")
     axes.set_ylabel("loss")

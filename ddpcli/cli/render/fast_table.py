@@ -249,11 +249,18 @@ def fitted_fast_tables(
     the first column (chosen by fitted_tables itself, from each column's two extreme cells: all its choice
     depends on), then each table printed here. None when a table would need Rich: a value that must wrap or fold,
     or a cell that is not one plain line."""
+    kept = compact_rows(rows, len(columns))
+    return fitted_compact_tables(columns, kept, width, title=title, caption=caption) if kept is not None else None
+
+
+def fitted_compact_tables(
+    columns: Sequence[Column], kept: list[tuple[Cell, ...]], width: int, *, title: Text, caption: str
+) -> list[FastTable | Text] | None:
+    """fitted_fast_tables of rows already made compact (`compact`, as they streamed)."""
     headers = [Header(column.header, column.justify) for column in columns]
     if len({header.text for header in headers}) != len(headers):
         return None  # the split's tables are told apart by their headers
-    kept = compact_rows(rows, len(columns))
-    if kept is None or any(header.justify not in ("left", "right") for header in headers):
+    if not kept or any(header.justify not in ("left", "right") for header in headers):
         return None
     widths, extremes = _measured(headers, kept)
     split = fitted_tables(columns, extremes, width, title=title, caption=caption)
