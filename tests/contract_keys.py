@@ -24,6 +24,7 @@ OBSERVED_KEYS = (
     "time_breakdown", "model_state",
     "frameworks", "numerics",
     "tokens_per_micro_batch", "tokens_per_step",
+    "dropout_layers",
 )  # fmt: skip
 COMPARE_KEYS = (
     "name", "status", "run_dir", "world_size", "per_device_batch_size", "grad_accum_steps", "global_batch_size",

@@ -309,6 +309,7 @@ def test_two_processes_are_one_data_parallel_training(ported: dict[str, Any]) ->
     assert (observed["world_size"], observed["data_parallel_size"], observed["ddp"]) == (2, 2, True)
     assert observed["distinct_samples_across_ranks"] is True
     assert observed["per_device_batch_size"] == MANIFEST[ported["name"]]["batch"] // 2
+    assert observed["dropout_layers"] == MANIFEST[ported["name"]].get("dropout_layers", 0)
     assert [f for f in record["findings"] if f["severity"] == "error"] == []
     allowed = set(SLOWNESS_CODES) | set(MANIFEST[ported["name"]].get("allowed_findings", []))
     assert [f["code"] for f in record["findings"] if f["code"] not in allowed] == [], record["findings"]

@@ -166,6 +166,7 @@ def summarize(ranks: dict[int, RankObservation], parallel: ParallelCheck | None 
         sampler_chain=_sampler_chain(loader),
         distinct_samples_across_ranks=distinct_samples(ranks),
         batchnorm_layers=norms,
+        dropout_layers=whole_or_none(main.run.get("dropout_layers")),
         # One process: its statistics are the global batch's, there is nothing to synchronise.
         batchnorm_synchronized=(synchronised == norms) if norms and world != 1 else None,
         amp=text_or_none(main.end.get("amp")) or text_or_none(main.run.get("amp")),

@@ -77,6 +77,7 @@ class Observed(_Record):
     numerics: dict[str, Any] | None = None  # TF32, float32 matmul precision, deterministic algorithms
     tokens_per_micro_batch: int | None = None  # one process's, where micro-batches were token ids [B, T]
     tokens_per_step: int | None = None  # over every rank, per optimizer step (rundir.tokens)
+    dropout_layers: int | None = None  # nn.Dropout modules with p > 0, in training mode at the first step
 
 
 class RunRecord(_Record):

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.dropout import _DropoutNd
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpcli.jsonvalues import write_json_atomic
@@ -21,7 +22,7 @@ _SYNCHRONISED_BATCHNORM = ("SyncBatchNorm", "CrossProcessBatchNorm")
 
 
 def run_row(observer: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """World size, backend, device, DDP and its options, the models, BatchNorm layers, AMP."""
+    """World size, backend, device, DDP and its options, the models, BatchNorm and Dropout layers, AMP."""
     params = [param for group in optimizer.param_groups for param in group["params"]]
     modules = observer.models.modules()
     norms = [layer for module in modules for layer in module.modules() if isinstance(layer, _BatchNorm)]
@@ -37,9 +38,21 @@ def run_row(observer: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         "models": [type(module).__name__ for module in modules],
         "batchnorm_layers": len(norms),
         "batchnorm_synchronized": synchronised,
+        "dropout_layers": _dropout_layers(modules),
         "amp": observer.amp,
         "optimizer": optimizer_row(optimizer),
     }
+
+
+def _dropout_layers(modules: list[torch.nn.Module]) -> int:
+    """Dropout modules that drop (p > 0) in training mode at the first step: each process draws its own masks, so a
+    multi-process run cannot end with the parameters of one process taking the whole batch. F.dropout called in a
+    forward is not a module, and is not counted."""
+    return sum(
+        isinstance(layer, _DropoutNd) and layer.p > 0 and layer.training
+        for module in modules
+        for layer in module.modules()
+    )
 
 
 def _launched() -> int | None:
