@@ -49,7 +49,7 @@ from compare_bench import make_runs_root
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from ddpcli.compare.summary_cache import RACY_S  # noqa: E402
-from ddpcli.rundir.layout import RUN_FILE, SUMMARY_FILE  # noqa: E402
+from ddpcli.rundir.layout import METRICS_FILE, RUN_FILE, SUMMARY_FILE  # noqa: E402
 
 FLOOR = 'python -c "import typer, rich, pydantic"'
 
@@ -71,6 +71,20 @@ def synthesize(template: Path, root: Path, runs: int) -> None:
             record["observed"].update(world_size=world, processes=world,
                                       global_batch_size=record["plan"]["global_batch_size"])  # fmt: skip
         (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+        _scale_samples(run_dir / METRICS_FILE, record["plan"]["global_batch_size"])
+
+
+def _scale_samples(path: Path, global_batch: int) -> None:
+    """The copy's metrics rows at its own global batch (samples = step x global batch), as the run would have
+    logged them: a copy that kept the template's samples would not have run the schedule its plan says (compare
+    would find an lr_schedule_mismatch on every copy of an observed record, whose lr schedule it checks)."""
+    if not path.is_file():
+        return
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for row in rows:
+        if isinstance(row.get("step"), int) and "samples" in row:
+            row["samples"] = row["step"] * global_batch
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
 
 
 def peak_memory_mb(argv: list[str], env: dict[str, str]) -> float:

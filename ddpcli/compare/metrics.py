@@ -12,12 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from ddpcli.compare import summary_cache
 from ddpcli.compare.curve import Curve, LazyCurve, NeedsFullParse, ParsedCurve, Row, loss_at, resample, rows_at
 from ddpcli.compare.runs import LOST, ComparedRun, read_run_record
+from ddpcli.compare.schedule import Point, points
 from ddpcli.jsonvalues import finite_or_none, loads_json, whole_or_none
 from ddpcli.rundir.metrics import noise_scale_reading, read_metrics, unreadable
 
@@ -46,6 +48,12 @@ class MetricsSummary:
     lr_points: list[tuple[float | None, float | None, int | None]] = field(default_factory=list)  # samples, lr, step
     skipped: list[str] = field(default_factory=list)  # warnings about unreadable lines
     full_parse: bool = False  # True when every line had to be parsed (the slow, careful path)
+
+    @cached_property
+    def schedule_points(self) -> list[Point]:
+        """lr_points as the schedule check reads them: worked out once for the baseline, which every row is
+        checked against."""
+        return points(self.lr_points)
 
     @property
     def samples_per_s(self) -> float | None:

@@ -71,7 +71,7 @@ def schedule_finding(run: RunSummary, reference: RunSummary, label: str) -> Find
         return None
     mismatch = compare_schedules(
         points(run.metrics.lr_points, scale),
-        points(reference.metrics.lr_points),
+        reference.metrics.schedule_points,
         ratio,
         preferred=_likely_factors(run.record, reference.record),
     )

@@ -178,6 +178,9 @@ class _Reference:
             (self.ends, max(self.ends.previous_knot(end), start), end),
         )
         for curve, low, high in windows:
+            at_low, at_high = curve.at(low), curve.at(high)  # within range(low, high) whatever else it holds
+            if min(at_low, at_high) - tolerance <= lr <= max(at_low, at_high) + tolerance:
+                return True
             lowest, highest = curve.range(low, high)
             if lowest - tolerance <= lr <= highest + tolerance:
                 return True
