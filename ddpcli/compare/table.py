@@ -73,6 +73,7 @@ class ComparisonStream:
         atol: float = DEFAULT_ATOL,
         param_diff: ParamDiffFn | None = None,
         plot_points: int = 0,
+        notes: bool = True,
     ) -> None:
         base_record, reason = choose_baseline(records, baseline)
         base = summarize_run(base_record, None, plot_points=plot_points)
@@ -90,14 +91,14 @@ class ComparisonStream:
         self._atol, self._param_diff, self._plot_points = atol, param_diff, plot_points
         files = sorted({run.keys.experiment_file or NO_FILE for run in records})
         self.head = ComparisonHead(self._build(base), reason, atol, files)
-        self._notes = ComparisonNotes(atol, records)
+        self._notes = ComparisonNotes(atol, records) if notes else None  # --json prints none: none worked out
         self.warnings: list[str] = []
         self._done = False
 
     @property
     def notes(self) -> list[str]:
-        if not self._done:
-            raise RuntimeError("the notes are known once every row has been read")
+        if not self._done or self._notes is None:
+            raise RuntimeError("the notes are known once every row has been read, by a stream asked for them")
         return self._notes.notes
 
     def rows(self) -> Iterator[ComparisonRow]:
@@ -109,7 +110,8 @@ class ComparisonStream:
                 run = summarize_run(record, self._target, plot_points=self._plot_points)
                 self._single(run)
                 row = self._build(run)
-            self._notes.add(row)
+            if self._notes is not None:
+                self._notes.add(row)
             self.warnings += row.run.metrics.skipped
             yield row
             for run in (row.run.record, row.partner.record if row.partner else None):

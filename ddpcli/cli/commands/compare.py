@@ -80,6 +80,7 @@ def compare_command(
         atol=atol,
         param_diff=param_diff,
         plot_points=PLOT_POINTS if plot_path is not None else 0,
+        notes=not as_json,
     )
     outputs = _Outputs(table=not as_json, csv=csv_path is not None, plot=plot_path is not None)
     if as_json:
