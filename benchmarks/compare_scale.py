@@ -1,33 +1,41 @@
 """`ddpcli compare` at scale: 500 and 5,000 run directories, as ratios to the `import typer, rich, pydantic` floor,
 measured side by side (interleaved rounds after one warm-up, which also writes each run's summary.json).
 
-    python benchmarks/compare_scale.py [--from RUN_DIR] [--rows 100] [--repetitions 3] [--keep DIR] [--against DIR]
+    python benchmarks/compare_scale.py [--from RUN_DIR] [--record RUN_JSON] [--rows 100] [--repetitions 3]
+                                       [--keep DIR] [--against DIR]
 
 The runs are synthesized from one finished run directory (--from: a real one, e.g. runs/<name>/<run_id> of the
 bundled sweep; default: one generated as compare_bench.py writes them, run.json as `ddpcli launch` writes it): copied
 N times, each copy's run.json edited to a distinct name and run_id and a world size of 1, 2, 4 or 8 (so compare
-keeps every one and pairs the multi-process runs with single-process ones). Prints the medians and ratios, and each
+keeps every one and pairs the multi-process runs with single-process ones), its metrics rows at its own global
+batch; --record gives the template another run.json (an observed one: what compare reads of a real run). Prints the medians and ratios, and each
 command's peak memory (ru_maxrss of one more run), first without summaries (cold: every metrics.jsonl parsed) and
 then with them; every command at COLUMNS=200 (the table fits one line a run). --against DIR times another
-checkout's compare (e.g. `git archive f0f8800 | tar -x -C DIR`) in the same rounds, over the same runs.
+checkout's compare (e.g. `git archive e13c9bc | tar -x -C DIR`) in the same rounds, over copies of the same runs.
 
-Measured on the 2-core machine (load 0.4 to 2.3, shared), 100 rows a run, 3 interleaved repetitions (medians), this
-version and f0f8800 (--against: before the fast table, the slim rows and the streamed --json) side by side:
-  python -c "import typer, rich, pydantic"  0.132 s
-  compare, 500 runs (table)   0.65 s   4.9x the floor  cold 1.50 s  peak 45 MB   (f0f8800: 1.69 s, 12.8x, 57 MB)
-  compare, 500 runs --json    0.63 s   4.8x            cold 1.28 s  peak 42 MB   (0.72 s, 5.4x, 50 MB)
-  compare, 5,000 runs (table) 3.19 s    24x            cold 9.93 s  peak 98 MB   (15.4 s, 116x, 216 MB)
-  compare, 5,000 runs --json  2.62 s    20x            cold 9.92 s  peak 90 MB   (3.20 s, 24x, 168 MB)
-Again at 9fd8f15 (3 reps, load 1.7 to 2.4, floor 0.115 s): 5,000 runs table 3.21 s = 28x (f0f8800 14.3 s = 124x),
---json 2.73 s = 24x (3.31 s = 29x); 500 runs 0.66 s = 5.7x (1.74 s = 15x) and 0.64 s = 5.6x (0.69 s = 6.0x); peaks
-the same. A side-by-side run at load ~4 (5 reps): 5,000-run table 4.33 s vs 22.9 s, --json 3.81 s vs 4.57 s.
-At 80 columns (a pipe: the table splits in two, still printed by the fast path) 5,000 runs took 4.96 s (load ~3).
+Measured on the 2-core machine, 100 rows a run, 3 interleaved repetitions (medians), this version and e13c9bc
+(--against: before the rows streamed, the index and the schedule check's early stop) side by side, each checkout
+on its own copies. Peak memory is one more run's ru_maxrss.
+
+compare_bench's synthetic record (~6 KB in memory), floor 0.076 s:
+  compare, 500 runs (table)    0.44 s   5.7x the floor  cold 1.06 s  peak 41 MB  (e13c9bc: 0.41 s, 5.4x, 44 MB)
+  compare, 500 runs --json     0.39 s   5.1x            cold 0.96 s  peak 38 MB  (0.39 s, 5.1x, 42 MB)
+  compare, 5,000 runs (table)  1.87 s  24.6x            cold 8.10 s  peak 59 MB  (1.77 s, 23x, 98 MB)
+  compare, 5,000 runs --json   1.63 s  21.3x            cold 7.64 s  peak 46 MB  (1.65 s, 22x, 90 MB)
+--record tests/fixtures/run_records/observed-4x16.json (a real observed record, ~40 KB in memory), floor 0.088 s:
+  compare, 500 runs (table)    0.89 s  10.1x            cold 1.46 s  peak 43 MB  (0.93 s, 10.6x, 62 MB)
+  compare, 500 runs --json     0.74 s   8.5x            cold 1.32 s  peak 38 MB  (0.84 s, 9.6x, 59 MB)
+  compare, 5,000 runs (table)  5.56 s    63x            cold 12.4 s  peak 70 MB  (7.00 s, 80x, 268 MB)
+  compare, 5,000 runs --json   4.67 s    53x            cold 12.2 s  peak 46 MB  (5.72 s, 65x, 257 MB)
+Memory per run, 500 to 5,000 runs: table 4.0 KB (synthetic) and 6.0 KB (real), --json 1.8 KB and 1.8 KB; e13c9bc
+12 and 10.7 KB, 45 and 44 KB. What is left is what gets printed (the table's compact cells, the notes: two finding
+notes a run with the real record) and each run's keys, directory and label; one record is held at a time.
+Before the copies logged their own global batch's samples, every copy of the real record got an
+lr_schedule_mismatch, and trying 30 time factors on each took 53 s for 5,000 runs (both versions); the factors' checks
+now stop at the step that rejects them (500 such runs: 5.5 s -> 1.5 s).
 Issue 29 measured before: 500 runs 1.79 s (24x); 5,000 runs 15.6 s / 278 MB (table), 4.3 s / 365 MB (--json).
-Memory per run, from 500 to 5,000 runs: table 11.8 KB (was 35 KB), --json 10.7 KB (was 26 KB). What is left is
-mostly each run's record (run.json as a pydantic model, ~6 KB: the notes and --json's observed and findings read
-it after every row is built), the row's numbers and the table's compact cells (~2 KB), and while rows are built
-the single-process runs' lr-schedule points (the references a schedule is checked against, ~9 KB each).
-Not met: memory flat in the number of runs (the records), and the 5,000-row table is 3.2 s, just over 3 s.
+Not met: 5,000 real records in "a few seconds" is 5.6 s for the table (the lr-schedule check and the notes'
+wrapping are most of a row's ~1 ms).
 """
 
 from __future__ import annotations
