@@ -92,7 +92,7 @@ def summarize_run(run: ComparedRun, target_samples: float | None = None, *, plot
     cached = summary_cache.read_summary(run.run_dir, key) if key is not None else None
     summary = _from_cache(run, cached) if cached is not None else _derive_run(run, target_samples, 0)
     if key is not None and (cached is None or not run.indexed):  # the run's keys are kept with its summary
-        index_key = summary_cache.index_key(run.run_dir)
+        index_key = summary_cache.index_key(run.run_dir, key)
         index = (index_key, run.keys.as_json()) if index_key is not None else None
         run.indexed = summary_cache.write_summary(run.run_dir, key, cached or _to_cache(summary), index)
     return summary

@@ -35,10 +35,16 @@ FIELDS = (
 )  # fmt: skip
 
 
-def cache_key(run_dir: Path, derived_with: dict[str, Any], sources: tuple[str, ...] = SOURCES) -> dict[str, Any] | None:
+def cache_key(run_dir: Path, derived_with: dict[str, Any]) -> dict[str, Any] | None:
     """What a summary of this run is valid for; None when a source cannot be read (then nothing is cached)."""
-    stamps = {}
-    for name in sources:
+    stamps = _stamps(run_dir, SOURCES)
+    return {"version": VERSION, "sources": stamps, **derived_with} if stamps is not None else None
+
+
+def _stamps(run_dir: Path, names: tuple[str, ...]) -> dict[str, list[int] | None] | None:
+    """Each file's size, mtime and ctime in ns, inode (None: no such file); None when one cannot be read."""
+    stamps: dict[str, list[int] | None] = {}
+    for name in names:
         try:
             stat = (run_dir / name).stat()
         except FileNotFoundError:
@@ -47,14 +53,17 @@ def cache_key(run_dir: Path, derived_with: dict[str, Any], sources: tuple[str, .
         except OSError:
             return None
         stamps[name] = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
-    return {"version": VERSION, "sources": stamps, **derived_with}
+    return stamps
 
 
-def index_key(run_dir: Path) -> dict[str, Any] | None:
+def index_key(run_dir: Path, summary_key: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """What the run's keys are valid for: run.json unchanged, read through a path ending in the same two names
-    (a record without a name or id takes them from there)."""
-    key = cache_key(run_dir, {"path": [run_dir.parent.name, run_dir.name]}, (RUN_FILE,))
-    return key if key is not None and key["sources"][RUN_FILE] is not None else None
+    (a record without a name or id takes them from there). run.json's stamp is the one in `summary_key` (the
+    summary the keys are written with), else read now; None without a run.json."""
+    stamps = summary_key["sources"] if summary_key is not None else _stamps(run_dir, (RUN_FILE,))
+    if stamps is None or stamps[RUN_FILE] is None:
+        return None
+    return {"version": VERSION, "sources": {RUN_FILE: stamps[RUN_FILE]}, "path": [run_dir.parent.name, run_dir.name]}
 
 
 def read_index(run_dir: Path, key: dict[str, Any]) -> Any:
