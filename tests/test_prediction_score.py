@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ddpcli.compare.prediction import prediction_notes, score
+from ddpcli.compare.prediction import prediction_note, score
 from ddpcli.rundir.record import Observed, RunRecord
 from ddpcli.rundir.timing import StepTime, TimeBreakdown
 
@@ -29,7 +29,8 @@ def record(predicted: float, *, ran: dict[str, Any] | None = None, comm_s: float
 
 
 def notes(run: RunRecord, measured: float) -> list[str]:
-    return prediction_notes([SimpleNamespace(label=run.name, prediction=score(run, measured))])
+    note = prediction_note(SimpleNamespace(label=run.name, prediction=score(run, measured)))
+    return [note] if note is not None else []
 
 
 def test_the_error_and_the_term_furthest_off() -> None:

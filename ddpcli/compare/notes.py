@@ -33,17 +33,10 @@ PLAN_CAUSES = (  # plan keys that break equivalence when they differ, and what e
 )
 
 
-def comparison_notes(rows: Sequence[ComparisonRow], atol: float) -> list[str]:
-    """What a reader of the table needs explained: failures, divergences and why, unchecked runs, mixed files."""
-    notes = ComparisonNotes(atol, [row.run.record for row in rows])
-    for row in sorted(rows, key=lambda row: not row.is_baseline):  # the baseline's first: the others refer to it
-        notes.add(row)
-    return notes.notes
-
-
 class ComparisonNotes:
-    """comparison_notes as the rows pass, one at a time (each while its record is read): kept by kind, so they come
-    out grouped (every failure, then every finding, ...) as from the whole table. The baseline's row comes first."""
+    """What a reader of the table needs explained (failures, divergences and why, unchecked runs, mixed files), as
+    the rows pass, one at a time (each while its record is read): kept by kind, so they come out grouped (every
+    failure, then every finding, ...) as from the whole table. The baseline's row comes first."""
 
     KINDS = 9
 

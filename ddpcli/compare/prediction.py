@@ -11,7 +11,6 @@ says that first, as the cause of the miss.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -86,7 +85,7 @@ def _sharded(record: RunRecord) -> bool:
 
 
 class ScoredRow(Protocol):
-    """What prediction_notes reads of a comparison row (ddpcli.compare.row imports this module, so not the row's
+    """What prediction_note reads of a comparison row (ddpcli.compare.row imports this module, so not the row's
     class: a type-only import back would still be a cycle)."""
 
     @property
@@ -96,13 +95,8 @@ class ScoredRow(Protocol):
     def prediction(self) -> PredictionScore | None: ...
 
 
-def prediction_notes(rows: Sequence[ScoredRow]) -> list[str]:
-    """One note per run whose prediction missed by more than NOTE_ABOVE, naming the term furthest off."""
-    return [note for row in rows if (note := prediction_note(row)) is not None]
-
-
 def prediction_note(row: ScoredRow) -> str | None:
-    """prediction_notes of one row."""
+    """The note of a run whose prediction missed by more than NOTE_ABOVE, naming the term furthest off."""
     found = row.prediction
     if found is not None and found.sharded:
         return (

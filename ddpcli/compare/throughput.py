@@ -14,8 +14,6 @@ run's processes took 6-8 ms for the same 64 samples. The note gives those number
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.runs import ComparedRun
 from ddpcli.rundir.timing import TimeBreakdown
@@ -100,15 +98,9 @@ def _max_load(run: ComparedRun) -> float | None:
     return max(loads) if loads else None
 
 
-def throughput_notes(rows: Sequence[ComparisonRow]) -> list[str]:
-    """A note for each run whose throughput (or its baseline's) measured the host, and for each run with no timed
-    step after the first."""
-    base = next((row for row in rows if row.is_baseline), None)
-    return [note for row in rows for note in throughput_row_notes(row, base)]
-
-
 def throughput_row_notes(row: ComparisonRow, base: ComparisonRow | None) -> list[str]:
-    """throughput_notes of one row, measured against the baseline's row `base`."""
+    """A note if the run's throughput (or its baseline's, the row `base`) measured the host, and if it has no
+    timed step after the first."""
     notes = []
     run = row.run.record
     if (share := cpu_starved(run)) is not None:

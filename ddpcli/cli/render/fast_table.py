@@ -224,11 +224,19 @@ def compact_rows(rows: Iterable[Sequence[Text]], columns: int) -> list[tuple[Cel
     strings: dict[str, str] = {}
     kept: list[tuple[Cell, ...]] = []
     for texts in rows:
-        row = tuple(compact(text, strings) for text in texts)
-        if len(row) != columns or any(cell is None for cell in row):
+        row = compact_row(texts, columns, strings)
+        if row is None:
             return None
-        kept.append(row)  # type: ignore[arg-type]  # no None left
+        kept.append(row)
     return kept or None
+
+
+def compact_row(texts: Sequence[Text], columns: int, strings: dict[str, str]) -> tuple[Cell, ...] | None:
+    """A row of `columns` Texts made compact (`compact`), or None when one cannot be."""
+    row = tuple(compact(text, strings) for text in texts)
+    if len(row) != columns or any(cell is None for cell in row):
+        return None
+    return row  # type: ignore[return-value]  # no None left
 
 
 def fast_table(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from rich.text import Span, Text
 
-from ddpcli.cli.render.fast_table import Cell, compact
+from ddpcli.cli.render.fast_table import Cell, compact_row
 
 
 class TableRows:
@@ -23,9 +23,9 @@ class TableRows:
 
     def add(self, texts: Sequence[Text]) -> None:
         if self.compact is not None:
-            row = tuple(compact(text, self._strings) for text in texts)
-            if len(row) == self.columns and None not in row:
-                self.compact.append(row)  # type: ignore[arg-type]  # no None in it
+            row = compact_row(texts, self.columns, self._strings)
+            if row is not None:
+                self.compact.append(row)
                 return
             self._texts = [[as_text(cell) for cell in kept] for kept in self.compact]
             self.compact = None
