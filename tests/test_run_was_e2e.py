@@ -257,4 +257,6 @@ def test_a_sharded_runs_parameters_load_and_compare_as_shards(sharded: dict[str,
     row = rows["fsdp2-2x8"]
     assert row["equivalent_to"] == "fsdp2-1x16" and row["verdict"] == "equivalent", row
     assert 0 <= row["max_param_diff"] < 1e-6
-    assert "equivalent against fsdp2-1x16 over rank 0's shard of each sharded parameter" in compare_text(run_dir)
+    assert (run_dir / "final_params.rank-1.pt").is_file()  # rank 1's shard, for compare to gather the full tensors
+    gathered = "equivalent against fsdp2-1x16 over every parameter, gathered from the 2 ranks' shards"
+    assert gathered in compare_text(run_dir)

@@ -24,6 +24,19 @@ PARAMS_FILE = "final_params.pt"
 # Beside final_params.pt where rank 0 held shards (FSDP2's DTensors): per name, the shard's offset in the full
 # tensor and the full shape (final_params.pt holds rank 0's local shards, as plain tensors).
 SHARDS_FILE = "final_params.shards.json"
+SHARDS_SUFFIX = ".shards.json"  # a parameter file's shard map: its name with .pt replaced by this
+
+
+def rank_params_file(rank: int) -> str:
+    """Where a rank other than 0 saves its local shards (sharded runs only), so compare can gather the full tensors
+    from every rank's pieces on one node."""
+    return f"final_params.rank-{rank}.pt"
+
+
+def shards_file(params: Path) -> Path:
+    return params.with_name(params.name.removesuffix(".pt") + SHARDS_SUFFIX)
+
+
 SUMMARY_FILE = "summary.json"  # compare's cache (ddpcli.compare.summary_cache)
 CHECKPOINT_FILE = "checkpoint.pt"  # written by runtime.Context.checkpoint, read by resume
 LOGS_DIR = "logs"

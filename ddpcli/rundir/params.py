@@ -65,9 +65,19 @@ def param_diff(path_a: Path, path_b: Path) -> ParamDiff:
             states.append(load_state_dict(path))
         except Exception as error:  # torch.load raises many types (pickle, zip, RuntimeError): all mean "unreadable"
             return ParamDiff(error=f"cannot read {path}: {_first_line(error)}")
+    shards, gathered_from = [], []
+    for index, path in enumerate((path_a, path_b)):
+        found = _shards(path)
+        gathered = _gathered(path, states[index], found)
+        if gathered is not None:
+            states[index], found = gathered, {}
+            gathered_from.append(len(list(_rank_files(path))) + 1)
+        shards.append(found)
     state_a, state_b = states
-    shards = [_shards(path) for path in (path_a, path_b)]
     scope = None
+    if gathered_from and not (shards[0] or shards[1]):
+        ranks = " and ".join(sorted({str(count) for count in gathered_from}))
+        scope = f"every parameter, gathered from the {ranks} ranks' shards"
     if shards[0] or shards[1]:
         aligned = _aligned(state_a, state_b, *shards)
         if isinstance(aligned, str):
@@ -86,13 +96,66 @@ def param_diff(path_a: Path, path_b: Path) -> ParamDiff:
     return ParamDiff(max_abs_diff=largest, scope=scope)
 
 
+def _rank_files(path: Path) -> list[Path]:
+    """The other ranks' shard files beside rank 0's final_params.pt (ddpcli.rundir.layout.rank_params_file)."""
+    return sorted(other for other in path.parent.glob("final_params.rank-*.pt") if _RANK_FILE.fullmatch(other.name))
+
+
+_RANK_FILE = re.compile(r"final_params\.rank-[1-9][0-9]*\.pt")
+
+
+def _gathered(path: Path, state: dict[str, Any], shards: dict[str, Any]) -> dict[str, Any] | None:
+    """Rank 0's state with each sharded tensor put together from every rank's pieces, where the rank files beside
+    it cover the whole of every one; None where a piece is missing (another node's ranks) or unreadable."""
+    others = _rank_files(path) if shards else []
+    if not others:
+        return None
+    pieces = {name: [(shard, state[name])] for name, shard in shards.items() if name in state}
+    for other in others:
+        try:
+            their_state, their_shards = load_state_dict(other), _shards(other)
+        except Exception:  # an unreadable piece: compare what rank 0 holds, as without the others
+            return None
+        for name, shard in their_shards.items():
+            if name in pieces and name in their_state:
+                pieces[name].append((shard, their_state[name]))
+    full = dict(state)
+    for name, parts in pieces.items():
+        tensor = _assembled(parts)
+        if tensor is None:
+            return None
+        full[name] = tensor
+    return full
+
+
+def _assembled(parts: list[tuple[dict[str, Any], Any]]) -> Any:
+    """One full tensor from its shards (each with its offset), or None unless they cover all of it exactly."""
+    torch = _torch()
+    shape = parts[0][0].get("shape")
+    if not isinstance(shape, list) or any(shard.get("shape") != shape for shard, _ in parts):
+        return None
+    full = torch.zeros(shape, dtype=parts[0][1].dtype)
+    covered = torch.zeros(shape, dtype=torch.bool)
+    for shard, local in parts:
+        offset = shard.get("offset")
+        if not isinstance(offset, list) or len(offset) != len(shape) or list(local.shape) != shard.get("local_shape"):
+            return None
+        bounds = zip(offset, local.shape, shape, strict=True)
+        if any(start < 0 or start + size > whole for start, size, whole in bounds):
+            return None
+        index = tuple(slice(start, start + size) for start, size in zip(offset, local.shape, strict=True))
+        full[index] = local  # a replicated shard (HSDP) lands on the same slice with the same values
+        covered[index] = True
+    return full if bool(covered.all()) else None
+
+
 def _shards(path: Path) -> dict[str, dict[str, Any]]:
-    """Where each tensor of a final_params.pt of local shards sits in the full tensor (SHARDS_FILE beside it)."""
+    """Where each tensor of a final_params.pt of local shards sits in the full tensor (its shard map beside it)."""
     from ddpcli.jsonvalues import loads_json
-    from ddpcli.rundir.layout import SHARDS_FILE
+    from ddpcli.rundir.layout import shards_file
 
     try:
-        found = loads_json(path.with_name(SHARDS_FILE).read_text(encoding="utf-8"))
+        found = loads_json(shards_file(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     shards = found.get("shards") if isinstance(found, dict) else None

@@ -12,7 +12,7 @@ from torch.nn.modules.dropout import _DropoutNd
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpcli.jsonvalues import write_json_atomic
-from ddpcli.rundir.layout import SHARDS_FILE
+from ddpcli.rundir.layout import rank_params_file, shards_file
 from ddpcli.worker.observer.parallel import params_row
 from ddpcli.worker.observer.reading import initial_lrs
 from ddpcli.worker.observer.stacks import numerics
@@ -105,9 +105,14 @@ def end_rows(observer: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def save_params(optimizers: list[torch.optim.Optimizer], path: Path) -> None:
+def save_params(optimizers: list[torch.optim.Optimizer], path: Path, rank: int = 0) -> None:
     """The parameters the optimizers updated, in their order: keys `<optimizer>.<group>.<index>`, the same for
-    a script run bare, under DDP, Lightning or accelerate. Not when the script saved its own (runtime)."""
+    a script run bare, under DDP, Lightning or accelerate. Not when the script saved its own (runtime). Ranks other
+    than 0 save only where they hold shards (their own file): the pieces compare gathers into the full tensors."""
+    if rank != 0:
+        if _holds_shards(optimizers):
+            save_params(optimizers, path.with_name(rank_params_file(rank)))
+        return
     if path.exists() or not optimizers:
         return
     state, shards = {}, {}
@@ -120,7 +125,12 @@ def save_params(optimizers: list[torch.optim.Optimizer], path: Path) -> None:
                     shards[key] = shard
     save_atomic(state, path)
     if shards:  # no collective at the end (the script may have destroyed its group): rank 0's own shards
-        write_json_atomic(path.with_name(SHARDS_FILE), {"what": "rank 0's local shards", "shards": shards})
+        write_json_atomic(shards_file(path), {"what": "this rank's local shards", "shards": shards})
+
+
+def _holds_shards(optimizers: list[torch.optim.Optimizer]) -> bool:
+    params = (param for optimizer in optimizers for group in optimizer.param_groups for param in group["params"])
+    return any(callable(getattr(param, "to_local", None)) for param in params)
 
 
 def _plain(param: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any] | None]:

@@ -286,8 +286,7 @@ class Observer:
             self.timing.finish()
             for row in end_rows(self):
                 self.stream.add(row)
-            if self.rank == 0:
-                save_params(self.optimizers, self.run_dir / PARAMS_FILE)
+            save_params(self.optimizers, self.run_dir / PARAMS_FILE, self.rank)
         except Exception as error:
             self.error(f"finish: {type(error).__name__}: {error}")
         self.stream.close()
