@@ -58,6 +58,13 @@ def test_no_digest_at_all_is_not_judged() -> None:
     assert parallel_findings(check, 8, {}) == []
 
 
+def test_ranks_that_failed_before_training_without_a_group_are_not_called_separate_trainings() -> None:
+    """init_process_group raised (the published FSDP2 example's device_id on a CPU): no group, no step, no digest."""
+    check = check_data_parallel({0: rank(0, None, group=False), 1: rank(1, None, group=False)}, 1)
+    assert (check.size, check.synchronized, check.process_group) == (None, None, False)
+    assert parallel_findings(check, 8, {}, "example.py") == []
+
+
 def test_no_process_group_means_one_process_per_training() -> None:
     check = check_data_parallel({0: rank(0, [1.0], group=False), 1: rank(1, [1.0], group=False)}, 1)
     assert (check.size, check.process_group) == (1, False)

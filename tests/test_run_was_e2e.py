@@ -133,7 +133,10 @@ def test_processes_without_a_group_are_counted_as_launched(
     assert (observed["processes"], observed["data_parallel_size"], observed["global_batch_size"]) == (processes, 1, 8)
     # It ran the processes the plan said; the global batch it did not (the plan's, said as the plan's).
     assert [found["field"] for found in record["findings"] if found["code"] == "plan_mismatch"] == ["global_batch_size"]
-    assert "same_samples_across_ranks" not in codes(record)
+    # Separate trainings have no global batch to copy; that nothing split the data is said as such (issue 34).
+    same = _finding(record, "same_samples_across_ranks")["message"]
+    assert f"{processes} trainings over the same samples, not {processes} shares of the data" in same
+    assert "global batch" not in same
     finding = _finding(record, "no_process_group")
     assert f"{processes} separate trainings" in finding["message"] and "ddpcli port" in finding["message"]
     text = _messages(record)

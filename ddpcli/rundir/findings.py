@@ -53,12 +53,8 @@ def run_findings(
     findings += loss_scale_findings(main.steps, observed.world_size)
     world = observed.world_size or len(ranks)
     alone = any(finding.severity == "error" for finding in parallel)  # separate trainings: no global batch at all
-    if observed.distinct_samples_across_ranks is False and not alone:
-        findings.append(Finding(
-            code="same_samples_across_ranks", severity="warning",
-            message=f"all {world} ranks trained on the same first batches (no DistributedSampler?): the global batch "
-            f"is {world} copies of one batch, and an epoch {world} times longer than planned",
-        ))  # fmt: skip
+    if observed.distinct_samples_across_ranks is False and not parallel_check.copies:
+        findings.append(_same_samples(parallel_check.processes if alone else world, alone))
     loader = training_loader(ranks)
     if loader is not None and _epoch_never_set(loader):
         findings.append(Finding(
@@ -96,6 +92,19 @@ def run_findings(
             + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""),
         ))  # fmt: skip
     return findings
+
+
+def _same_samples(world: int, alone: bool) -> Finding:
+    """Every rank took the same first batches. Separate trainings have no global batch to be copies of: what the
+    sentence says then is that nothing split the data, which a port must add as well as the averaging."""
+    if alone:
+        message = (f"the {world} processes also took the same batches in the same order (nothing split the data "
+                   f"across them, no DistributedSampler): {world} trainings over the same samples, not {world} shares "
+                   "of the data")  # fmt: skip
+    else:
+        message = (f"all {world} ranks trained on the same first batches (no DistributedSampler?): the global batch "
+                   f"is {world} copies of one batch, and an epoch {world} times longer than planned")  # fmt: skip
+    return Finding(code="same_samples_across_ranks", severity="warning", message=message)
 
 
 def plan_mismatches(plan: dict[str, Any], observed: Observed, completed: bool) -> list[Finding]:

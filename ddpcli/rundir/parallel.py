@@ -65,6 +65,8 @@ def check_data_parallel(ranks: dict[int, Any], world_size: int | None) -> Parall
     group = _process_group(ranks)
     if processes < 2:  # nothing to compare: torch's world size (the other ranks' files are on other nodes)
         return ParallelCheck(processes, group, max(world_size or 1, 1) if processes else None, None)
+    if group is False and not any(seen.steps or seen.params for seen in ranks.values()):
+        return ParallelCheck(processes, False, None, None)  # nothing trained (a crash at start): nothing to judge
     if group is False:
         return ParallelCheck(processes, False, 1, False, group_ranks=(min(ranks),), frameworks=_frameworks(ranks))
     sharded = next((text for seen in ranks.values() for row in seen.params.values()
@@ -75,7 +77,8 @@ def check_data_parallel(ranks: dict[int, Any], world_size: int | None) -> Parall
     for at in AT_ORDER:
         digests = {rank: _values(seen.params.get(at)) for rank, seen in ranks.items()}
         if all(values is not None for values in digests.values()):
-            return _unless_copies(_compared(processes, group, digests, at, fallback), ranks)  # type: ignore[arg-type]
+            compared = replace(_compared(processes, group, digests, at, fallback), frameworks=_frameworks(ranks))  # type: ignore[arg-type]
+            return _unless_copies(compared, ranks)
     return ParallelCheck(processes, group, fallback, None)
 
 
@@ -216,7 +219,7 @@ def parallel_findings(
     n = check.processes
     alone = f" (a global batch of {batch} each, not {n * batch})" if batch is not None else ""
     port = _fix(check, script) if run.get("ddp") is not True else ""
-    if check.process_group is False and n > 1:
+    if check.process_group is False and n > 1 and check.size is not None:
         each = f" (each one a batch of {batch} per optimizer step)" if batch is not None else ""
         return [Finding(
             code="no_process_group", severity="error",
@@ -270,12 +273,11 @@ def copies_finding(check: ParallelCheck, batch: int | None, run: dict[str, Any],
 def _fix(check: ParallelCheck, script: str | None) -> str:
     """The framework's switch that makes the run data-parallel where one is known, else `ddpcli port`."""
     switch = next((words for name, words in SWITCHES if name in check.frameworks), None)
-    return f"; {switch}" if switch else port_pointer(script)
+    if switch:
+        return f"; {switch}"
+    from ddpcli.port.advice import port_clause
 
-
-def port_pointer(script: str | None) -> str:
-    """The pointer at the end of a message about a script with no DDP: the command that makes it data-parallel."""
-    return f"; `ddpcli port {script or 'SCRIPT'}` makes a single-device script data-parallel"
+    return port_clause(script)
 
 
 def initial_fingerprint(main: Any) -> str | None:
