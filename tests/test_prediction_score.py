@@ -60,6 +60,12 @@ def test_a_run_that_ran_another_batch_than_predicted_says_so_first() -> None:
     "ran, said",
     [
         ({"world_size": 1}, "1 processes, predicted for 2"),
+        # Both processes ran, each alone (no group): not "1 processes" (issue 34).
+        (
+            {"world_size": 1, "processes": 2, "data_parallel_size": 1},
+            "2 separate trainings of 1 process, predicted for one training over 2 processes",
+        ),
+        ({"world_size": 2, "processes": 2, "data_parallel_size": 2}, None),
         ({"grad_accum_steps": 4}, "4 micro-batches per optimizer step, predicted for 1"),
         ({"per_device_batch_size": None}, None),  # not observed: nothing to say
     ],

@@ -67,6 +67,16 @@ def score(record: RunRecord, measured_samples_per_s: float | None) -> Prediction
     return PredictionScore(predicted, error, key, *gaps[key], unplanned=unplanned)
 
 
+def _separate(observed: Any, planned: Any) -> str | None:
+    """The planned processes ran, but each trained alone (no group, or nothing averaged): torch's world size of 1
+    is not a run of 1 process."""
+    processes, together = observed.processes, observed.data_parallel_size
+    if not isinstance(planned, int) or planned < 2 or processes != planned or together is None or together >= planned:
+        return None
+    trainings, each = planned // max(together, 1), f"{together} process{'es' if together != 1 else ''}"
+    return f"{trainings} separate trainings of {each}, predicted for one training over {planned} processes"
+
+
 def _unplanned(record: RunRecord) -> tuple[str, ...]:
     """The planned numbers the run did not run, as observed (unobserved ones say nothing)."""
     if record.observed is None:
@@ -74,6 +84,9 @@ def _unplanned(record: RunRecord) -> tuple[str, ...]:
     found = []
     for field, words in PREDICTED_FOR:
         planned, ran = record.plan.get(field), getattr(record.observed, field)
+        if field == "world_size" and (separate := _separate(record.observed, planned)):
+            found.append(separate)
+            continue
         if isinstance(planned, int) and isinstance(ran, int) and planned != ran:
             found.append(words.format(ran=ran, planned=planned))
     return tuple(found)
