@@ -66,7 +66,7 @@ def same_program(first: ComparedRun, second: ComparedRun) -> bool:
 
 def schedule_finding(run: RunSummary, reference: RunSummary, label: str) -> Finding | None:
     ratio = _lr_ratio(run.record, reference.record)
-    scale = _samples_scale(run.record, reference.record)
+    scale = _samples_scale(run, reference)
     if ratio is None or scale is None or not _same_planned_warmup(run.record, reference.record):
         return None
     mismatch = compare_schedules(
@@ -113,13 +113,19 @@ def _lr_ratio(run: ComparedRun, reference: ComparedRun) -> float | None:
     return None
 
 
-def _samples_scale(run: ComparedRun, reference: ComparedRun) -> float | None:
+def _samples_scale(run: RunSummary, reference: RunSummary) -> float | None:
     """What the run's samples are divided by to line up with the reference's: the ratio of the samples their
-    plans hold (equal for runs planned from one baseline), else of their separate models."""
-    mine, theirs = _planned_samples(run), _planned_samples(reference)
-    if mine and theirs:
-        return mine / theirs
-    return separate_models(run) / separate_models(reference)
+    plans hold (equal for runs planned from one baseline; 1 without them).
+
+    Where either run's processes trained separate models, its rows count one model's samples and its plan (of one
+    data-parallel model) holds none of them: mnist/main.py unchanged at 4 x 16 takes its 16 steps an epoch over the
+    whole data in each process. Then the samples both runs saw line them up, where both ran to the end."""
+    if separate_models(run.record) > 1 or separate_models(reference.record) > 1:
+        mine, theirs = run.metrics.samples_seen, reference.metrics.samples_seen
+        ended = run.record.status == "completed" and reference.record.status == "completed"
+        return mine / theirs if ended and mine and theirs else None
+    mine, theirs = _planned_samples(run.record), _planned_samples(reference.record)
+    return mine / theirs if mine and theirs else 1.0
 
 
 def _same_planned_warmup(run: ComparedRun, reference: ComparedRun) -> bool:
