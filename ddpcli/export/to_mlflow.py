@@ -74,8 +74,9 @@ def _export(run: ExportRun, store: Store) -> str:
         metrics += [Metric(key, value, end_ms, run.points[-1].samples) for key, value in run.final.items()]
     entry = done(run, earlier, job)
     tags = {RUN_ID_TAG: tag_id, STATUS_TAG: run.status, SAMPLES_TAG: str(entry.samples),
-            EXPORTS_TAG: str(entry.exports), "ddpcli.run_dir": str(run.run_dir), "ddpcli.verdict_line": run.verdict_line,
-            **{f"ddpcli.{key}": value for key, value in run.tags.items()}}  # fmt: skip
+            EXPORTS_TAG: str(entry.exports), "ddpcli.run_dir": str(run.run_dir.resolve()),
+            "ddpcli.verdict_line": run.verdict_line}  # fmt: skip
+    tags.update({f"ddpcli.{key}": value for key, value in run.tags.items()})
     if existing is None:
         created = client.create_run(experiment, start_time=int(run.started_at * 1000), run_name=run.name)
         viewer_id = created.info.run_id
