@@ -221,3 +221,15 @@ def test_bad_input_is_one_line_and_writes_nothing(runs: Path, tmp_path: Path) ->
     assert unwritable.returncode == 2 and "not a directory" in unwritable.stderr
     no_to = ddpcli(runs, "export", "wandb")
     assert no_to.returncode in (2,) and no_to.stderr.startswith("error:")
+
+
+def test_launch_exports_each_run_as_it_ends(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    path = write_toml(tmp_path, FILE)
+    bad = ddpcli(tmp_path, "launch", str(path), "--only", "1x16", "--export", "nosuchviewer:x")
+    assert bad.returncode == 2 and not (tmp_path / "runs").exists()  # checked before anything ran
+    result = ddpcli(tmp_path, "launch", str(path), "--only", "1x16", "--export", f"tensorboard:{tmp_path / 'tb'}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    [(run_id, rows)] = records(tmp_path).values()
+    loss = accumulator(tmp_path / "tb" / "1x16" / run_id).Scalars("loss")
+    assert [event.step for event in loss] == [row["samples"] for row in rows]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -96,3 +96,37 @@ def _default_root() -> Path:
     if DEFAULT_EXPERIMENT_FILE.is_file():
         return load_plan(DEFAULT_EXPERIMENT_FILE).runs_dir
     return Path("runs")
+
+
+class ExportOnEnd:
+    """`launch --export`: a sweep's reporter that also exports each run as it ends, so the viewer fills while the
+    sweep runs. The verdict is compare's over the runs of this sweep ended so far (a multi-process run whose
+    single-process partner runs later gets no verdict: `ddpcli export` after the sweep cannot add it, the run being
+    up to date). A run that cannot be exported is a warning: the run itself is not failed by it."""
+
+    def __init__(self, reporter: Any, spec: str) -> None:
+        from ddpcli.export.targets import parse_spec
+
+        self.reporter = reporter
+        self.exporter = Exporter(*parse_spec(spec))  # checked before the sweep starts: exit 2, nothing run
+        self.ended: list[Path] = []
+
+    def run_started(self, spec: Any) -> None:
+        self.reporter.run_started(spec)
+
+    def metrics(self, spec: Any, rows: list[dict[str, Any]]) -> None:
+        self.reporter.metrics(spec, rows)
+
+    def run_ended(self, spec: Any, record: Any) -> None:
+        self.reporter.run_ended(spec, record)
+        self.ended.append(spec.run_dir)
+        from ddpcli.rundir.params import param_diff
+
+        try:
+            runs, _ = export_runs(self.ended, param_diff=param_diff)
+            outcome = self.exporter.export([run for run in runs if run.run_dir == spec.run_dir])
+        except UserError as error:
+            warning(f"export of {spec.run.name}: {error}")
+            return
+        for message in outcome.warnings + outcome.failures:
+            warning(f"export of {spec.run.name}: {message}")
