@@ -170,6 +170,8 @@ def test_mlflow_refuses_a_bad_uri_in_one_line(runs: Path) -> None:
     result = ddpcli(runs, "export", "mlflow", "--to", "nosuchscheme://x")
     assert result.returncode == 2
     assert result.stderr.startswith("error: MLflow refused the tracking URI") and "Traceback" not in result.stderr
+    unreachable = ddpcli(runs, "export", "mlflow", "--to", "http://127.0.0.1:9")  # one try, not minutes of retries
+    assert unreachable.returncode == 2 and unreachable.stderr.startswith("error: MLflow refused the tracking URI")
 
 
 def test_wandb_offline_runs_name_the_samples_step_metric(runs: Path, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ whose writing fails is deleted (MLflow's soft delete: `mlflow gc` removes it for
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ddpcli.errors import UserError
@@ -29,6 +30,10 @@ class Store:
     """A tracking store, reached once: a URI MLflow refuses is one line (exit 2), before anything is written."""
 
     def __init__(self, uri: str) -> None:
+        # MLflow retries an unreachable server 7 times with backoff (minutes) by default: one quick try and a 20 s
+        # timeout say so at once; the user's own settings of these variables win.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
