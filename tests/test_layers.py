@@ -52,6 +52,7 @@ FEATURES = (
     "ddpcli.rundir",
     "ddpcli.compare",
     "ddpcli.slurm",
+    "ddpcli.export",
     "ddpcli.port",
 )
 

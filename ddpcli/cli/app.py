@@ -57,6 +57,12 @@ COMMANDS = {
         "Compare runs: throughput, speedup and scaling efficiency against a baseline, loss at equal samples\n"
         "seen, and whether each multi-process run ends with the same parameters as its single-process equivalent.",
     ),
+    "export": LazyCommand(
+        "ddpcli.cli.commands.export",
+        "export_command",
+        "Export runs to TensorBoard, MLflow or W&B, every metrics row at step = samples seen, with params, final\n"
+        "metrics and compare's verdict.",
+    ),
     "slurm": LazyCommand(
         "ddpcli.cli.commands.slurm",
         "slurm_command",

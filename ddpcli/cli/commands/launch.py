@@ -25,7 +25,7 @@ from ddpcli.experiment.schema import is_safe_name
 from ddpcli.jsonvalues import finite_or_none
 from ddpcli.launch.argv import LaunchSpec, Rendezvous
 from ddpcli.launch.supervisor import StopRequest
-from ddpcli.launch.sweep import RunResult, SweepOptions, prepare, resume_from, run_one, run_sweep
+from ddpcli.launch.sweep import Reporter, RunResult, SweepOptions, prepare, resume_from, run_one, run_sweep
 from ddpcli.rundir.layout import LOGS_DIR, METRICS_FILE
 from ddpcli.rundir.metrics import last_metrics_row
 
@@ -62,6 +62,14 @@ def launch_command(
         str | None,
         typer.Option(
             help="Multi-node: job id shared by every node. Also names the run directory: `<runs_dir>/<name>/<id>/`."
+        ),
+    ] = None,
+    export: Annotated[
+        str | None,
+        typer.Option(
+            "--export",
+            help="Export each run to a viewer as it ends: tensorboard:DIR or mlflow:URI (as `ddpcli export`).",
+            show_default=False,
         ),
     ] = None,
     resume: Annotated[
@@ -110,9 +118,16 @@ def launch_command(
         return
     stop = StopRequest()
     reporter = RichReporter(stdout)
+    sweep_reporter = _exporting(reporter, export) if export is not None else reporter
     with _stop_on_signals(stop), reporter.progress:
-        results = run_sweep(plan, specs, options, reporter, stop)
+        results = run_sweep(plan, specs, options, sweep_reporter, stop)
     _finish(results, stop, [spec.run.name for spec in specs[len(results) :]])
+
+
+def _exporting(reporter: RichReporter, spec: str) -> Reporter:
+    from ddpcli.cli.commands.export import ExportOnEnd  # the export's modules load only with --export
+
+    return ExportOnEnd(reporter, spec)
 
 
 def _resume(run_dir: Path, timeout: float | None, dry_run: bool) -> None:

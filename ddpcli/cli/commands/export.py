@@ -1,0 +1,132 @@
+"""`ddpcli export`: runs written to TensorBoard, MLflow or W&B at step = samples seen. Parses flags, calls
+ddpcli.export, prints one line a run."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
+from ddpcli.cli.console import say, user_errors, warning
+from ddpcli.errors import UserError
+from ddpcli.experiment.planning import load_plan
+from ddpcli.export.exporter import Exporter, Outcome
+from ddpcli.export.runs import export_runs
+
+EXIT_SOME_FAILED = 1
+
+
+class ViewerName(str, Enum):
+    tensorboard = "tensorboard"
+    mlflow = "mlflow"
+    wandb = "wandb"
+
+
+@user_errors
+def export_command(
+    viewer: Annotated[ViewerName, typer.Argument(help="Where to: tensorboard, mlflow or wandb.", show_default=False)],
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Run directories or runs roots, as compare takes them. Default: runs_dir of ./experiments.toml "
+            "if it exists, else ./runs.",
+            metavar="RUNS",
+            show_default=False,
+        ),
+    ] = None,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            help="tensorboard, wandb: the folder to write into. mlflow: the tracking URI (sqlite:///sweep.db, "
+            "http://host:5000); default MLFLOW_TRACKING_URI.",
+            show_default=False,
+        ),
+    ] = None,
+    include_all: Annotated[
+        bool, typer.Option("--all", help="Every run under a root, not just the newest of each name.")
+    ] = False,
+    baseline: Annotated[
+        str | None, typer.Option(help="Name of the run the verdicts are against. Default: as compare chooses it.")
+    ] = None,
+) -> None:
+    """Export runs to TensorBoard, MLflow or W&B, every metrics row at step = samples seen, with params, final
+    metrics and compare's verdict.
+
+    One viewer run per ddpcli run, named after its experiment (TensorBoard: `TARGET/<experiment>/<run id>/`).
+    Scalars: loss, lr, samples_per_s, step_time_s and optimizer_step, at step = samples seen (cumulative, every
+    rank), with the records' wall times. Exporting again adds no run and no point; a run exported while running
+    gets its remaining rows and its end. Needs the viewer's extra: pip install 'ddpcli[tensorboard]' (or mlflow,
+    wandb, export for all three).
+    """
+    exporter = Exporter(viewer.value, to)
+    from ddpcli.compare.lost import with_observations
+    from ddpcli.rundir.params import param_diff
+
+    runs, warnings = export_runs(paths or [_default_root()], include_all=include_all, baseline=baseline,
+                                 param_diff=param_diff, finish_lost=with_observations)  # fmt: skip
+    for message in warnings:
+        warning(message)
+    outcome = exporter.export(runs)
+    report(outcome, exporter.target, total=len(runs))
+
+
+def report(outcome: Outcome, target: str, total: int) -> None:
+    """One line a run on stdout, warnings and failures on stderr; exit 2 when nothing could be exported, 1 when
+    some runs could not."""
+    for line in outcome.written:
+        say(f"{line}", to_stdout=True)
+    for message in outcome.warnings:
+        warning(message)
+    if outcome.failures and not outcome.written:
+        more = f" (and {len(outcome.failures) - 1} more)" if len(outcome.failures) > 1 else ""
+        raise UserError(outcome.failures[0] + more)
+    for message in outcome.failures:
+        warning(message)
+    if outcome.failures:
+        raise typer.Exit(EXIT_SOME_FAILED)
+    say(f"exported {len(outcome.written)} of {total} runs to {target}")
+
+
+def _default_root() -> Path:
+    """runs_dir of ./experiments.toml when there is one, else ./runs (as compare's default)."""
+    if DEFAULT_EXPERIMENT_FILE.is_file():
+        return load_plan(DEFAULT_EXPERIMENT_FILE).runs_dir
+    return Path("runs")
+
+
+class ExportOnEnd:
+    """`launch --export`: a sweep's reporter that also exports each run as it ends, so the viewer fills while the
+    sweep runs. The verdict is compare's over the runs of this sweep ended so far (a multi-process run whose
+    single-process partner runs later gets no verdict: `ddpcli export` after the sweep cannot add it, the run being
+    up to date). A run that cannot be exported is a warning: the run itself is not failed by it."""
+
+    def __init__(self, reporter: Any, spec: str) -> None:
+        from ddpcli.export.targets import parse_spec
+
+        self.reporter = reporter
+        self.exporter = Exporter(*parse_spec(spec))  # checked before the sweep starts: exit 2, nothing run
+        self.ended: list[Path] = []
+
+    def run_started(self, spec: Any) -> None:
+        self.reporter.run_started(spec)
+
+    def metrics(self, spec: Any, rows: list[dict[str, Any]]) -> None:
+        self.reporter.metrics(spec, rows)
+
+    def run_ended(self, spec: Any, record: Any) -> None:
+        self.reporter.run_ended(spec, record)
+        self.ended.append(spec.run_dir)
+        from ddpcli.rundir.params import param_diff
+
+        try:
+            runs, _ = export_runs(self.ended, param_diff=param_diff)
+            outcome = self.exporter.export([run for run in runs if run.run_dir == spec.run_dir])
+        except UserError as error:
+            warning(f"export of {spec.run.name}: {error}")
+            return
+        for message in outcome.warnings + outcome.failures:
+            warning(f"export of {spec.run.name}: {message}")

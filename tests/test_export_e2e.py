@@ -1,0 +1,237 @@
+"""`ddpcli export` on runs launched here (gloo, CPU), read back with the viewers' own readers: TensorBoard's
+EventAccumulator and MLflow's MlflowClient on a SQLite store; W&B's offline files. Steps must be the records'
+samples seen and values the records' own; a second export must add nothing."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write_toml
+
+pytestmark = pytest.mark.e2e
+
+FILE = """
+[defaults]
+module = "ddpcli.examples.regression"
+args = ["--steps", "{total_steps}", "--batch-size", "{per_device_batch_size}", "--lr", "{lr}",
+        "--warmup", "{warmup_steps}", "--dataset-size", "{dataset_size}", "--seed", "{seed}", "--no-noise-scale"]
+dataset_size = 256
+max_steps = 6
+timeout_s = 180
+env = { OMP_NUM_THREADS = "1" }
+
+[baseline]
+name = "1x16"
+per_device_batch_size = 16
+lr = 0.05
+
+[[experiments]]
+name = "1x32"
+per_device_batch_size = 32
+
+[[experiments]]
+name = "2x16"
+nproc_per_node = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("export-e2e")
+    path = write_toml(root, FILE)
+    result = subprocess.run([sys.executable, "-m", "ddpcli", "launch", str(path)], cwd=root, capture_output=True,
+                            text=True, timeout=600, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    return root
+
+
+def ddpcli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ddpcli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, check=False, env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def records(root: Path) -> dict[str, tuple[str, list[dict]]]:
+    """name -> (run id, metrics rows) of every run under root/runs."""
+    found = {}
+    for run_json in sorted((root / "runs").glob("*/*/run.json")):
+        rows = [json.loads(line) for line in (run_json.parent / "metrics.jsonl").read_text().splitlines() if line]
+        found[run_json.parent.parent.name] = (run_json.parent.name, rows)
+    return found
+
+
+def accumulator(folder: Path):  # tensorboard's EventAccumulator
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    return events
+
+
+def test_tensorboard_steps_are_samples_and_values_the_records(runs: Path, tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from tensorboard.plugins.hparams import metadata
+
+    target = tmp_path / "tb"
+    result = ddpcli(runs, "export", "tensorboard", "--to", str(target))
+    assert result.returncode == 0, result.stderr
+    for name, (run_id, rows) in records(runs).items():
+        events = accumulator(target / name / run_id)
+        loss = events.Scalars("loss")
+        assert [event.step for event in loss] == [row["samples"] for row in rows]
+        assert [event.value for event in loss] == pytest.approx([row["loss"] for row in rows], rel=1e-6)
+        assert [event.value for event in events.Scalars("optimizer_step")] == [row["step"] for row in rows]
+        assert [event.value for event in events.Scalars("lr")] == pytest.approx([row["lr"] for row in rows])
+        # samples/s between rows, from the records' own samples and times; the first row has none
+        rates = [(b["samples"] - a["samples"]) / (b["time"] - a["time"]) for a, b in itertools.pairwise(rows)]
+        assert [event.step for event in events.Scalars("samples_per_s")] == [row["samples"] for row in rows[1:]]
+        assert [event.value for event in events.Scalars("samples_per_s")] == pytest.approx(rates, rel=1e-5)
+        walls = [event.wall_time for event in loss]
+        assert walls == sorted(walls) and walls[-1] - walls[0] == pytest.approx(
+            rows[-1]["time"] - rows[0]["time"], abs=1e-5
+        )
+        start = metadata.parse_session_start_info_plugin_data(
+            events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+        )
+        assert start.hparams["status"].string_value == "completed"
+        assert start.hparams["world_size"].number_value == (2 if name == "2x16" else 1)
+        assert events.Scalars("hparams/final_loss")[0].value == pytest.approx(rows[-1]["loss"], rel=1e-6)
+    verdict = accumulator(target / "2x16" / records(runs)["2x16"][0]).Tensors("ddpcli/verdict/text_summary")
+    assert verdict[0].tensor_proto.string_val[0].decode().startswith("equivalent to 1x32")
+    before = sorted(str(path) for path in target.rglob("*"))
+    again = ddpcli(runs, "export", "tensorboard", "--to", str(target))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("up to date") == 3
+    assert sorted(str(path) for path in target.rglob("*")) == before  # no run, no point, no file added
+
+
+def test_a_running_run_gets_its_remaining_rows_and_its_end(runs: Path, tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    name, (run_id, rows) = "1x32", records(runs)["1x32"]
+    copy = tmp_path / "runs" / name / run_id
+    shutil.copytree(runs / "runs" / name / run_id, copy)
+    record = json.loads((copy / "run.json").read_text())
+    (copy / "run.json").write_text(json.dumps({**record, "status": "running", "supervisor_pid": None}))
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows[:3]))
+    target = tmp_path / "tb"
+    first = ddpcli(tmp_path, "export", "tensorboard", str(tmp_path / "runs"), "--to", str(target))
+    assert first.returncode == 0, first.stderr
+    assert [event.step for event in accumulator(target / name / run_id).Scalars("loss")] == [
+        row["samples"] for row in rows[:3]
+    ]
+    shutil.copy(runs / "runs" / name / run_id / "run.json", copy / "run.json")
+    shutil.copy(runs / "runs" / name / run_id / "metrics.jsonl", copy / "metrics.jsonl")
+    second = ddpcli(tmp_path, "export", "tensorboard", str(tmp_path / "runs"), "--to", str(target))
+    assert second.returncode == 0, second.stderr
+    assert "3 points, its end" in second.stdout
+    events = accumulator(target / name / run_id)
+    assert [event.step for event in events.Scalars("loss")] == [row["samples"] for row in rows]  # each once
+    assert events.Scalars("hparams/final_loss")[0].value == pytest.approx(rows[-1]["loss"], rel=1e-6)
+
+
+def test_mlflow_sqlite_store_holds_the_records(runs: Path, tmp_path: Path) -> None:
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'sweep.db'}"
+    result = ddpcli(runs, "export", "mlflow", "--to", uri)
+    assert result.returncode == 0, result.stderr
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("experiments")  # the experiment file's stem
+    found = {run.info.run_name: run for run in client.search_runs([experiment.experiment_id])}
+    expected = records(runs)
+    assert set(found) == set(expected)
+    for name, (run_id, rows) in expected.items():
+        run = found[name]
+        assert run.data.tags["ddpcli.run_id"] == run_id and run.info.status == "FINISHED"
+        history = sorted(client.get_metric_history(run.info.run_id, "loss"), key=lambda metric: metric.step)
+        assert [metric.step for metric in history] == [row["samples"] for row in rows]
+        assert [metric.value for metric in history] == [row["loss"] for row in rows]
+        assert run.data.params["global_batch_size"] == str(rows[0]["samples"])
+    assert found["2x16"].data.tags["ddpcli.verdict"] == "equivalent"
+    assert float(found["2x16"].data.tags["ddpcli.max_param_diff"]) <= 1e-5
+    again = ddpcli(runs, "export", "mlflow", "--to", uri)
+    assert again.returncode == 0, again.stderr
+    runs_after = client.search_runs([experiment.experiment_id])
+    assert len(runs_after) == 3
+    for run in runs_after:
+        assert len(client.get_metric_history(run.info.run_id, "loss")) == len(expected[run.info.run_name][1])
+
+
+def test_mlflow_refuses_a_bad_uri_in_one_line(runs: Path) -> None:
+    pytest.importorskip("mlflow")
+    result = ddpcli(runs, "export", "mlflow", "--to", "nosuchscheme://x")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: MLflow refused the tracking URI") and "Traceback" not in result.stderr
+    unreachable = ddpcli(runs, "export", "mlflow", "--to", "http://127.0.0.1:9")  # one try, not minutes of retries
+    assert unreachable.returncode == 2 and unreachable.stderr.startswith("error: MLflow refused the tracking URI")
+
+
+def test_wandb_offline_runs_name_the_samples_step_metric(runs: Path, tmp_path: Path) -> None:
+    pytest.importorskip("wandb")
+    env = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb-home"), "WANDB_SILENT": "true"}
+    env |= {"WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache")}
+    target = tmp_path / "wb"
+    result = ddpcli(runs, "export", "wandb", "--to", str(target), env=env)
+    assert result.returncode == 0, result.stderr
+    for _name, (run_id, _rows) in records(runs).items():
+        [folder] = (target / "wandb").glob(f"offline-run-*-{run_id}")
+        data = (folder / f"run-{run_id}.wandb").read_bytes()
+        assert b"samples" in data  # define_metric's step metric, and the logged key
+    ledger = json.loads((target / "ddpcli-wandb.json").read_text())
+    assert {entry["samples"] for entry in ledger.values()} == {
+        rows[-1]["samples"] for _, rows in records(runs).values()
+    }
+    again = ddpcli(runs, "export", "wandb", "--to", str(target), env=env)
+    assert again.returncode == 0 and again.stdout.count("up to date") == 3
+    assert len(list((target / "wandb").glob("offline-run-*"))) == 3
+    assert not list(target.glob(".ddpcli-export-*"))  # no staging folder left
+
+
+def test_truncated_line_and_nan_loss_are_exported_with_one_warning(runs: Path, tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    name, (run_id, rows) = "1x16", records(runs)["1x16"]
+    copy = tmp_path / "runs" / name / run_id
+    shutil.copytree(runs / "runs" / name / run_id, copy)
+    damaged = [*rows[:-1], {**rows[-1], "loss": "nan"}]
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in damaged) + '{"step": 7, "sam')
+    target = tmp_path / "tb"
+    result = ddpcli(tmp_path, "export", "tensorboard", str(tmp_path / "runs"), "--to", str(target))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("not a complete JSON line") == 1
+    loss = accumulator(target / name / run_id).Scalars("loss")
+    assert [event.step for event in loss] == [row["samples"] for row in rows]
+    assert loss[-1].value != loss[-1].value  # NaN, as recorded
+
+
+def test_bad_input_is_one_line_and_writes_nothing(runs: Path, tmp_path: Path) -> None:
+    missing = ddpcli(runs, "export", "tensorboard", str(tmp_path / "nowhere"), "--to", str(tmp_path / "tb"))
+    assert missing.returncode == 2 and missing.stderr.startswith("error:") and "Traceback" not in missing.stderr
+    (tmp_path / "empty").mkdir()
+    empty = ddpcli(runs, "export", "tensorboard", str(tmp_path / "empty"), "--to", str(tmp_path / "tb"))
+    assert empty.returncode == 2 and "contains none" in empty.stderr
+    assert not list((tmp_path / "tb").iterdir())  # the target was made, nothing in it
+    (tmp_path / "file").write_text("")
+    unwritable = ddpcli(runs, "export", "tensorboard", "--to", str(tmp_path / "file"))
+    assert unwritable.returncode == 2 and "not a directory" in unwritable.stderr
+    no_to = ddpcli(runs, "export", "wandb")
+    assert no_to.returncode in (2,) and no_to.stderr.startswith("error:")
+
+
+def test_launch_exports_each_run_as_it_ends(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    path = write_toml(tmp_path, FILE)
+    bad = ddpcli(tmp_path, "launch", str(path), "--only", "1x16", "--export", "nosuchviewer:x")
+    assert bad.returncode == 2 and not (tmp_path / "runs").exists()  # checked before anything ran
+    result = ddpcli(tmp_path, "launch", str(path), "--only", "1x16", "--export", f"tensorboard:{tmp_path / 'tb'}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    [(run_id, rows)] = records(tmp_path).values()
+    loss = accumulator(tmp_path / "tb" / "1x16" / run_id).Scalars("loss")
+    assert [event.step for event in loss] == [row["samples"] for row in rows]
