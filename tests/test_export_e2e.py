@@ -67,6 +67,14 @@ def records(root: Path) -> dict[str, tuple[str, list[dict]]]:
     return found
 
 
+def wandb_records(path: Path) -> list[dict]:
+    """A .wandb transaction log's records, as wandb's own reader prints them (`wandb leet inspect --json`)."""
+    wandb = Path(sys.executable).with_name("wandb")
+    result = subprocess.run([str(wandb), "leet", "inspect", "--json", str(path)], capture_output=True, text=True,
+                            timeout=120, check=True)  # fmt: skip
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
 def accumulator(folder: Path):  # tensorboard's EventAccumulator
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -181,10 +189,15 @@ def test_wandb_offline_runs_name_the_samples_step_metric(runs: Path, tmp_path: P
     target = tmp_path / "wb"
     result = ddpcli(runs, "export", "wandb", "--to", str(target), env=env)
     assert result.returncode == 0, result.stderr
-    for _name, (run_id, _rows) in records(runs).items():
+    for _name, (run_id, rows) in records(runs).items():
         [folder] = (target / "wandb").glob(f"offline-run-*-{run_id}")
-        data = (folder / f"run-{run_id}.wandb").read_bytes()
-        assert b"samples" in data  # define_metric's step metric, and the logged key
+        logged = wandb_records(folder / f"run-{run_id}.wandb")
+        metrics = [record["metric"] for record in logged if record["type"] == "metric"]
+        assert {"glob_name": "*", "step_metric": "samples"}.items() <= next(
+            metric for metric in metrics if metric.get("glob_name") == "*"
+        ).items()  # fmt: skip
+        history = [record["history"]["item"] for record in logged if record["type"] == "history"]
+        assert [(item["samples"], item["loss"]) for item in history] == [(row["samples"], row["loss"]) for row in rows]
     ledger = json.loads((target / "ddpcli-wandb.json").read_text())
     assert {entry["samples"] for entry in ledger.values()} == {
         rows[-1]["samples"] for _, rows in records(runs).values()
