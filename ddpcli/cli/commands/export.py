@@ -88,7 +88,10 @@ def report(outcome: Outcome, target: str, total: int) -> None:
         warning(message)
     if outcome.failures:
         raise typer.Exit(EXIT_SOME_FAILED)
-    say(f"exported {len(outcome.written)} of {total} runs to {target}")
+    current = sum(line.endswith(": up to date") for line in outcome.written)
+    fresh = len(outcome.written) - current
+    also = f" ({current} already up to date)" if current else ""
+    say(f"exported {fresh} of {total} runs to {target}{also}")
 
 
 def _default_root() -> Path:
