@@ -85,6 +85,22 @@ def parse_row(line: str | bytes) -> dict[str, Any] | None:
     return row if isinstance(row, dict) else None
 
 
+NON_FINITE = ("nan", "inf", "-inf")  # how strict JSON writers (ddpcli's own) spell the non-finite floats
+
+
+def number_or_none(value: Any) -> float | None:
+    """A JSON number as a float, NaN and inf included (a loss that blew up is not a missing loss); an integer beyond
+    float range is the infinity of its sign."""
+    if isinstance(value, str) and value in NON_FINITE:
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def finite_or_none(value: Any) -> float | None:
     """A JSON number as a finite float; None for anything else, an integer beyond float range included (JSON allows
     a 400-digit integer, and float() of it overflows)."""

@@ -33,6 +33,15 @@ def write_toml(directory: Path, text: str, name: str = "experiments.toml") -> Pa
     return path
 
 
+def launched_root(root: Path, text: str) -> Path:
+    """`ddpcli launch` of the experiment file `text` in `root`, which then holds its runs (a module's fixture)."""
+    path = write_toml(root, text)
+    result = subprocess.run([sys.executable, "-m", "ddpcli", "launch", str(path)], cwd=root, capture_output=True,
+                            text=True, timeout=600, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    return root
+
+
 # Runs `ddpcli <args>` in a fresh interpreter and reports its exit code and which modules it loaded.
 _PROBE = """
 import json, sys

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_toml
+from tests.conftest import launched_root
 
 pytestmark = pytest.mark.e2e
 
@@ -54,12 +54,7 @@ nproc_per_node = 4
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("compare-e2e")
-    path = write_toml(root, FILE)
-    result = subprocess.run([sys.executable, "-m", "ddpcli", "launch", str(path)], cwd=root, capture_output=True,
-                            text=True, timeout=600, check=False)  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    return root
+    return launched_root(tmp_path_factory.mktemp("compare-e2e"), FILE)
 
 
 def compare(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,6 @@ the bytes, checks their shape cheaply and parses only the rows it needs, found b
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -20,7 +19,7 @@ from ddpcli.compare import summary_cache
 from ddpcli.compare.curve import Curve, LazyCurve, NeedsFullParse, ParsedCurve, Row, loss_at, resample, rows_at
 from ddpcli.compare.runs import LOST, ComparedRun, read_run_record
 from ddpcli.compare.schedule import Point, points
-from ddpcli.jsonvalues import finite_or_none, loads_json, whole_or_none
+from ddpcli.jsonvalues import finite_or_none, loads_json, number_or_none, whole_or_none
 from ddpcli.rundir.metrics import noise_scale_reading, read_metrics, unreadable
 
 SPARK_POINTS = 64  # loss read at this many evenly spaced sample counts for the sparkline, 4 per character
@@ -194,7 +193,7 @@ def _summarize(
         rows=rows,
         steps=whole_or_none(last.get("step")),
         samples_seen=_int_if_whole(last.get("samples")),
-        final_loss=_number_or_none(last.get("loss")),
+        final_loss=number_or_none(last.get("loss")),
         last_time=finite_or_none(last.get("time")),
         first_samples=finite_or_none(first.get("samples")),
         first_time=finite_or_none(first.get("time")),
@@ -232,22 +231,6 @@ def resolve_restarts(rows: Iterable[Row]) -> list[Row]:
             kept.pop()
         kept.append(row)
     return kept
-
-
-NON_FINITE = ("nan", "inf", "-inf")
-
-
-def _number_or_none(value: Any) -> float | None:
-    """A JSON number as a float, NaN and inf included (a loss that blew up is not a missing loss): strict JSON
-    writers (ddpcli's own) spell those "nan", "inf" and "-inf"."""
-    if isinstance(value, str) and value in NON_FINITE:
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        return float(value)
-    except OverflowError:  # an integer beyond float range
-        return math.inf if value > 0 else -math.inf
 
 
 def _int_if_whole(value: Any) -> int | float | None:

@@ -12,14 +12,13 @@ so it is late by the worker's start-up, under a few seconds; the export's own cl
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ddpcli.compare.metrics import NON_FINITE, resolve_restarts
-from ddpcli.jsonvalues import finite_or_none, whole_or_none
+from ddpcli.compare.metrics import resolve_restarts
+from ddpcli.jsonvalues import finite_or_none, number_or_none, whole_or_none
 
 LOSS, LR, SAMPLES_PER_S, STEP_TIME, OPTIMIZER_STEP = "loss", "lr", "samples_per_s", "step_time_s", "optimizer_step"
 SCALARS = (LOSS, LR, SAMPLES_PER_S, STEP_TIME, OPTIMIZER_STEP)
@@ -54,11 +53,11 @@ def points(rows: Iterable[dict[str, Any]], *, started_at: float, global_batch_si
 
 def _values(row: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, float]:
     values: dict[str, float] = {}
-    loss = number(row.get(LOSS))
+    loss = number_or_none(row.get(LOSS))
     if loss is not None:
         values[LOSS] = loss
     lr = row.get(LR)
-    lr = number(lr[0] if isinstance(lr, list) and lr else lr)
+    lr = number_or_none(lr[0] if isinstance(lr, list) and lr else lr)
     if lr is not None:
         values[LR] = lr
     step = whole_or_none(row.get("step"))
@@ -83,18 +82,6 @@ def _rates(row: dict[str, Any], previous: dict[str, Any]) -> dict[str, float]:
     if step is not None and step_before is not None and step > step_before:
         rates[STEP_TIME] = seconds / (step - step_before)
     return rates
-
-
-def number(value: Any) -> float | None:
-    """A JSON number as a float, NaN and inf included (strict JSON writers spell them "nan", "inf", "-inf")."""
-    if isinstance(value, str) and value in NON_FINITE:
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
 
 
 def epoch_seconds(iso: str | None) -> float | None:
