@@ -139,6 +139,41 @@ def test_a_running_run_gets_its_remaining_rows_and_its_end(runs: Path, tmp_path:
     assert events.Scalars("hparams/final_loss")[0].value == pytest.approx(rows[-1]["loss"], rel=1e-6)
 
 
+def test_a_verdict_that_came_later_is_written_by_the_next_export(runs: Path, tmp_path: Path) -> None:
+    """2x16 exported before its single-process partner 1x32 was there (as under `launch --export`), then again."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    found = records(runs)
+    (two_id, two_rows), (one_id, _) = found["2x16"], found["1x32"]
+    shutil.copytree(runs / "runs" / "2x16" / two_id, tmp_path / "runs" / "2x16" / two_id)
+    target, uri = tmp_path / "tb", f"sqlite:///{tmp_path / 'late.db'}"
+    for viewer, to in (("tensorboard", str(target)), ("mlflow", uri)):
+        first = ddpcli(tmp_path, "export", viewer, str(tmp_path / "runs"), "--to", to)
+        assert first.returncode == 0, first.stderr
+    shutil.copytree(runs / "runs" / "1x32" / one_id, tmp_path / "runs" / "1x32" / one_id)
+    for viewer, to in (("tensorboard", str(target)), ("mlflow", uri)):
+        second = ddpcli(tmp_path, "export", viewer, str(tmp_path / "runs"), "--to", to)
+        assert second.returncode == 0, second.stderr
+        assert f"2x16 {two_id}: its new verdict" in second.stdout
+    verdicts = accumulator(target / "2x16" / two_id).Tensors("ddpcli/verdict/text_summary")
+    said = [event.tensor_proto.string_val[0].decode() for event in verdicts]
+    assert said[0].startswith("no verdict") and said[-1].startswith("equivalent to 1x32")
+    assert [event.step for event in accumulator(target / "2x16" / two_id).Scalars("loss")] == [
+        row["samples"] for row in two_rows
+    ]  # no point written twice
+    client = MlflowClient(uri)
+    [run] = [run for run in client.search_runs([client.get_experiment_by_name("experiments").experiment_id])
+             if run.info.run_name == "2x16"]  # fmt: skip
+    assert run.data.tags["ddpcli.verdict"] == "equivalent" and run.data.tags["ddpcli.verdict_line"].startswith(
+        "equivalent to 1x32"
+    )  # fmt: skip
+    assert len(client.get_metric_history(run.info.run_id, "loss")) == len(two_rows)
+    third = ddpcli(tmp_path, "export", "tensorboard", str(tmp_path / "runs"), "--to", str(target))
+    assert third.stdout.count("up to date") == 2
+
+
 def test_mlflow_sqlite_store_holds_the_records(runs: Path, tmp_path: Path) -> None:
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient

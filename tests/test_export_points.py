@@ -39,9 +39,9 @@ def test_rows_without_samples_get_step_times_global_batch_and_restarts_resolve()
     assert [point.samples for point in found] == [16, 32] and found[-1].values[LOSS] == 9.0  # the later attempt
 
 
-def _run(status: str, samples: list[int]) -> ExportRun:
+def _run(status: str, samples: list[int], tags: dict[str, str] | None = None) -> ExportRun:
     found = points([{"step": i + 1, "samples": s, "time": float(i)} for i, s in enumerate(samples)], started_at=0)
-    return ExportRun(Path("r"), "id", "n", "g", status, {}, {}, {}, found)
+    return ExportRun(Path("r"), "id", "n", "g", status, {}, {}, tags or {}, found)
 
 
 def test_a_second_export_writes_nothing_and_a_finished_run_its_rest() -> None:
@@ -49,12 +49,25 @@ def test_a_second_export_writes_nothing_and_a_finished_run_its_rest() -> None:
     first = work(finished, None)
     assert [point.samples for point in first.new_points] == [16, 32, 48] and first.write_end
     entry = done(finished, None, first)
-    assert entry == Exported("completed", 48, 1)
+    assert entry == Exported("completed", 48, 1, "no verdict (no single-process run to check it against)")
     assert work(finished, Exported.from_json(entry.as_json("id"), "id")).nothing
     running = Exported("running", 32, 1)
     rest = work(finished, running)
     assert [point.samples for point in rest.new_points] == [48] and rest.write_end and rest.sequence == 2
     assert Exported.from_json(entry.as_json("other"), "id") is None  # a ledger of another run is not this one's
+
+
+def test_a_verdict_that_came_after_the_run_ended_is_written_by_the_next_export() -> None:
+    """Under `launch --export` a 2-process run can end before its single-process partner: exported then, it has no
+    verdict; the export after the partner ended writes the verdict, and only it."""
+    alone = _run("completed", [16, 32])
+    entry = done(alone, None, work(alone, None))
+    checked = _run("completed", [16, 32], {"verdict": "equivalent", "equivalent_to": "1x32"})
+    later = work(checked, Exported.from_json(entry.as_json("id"), "id"))
+    assert (later.new_points, later.write_end, later.write_verdict, later.words) == ([], False, True, "its new verdict")
+    again = done(checked, entry, later)
+    assert again.verdict == "equivalent to 1x32" and again.exports == 2
+    assert work(checked, again).nothing
 
 
 @given(st.text(max_size=80))

@@ -22,6 +22,7 @@ from ddpcli.export.runs import ExportRun
 
 RUN_ID_TAG, STATUS_TAG = "ddpcli.run_id", "ddpcli.status"
 SAMPLES_TAG, EXPORTS_TAG = "ddpcli.exported_samples", "ddpcli.exports"
+VERDICT_LINE_TAG = "ddpcli.verdict_line"
 BATCH = 1000  # MLflow's limit of metrics a log_batch call
 VIEWER_STATUS = {"completed": "FINISHED", "running": "RUNNING"}  # anything else ended badly: FAILED
 
@@ -80,7 +81,7 @@ def _export(run: ExportRun, store: Store) -> str:
     entry = done(run, earlier, job)
     tags = {RUN_ID_TAG: tag_id, STATUS_TAG: run.status, SAMPLES_TAG: str(entry.samples),
             EXPORTS_TAG: str(entry.exports), "ddpcli.run_dir": str(run.run_dir.resolve()),
-            "ddpcli.verdict_line": run.verdict_line}  # fmt: skip
+            VERDICT_LINE_TAG: run.verdict_line}  # fmt: skip
     tags.update({f"ddpcli.{key}": value for key, value in run.tags.items()})
     if existing is None:
         created = client.create_run(experiment, start_time=int(run.started_at * 1000), run_name=run.name)
@@ -100,7 +101,7 @@ def _export(run: ExportRun, store: Store) -> str:
         if existing is None:
             client.delete_run(viewer_id)
         raise
-    return f"{len(job.new_points)} points" + (", its end" if job.write_end else "")
+    return job.words
 
 
 def _earlier(existing: Any, run_id: str) -> Exported | None:
@@ -108,7 +109,7 @@ def _earlier(existing: Any, run_id: str) -> Exported | None:
         return None
     tags = existing.data.tags
     data = {"run_id": run_id, "status": tags.get(STATUS_TAG), "samples": _number(tags.get(SAMPLES_TAG)),
-            "exports": _number(tags.get(EXPORTS_TAG))}  # fmt: skip
+            "exports": _number(tags.get(EXPORTS_TAG)), "verdict": tags.get(VERDICT_LINE_TAG)}  # fmt: skip
     return Exported.from_json(data, run_id)
 
 

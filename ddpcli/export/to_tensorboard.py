@@ -57,7 +57,7 @@ def export(run: ExportRun, target: Path) -> str:
         raise UserError(f"cannot write {folder}: {error.strerror or error}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return f"{len(job.new_points)} points" + (", its end" if job.write_end else "")
+    return job.words
 
 
 def _earlier(folder: Path, run: ExportRun) -> Exported | None:
@@ -85,6 +85,11 @@ def _write_events(folder: Path, run: ExportRun, job: Work) -> None:
             writer.add_summary(_summary(Summary, point), global_step=point.samples, walltime=point.wall_time)
         if job.write_end:
             _write_end(writer, run)
+        elif job.write_verdict:  # the verdict changed since the end was written: the text tag again, at the end
+            from tensorboardX.summary import text
+
+            step = run.points[-1].samples if run.points else 0
+            writer.add_summary(text(VERDICT_TAG, run.verdict_line), global_step=step, walltime=_end_wall(run))
     finally:
         writer.close()
 
@@ -99,8 +104,7 @@ def _write_end(writer: Any, run: ExportRun) -> None:
     from tensorboardX.proto.summary_pb2 import Summary
     from tensorboardX.summary import hparams, text
 
-    step = run.points[-1].samples if run.points else 0
-    wall = run.ended_at if run.ended_at is not None else (run.points[-1].wall_time if run.points else run.started_at)
+    step, wall = run.points[-1].samples if run.points else 0, _end_wall(run)
     metric_tags = {f"hparams/{key}": value for key, value in run.final.items()}
     experiment, session_start, session_end = hparams(run.params, metric_tags)
     for summary in (experiment, session_start, session_end):
@@ -108,3 +112,7 @@ def _write_end(writer: Any, run: ExportRun) -> None:
     values = [Summary.Value(tag=tag, simple_value=value) for tag, value in metric_tags.items()]
     writer.add_summary(Summary(value=values), global_step=step, walltime=wall)
     writer.add_summary(text(VERDICT_TAG, run.verdict_line), global_step=step, walltime=wall)
+
+
+def _end_wall(run: ExportRun) -> float:
+    return run.ended_at if run.ended_at is not None else (run.points[-1].wall_time if run.points else run.started_at)
