@@ -21,9 +21,6 @@ from pathlib import Path
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 PARAMS_FILE = "final_params.pt"
-# Beside final_params.pt where rank 0 held shards (FSDP2's DTensors): per name, the shard's offset in the full
-# tensor and the full shape (final_params.pt holds rank 0's local shards, as plain tensors).
-SHARDS_FILE = "final_params.shards.json"
 SHARDS_SUFFIX = ".shards.json"  # a parameter file's shard map: its name with .pt replaced by this
 
 
@@ -34,6 +31,8 @@ def rank_params_file(rank: int) -> str:
 
 
 def shards_file(params: Path) -> Path:
+    """Beside a parameter file of local shards (FSDP2's DTensors, as plain tensors): per name, the shard's offset in
+    the full tensor and the full shape (final_params.pt -> final_params.shards.json)."""
     return params.with_name(params.name.removesuffix(".pt") + SHARDS_SUFFIX)
 
 

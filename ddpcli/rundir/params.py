@@ -70,8 +70,8 @@ def param_diff(path_a: Path, path_b: Path) -> ParamDiff:
         found = _shards(path)
         gathered = _gathered(path, states[index], found)
         if gathered is not None:
-            states[index], found = gathered, {}
-            gathered_from.append(len(list(_rank_files(path))) + 1)
+            (states[index], ranks), found = gathered, {}
+            gathered_from.append(ranks)
         shards.append(found)
     state_a, state_b = states
     scope = None
@@ -104,9 +104,10 @@ def _rank_files(path: Path) -> list[Path]:
 _RANK_FILE = re.compile(r"final_params\.rank-[1-9][0-9]*\.pt")
 
 
-def _gathered(path: Path, state: dict[str, Any], shards: dict[str, Any]) -> dict[str, Any] | None:
-    """Rank 0's state with each sharded tensor put together from every rank's pieces, where the rank files beside
-    it cover the whole of every one; None where a piece is missing (another node's ranks) or unreadable."""
+def _gathered(path: Path, state: dict[str, Any], shards: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
+    """Rank 0's state with each sharded tensor put together from every rank's pieces, and how many ranks' files
+    gave them, where the rank files beside it cover the whole of every one; None where a piece is missing (another
+    node's ranks) or unreadable."""
     others = _rank_files(path) if shards else []
     if not others:
         return None
@@ -125,7 +126,7 @@ def _gathered(path: Path, state: dict[str, Any], shards: dict[str, Any]) -> dict
         if tensor is None:
             return None
         full[name] = tensor
-    return full
+    return full, len(others) + 1
 
 
 def _assembled(parts: list[tuple[dict[str, Any], Any]]) -> Any:

@@ -8,6 +8,17 @@ import typer
 # The file plan, launch, slurm and compare read when none is named, and the file init writes by default.
 DEFAULT_EXPERIMENT_FILE = Path("experiments.toml")
 
+
+def default_runs_root() -> Path:
+    """Where compare and export look when no runs are named: runs_dir of ./experiments.toml when there is one (a
+    broken file is reported, not ignored), else ./runs."""
+    if DEFAULT_EXPERIMENT_FILE.is_file():
+        from ddpcli.experiment.planning import load_plan
+
+        return load_plan(DEFAULT_EXPERIMENT_FILE).runs_dir
+    return Path("runs")
+
+
 # The experiment file argument that plan and slurm share (launch defaults it explicitly to the same file).
 ExperimentFileArgument = Annotated[
     Path | None, typer.Argument(help="Experiment file (TOML). Default: ./experiments.toml.", show_default=False)

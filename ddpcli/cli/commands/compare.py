@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE as EXPERIMENT_FILE
+from ddpcli.cli.commands import default_runs_root
 from ddpcli.cli.console import stdout, user_errors, warning, wrote
 from ddpcli.cli.render.compare import COLUMNS, CsvRows, LossCurve, _caption, _cells, loss_figure, tables_of, title
 from ddpcli.cli.render.fast_table import fitted_compact_tables, print_notes, print_tables
@@ -20,7 +20,6 @@ from ddpcli.compare.lost import with_observations
 from ddpcli.compare.row import json_list
 from ddpcli.compare.table import ComparisonHead, ComparisonStream
 from ddpcli.errors import UserError
-from ddpcli.experiment.planning import load_plan
 from ddpcli.rundir.params import param_diff
 
 
@@ -71,7 +70,7 @@ def compare_command(
             raise UserError(f"{path}: {path.parent} is a file, not a directory")
         if path is not None and not path.parent.exists():
             raise UserError(f"{path}: its directory {path.parent} does not exist")
-    records, warnings = collect_runs(paths or [_default_root()], include_all, finish_lost=with_observations)
+    records, warnings = collect_runs(paths or [default_runs_root()], include_all, finish_lost=with_observations)
     for message in warnings:
         warning(message)
     stream = ComparisonStream(
@@ -159,13 +158,6 @@ def _save_figure(figure: object, path: Path, pyplot: ModuleType) -> None:
         figure.savefig(path, format="png", dpi=120)  # type: ignore[attr-defined]
     finally:
         pyplot.close(figure)
-
-
-def _default_root() -> Path:
-    """runs_dir of ./experiments.toml when there is one (a broken file is reported, not ignored), else ./runs."""
-    if EXPERIMENT_FILE.is_file():
-        return load_plan(EXPERIMENT_FILE).runs_dir
-    return Path("runs")
 
 
 def _pyplot() -> ModuleType:

@@ -9,10 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
+from ddpcli.cli.commands import default_runs_root
 from ddpcli.cli.console import say, user_errors, warning
 from ddpcli.errors import UserError
-from ddpcli.experiment.planning import load_plan
 from ddpcli.export.exporter import Exporter, Outcome
 from ddpcli.export.runs import export_runs
 
@@ -66,7 +65,7 @@ def export_command(
     from ddpcli.compare.lost import with_observations
     from ddpcli.rundir.params import param_diff
 
-    runs, warnings = export_runs(paths or [_default_root()], include_all=include_all, baseline=baseline,
+    runs, warnings = export_runs(paths or [default_runs_root()], include_all=include_all, baseline=baseline,
                                  param_diff=param_diff, finish_lost=with_observations)  # fmt: skip
     for message in warnings:
         warning(message)
@@ -92,13 +91,6 @@ def report(outcome: Outcome, target: str, total: int) -> None:
     fresh = len(outcome.written) - current
     also = f" ({current} already up to date)" if current else ""
     say(f"exported {fresh} of {total} runs to {target}{also}")
-
-
-def _default_root() -> Path:
-    """runs_dir of ./experiments.toml when there is one, else ./runs (as compare's default)."""
-    if DEFAULT_EXPERIMENT_FILE.is_file():
-        return load_plan(DEFAULT_EXPERIMENT_FILE).runs_dir
-    return Path("runs")
 
 
 class ExportOnEnd:
