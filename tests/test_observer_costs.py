@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests import zygote
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.interpreters
 
 PROBE = REPO / "tests" / "scripts" / "observer_sync_probe.py"
 STEPS = 6
@@ -33,7 +37,7 @@ def probe(run_dir: Path, *, observe: bool, noise_scale: bool = False) -> dict[st
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     command = [sys.executable, "-m", "ddpcli.worker.observer", str(PROBE), "--steps", str(STEPS)]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    result = zygote.run(command, env=env, timeout=120)  # a process of its own, torch imported once (zygote)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

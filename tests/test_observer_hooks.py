@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +10,10 @@ import pytest
 
 from ddpcli.rundir.merge import summarize
 from ddpcli.rundir.observations import read_observations
+from tests import zygote
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.interpreters
 
 LM_PROBE = REPO / "tests" / "scripts" / "observer_lm_probe.py"
 
@@ -23,7 +25,7 @@ def observe_script(run_dir: Path, script: Path, *args: str) -> None:
     env.update({"DDPCLI_RUN_DIR": str(run_dir), "OMP_NUM_THREADS": "1"})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "ddpcli.worker.observer", str(script), *args]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    result = zygote.run(command, env=env, timeout=120)  # a process of its own, torch imported once (zygote)
     assert result.returncode == 0, result.stderr[-3000:]
 
 

@@ -12,14 +12,22 @@ import pytest
 
 from ddpcli.rundir.merge import summarize
 from ddpcli.rundir.observations import read_observations
+from tests import zygote
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.interpreters
+
 SCRIPT = REPO / "tests" / "observe_scripts" / "loop_patterns.py"
+# The script's end is the point of these: they run in a fresh interpreter of their own, not forked from the zygote.
+OWN_INTERPRETER = ("os-exit", "exit-code", "spawn")
 
 
-def run_pattern(run_dir: Path, pattern: str, *, observe: bool = True, extra_env: dict | None = None):
+def run_pattern(
+    run_dir: Path, pattern: str, *, observe: bool = True, extra_env: dict | None = None, fresh: bool = False
+):
     """(exit code, final parameters, stderr) of the script under `python -m ddpcli.worker.observer`, or run as
-    `python SCRIPT` when not observed (what torchrun runs with `--no-observe`)."""
+    `python SCRIPT` when not observed (what torchrun runs with `--no-observe`). A process of its own each time,
+    forked from the zygote (torch imported once) unless the pattern is about how the process ends."""
     import torch
 
     env = {key: value for key, value in os.environ.items() if not key.startswith(("DDPCLI_", "TORCHELASTIC"))}
@@ -32,7 +40,10 @@ def run_pattern(run_dir: Path, pattern: str, *, observe: bool = True, extra_env:
     saved = run_dir / "script_final.pt"
     entry = ["-m", "ddpcli.worker.observer"] if observe else []  # --no-observe runs the script itself
     command = [sys.executable, *entry, str(SCRIPT), "--pattern", pattern, "--save", str(saved)]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    if fresh or pattern in OWN_INTERPRETER:
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    else:
+        result = zygote.run(command, env=env, timeout=120)
     params = torch.load(saved, weights_only=True) if saved.exists() else None
     return result.returncode, params, result.stderr
 
@@ -170,7 +181,7 @@ def test_a_file_that_cannot_be_written_never_changes_the_exit_code(tmp_path: Pat
     observed_dir = tmp_path / "observed" / "observed"
     observed_dir.mkdir(parents=True)
     (observed_dir / "rank-0.jsonl").symlink_to("/dev/full")
-    code, _, stderr = observed_unchanged(tmp_path, "plain", read=False)  # reading /dev/full never ends
+    code, _, stderr = observed_unchanged(tmp_path, "plain", read=False, fresh=True)  # reading /dev/full never ends
     assert code == 0
     assert stderr.count("observer_error") == 1 and "No space left on device" in stderr
 

@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ddpcli.rundir.merge import summarize
 from ddpcli.rundir.observations import read_observations
+from tests import zygote
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.interpreters
 
 SCRIPT = REPO / "tests" / "observe_scripts" / "sequence_first.py"
 
@@ -22,7 +26,7 @@ def observed_of(run_dir: Path, *flags: str):
     env.update({"DDPCLI_RUN_DIR": str(run_dir), "OMP_NUM_THREADS": "1"})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "ddpcli.worker.observer", str(SCRIPT), *flags]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    result = zygote.run(command, env=env, timeout=120)  # a process of its own, torch imported once (zygote)
     assert result.returncode == 0, result.stderr[-3000:]
     observed = summarize(read_observations(run_dir))
     assert observed is not None
