@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.test_observe_e2e import SCRIPTS, codes, compare_json, launched_runs
+from tests.helpers import OBSERVE_SCRIPTS as SCRIPTS
+from tests.helpers import codes, compare_json, launch
 
 pytestmark = pytest.mark.e2e
 
@@ -65,7 +66,7 @@ args = {ARGS.format(habit="one-class-loss")}
 
 @pytest.fixture(scope="module")
 def habits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("habits"), EXPERIMENTS)
+    return launch(tmp_path_factory, EXPERIMENTS).runs()
 
 
 def mismatch(record: dict[str, Any], field: str) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from ddpcli.launch.supervisor import worker_pids
 from ddpcli.rundir.metrics import read_metrics
 from ddpcli.rundir.record import RUN_FIELDS
 from tests.conftest import REPO, final_params, max_abs_diff, write_toml
+from tests.helpers import Sweep
+from tests.helpers import launch as launch_once
 
 pytestmark = pytest.mark.e2e
 
@@ -69,12 +71,16 @@ def only_run_dir(root: Path, name: str) -> Path:
     return run_dir
 
 
-def test_completed_runs_are_recorded(tmp_path: Path) -> None:
-    path = write_toml(tmp_path, FILE)
-    result = launch(path, "--only", "one", "--only", "two")
-    assert result.returncode == 0, result.stderr
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
+    """one, crash and two, in one sweep: crash fails on rank 1, and the sweep goes on without --fail-fast."""
+    return launch_once(tmp_path_factory, FILE, "--only", "one", "--only", "crash", "--only", "two")
+
+
+def test_completed_runs_are_recorded(sweep: Sweep) -> None:
+    path = sweep.root / "experiments.toml"
     for name, world_size in (("one", 1), ("two", 2)):
-        run_dir = only_run_dir(tmp_path, name)
+        run_dir = only_run_dir(sweep.root, name)
         record = read_json(run_dir / "run.json")
         assert set(RUN_FIELDS) <= set(record)
         assert (record["status"], record["exit_code"], record["failed_ranks"]) == ("completed", 0, [])
@@ -87,22 +93,20 @@ def test_completed_runs_are_recorded(tmp_path: Path) -> None:
         assert [row["step"] for row in rows] == [1, 2, 3, 4, 5, 6]
         assert [row["samples"] for row in rows] == [step * 4 * world_size for step in range(1, 7)]
         assert list((run_dir / "logs").glob("*/attempt_0/0/stdout.log"))
-    assert "completed" in result.stdout and "one" in result.stdout
+    assert "completed" in sweep.stdout and "one" in sweep.stdout
 
 
-def test_crash_on_rank_1_is_reported(tmp_path: Path) -> None:
-    path = write_toml(tmp_path, FILE)
-    result = launch(path, "--only", "crash", "--only", "two")
-    assert result.returncode == 1
-    record = read_json(only_run_dir(tmp_path, "crash") / "run.json")
+def test_crash_on_rank_1_is_reported(sweep: Sweep) -> None:
+    assert sweep.returncode == 1
+    record = read_json(only_run_dir(sweep.root, "crash") / "run.json")
     assert (record["status"], record["exit_code"]) == ("failed", 1)
     root_cause = record["failed_ranks"][0]
     assert (root_cause["rank"], root_cause["exit_code"], root_cause["root_cause"]) == (1, 1, True)
     assert root_cause["error"] == "RuntimeError: deliberate crash on rank 1 at step 3"
     assert "deliberate crash on rank 1" in root_cause["log_tail"]
-    assert "rank 1 exited 1: RuntimeError: deliberate crash on rank 1 at step 3" in result.stderr
+    assert "rank 1 exited 1: RuntimeError: deliberate crash on rank 1 at step 3" in sweep.stderr
     # Without --fail-fast the sweep goes on: "two" ran after "crash" failed.
-    assert read_json(only_run_dir(tmp_path, "two") / "run.json")["status"] == "completed"
+    assert read_json(only_run_dir(sweep.root, "two") / "run.json")["status"] == "completed"
 
 
 def test_fail_fast_stops_the_sweep(tmp_path: Path) -> None:

@@ -9,36 +9,16 @@ from typing import Any
 import pytest
 
 from ddpcli.rundir.slowness import SLOWNESS_CODES
-from tests.test_observe_e2e import SCRIPTS, codes, launched_runs
+from tests.helpers import codes, launch
+from tests.sweeps import FRAMEWORKS
 
 pytestmark = pytest.mark.e2e
-
-ARGS = '["--batch-size", "{per_device_batch_size}", "--grad-accum", "{grad_accum_steps}", "--lr", "{lr}", ' \
-    '"--steps", "{total_steps}", "--validate"]'  # fmt: skip
-EXPERIMENTS = f"""
-[defaults]
-script = "{SCRIPTS / "lightning_train.py"}"
-args = {ARGS}
-per_device_batch_size = 8
-lr = 0.05
-max_steps = 6
-dataset_size = 512
-scaling = "none"
-env = {{ OMP_NUM_THREADS = "1" }}
-
-[baseline]
-name = "lightning-1"
-
-[[experiments]]
-name = "lightning-2x2"
-nproc_per_node = 2
-grad_accum_steps = 2
-"""
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("lightning_validation"), EXPERIMENTS)
+    """Lightning's runs of the frameworks sweep (tests/sweeps.py), which train with --validate."""
+    return launch(tmp_path_factory, FRAMEWORKS).runs()
 
 
 @pytest.mark.parametrize(("name", "world", "accumulation"), [("lightning-1", 1, 1), ("lightning-2x2", 2, 2)])

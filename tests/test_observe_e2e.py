@@ -7,123 +7,29 @@ run.json's `observed` says the script really did, metrics.jsonl, the findings, a
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ddpcli.rundir.metrics import read_metrics
 from ddpcli.rundir.observations import read_observations
 from ddpcli.rundir.slowness import SLOWNESS_CODES
-from tests.conftest import REPO, final_params, write_toml
+from tests.conftest import final_params
+from tests.helpers import OBSERVE_SCRIPTS, codes, compare_json, launch
+from tests.sweeps import FRAMEWORK_RUNS, FRAMEWORK_STEPS, FRAMEWORKS
 
 pytestmark = pytest.mark.e2e
 
-SCRIPTS = REPO / "tests" / "observe_scripts"
-ARGS = '["--batch-size", "{per_device_batch_size}", "--grad-accum", "{grad_accum_steps}", "--lr", "{lr}", ' \
-    '"--steps", "{total_steps}"]'  # fmt: skip
-
-
-def launch(path: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "ddpcli", "launch", str(path)],
-        capture_output=True, text=True, timeout=timeout, check=False, cwd=path.parent,
-    )  # fmt: skip
-    return result
-
-
-def compare_json(root: Path, *args: str) -> list[dict[str, Any]]:
-    result = subprocess.run(
-        [sys.executable, "-m", "ddpcli", "compare", "--json", str(root), *args],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
-
-def launched_runs(directory: Path, text: str) -> dict[str, dict[str, Any]]:
-    """Launch every run of the experiment file `text`; name -> {"dir", "record", "metrics"}."""
-    path = write_toml(directory, text)
-    result = launch(path)
-    runs = {}
-    for record_path in sorted((directory / "runs").glob("*/*/run.json")):
-        record = json.loads(record_path.read_text())
-        run_dir = record_path.parent
-        runs[record["name"]] = {"dir": run_dir, "record": record, "metrics": read_metrics(run_dir / "metrics.jsonl")}
-    assert runs, result.stdout + result.stderr
-    return runs
-
-
-def codes(record: dict[str, Any]) -> list[str]:
-    return [finding["code"] for finding in record["findings"]]
-
+SCRIPTS = OBSERVE_SCRIPTS
+STEPS = FRAMEWORK_STEPS
 
 # -- plain DDP, Lightning, Hugging Face: 1 process, and 2 processes with accumulation 2 ----------------------------
-
-FRAMEWORKS = f"""
-[defaults]
-args = {ARGS}
-max_steps = 6
-dataset_size = 512
-scaling = "none"
-noise_scale = true
-env = {{ OMP_NUM_THREADS = "1", TOKENIZERS_PARALLELISM = "false", HF_HUB_OFFLINE = "1" }}
-
-[baseline]
-name = "plain-1"
-script = "{SCRIPTS / "plain.py"}"
-per_device_batch_size = 8
-lr = 0.05
-
-[[experiments]]
-name = "plain-2x2"
-script = "{SCRIPTS / "plain.py"}"
-nproc_per_node = 2
-grad_accum_steps = 2
-
-[[experiments]]
-name = "lightning-1"
-script = "{SCRIPTS / "lightning_train.py"}"
-
-[[experiments]]
-name = "lightning-2x2"
-script = "{SCRIPTS / "lightning_train.py"}"
-nproc_per_node = 2
-grad_accum_steps = 2
-
-[[experiments]]
-name = "hf-1"
-script = "{SCRIPTS / "hf_train.py"}"
-lr = 0.001
-
-[[experiments]]
-name = "hf-2x2"
-script = "{SCRIPTS / "hf_train.py"}"
-nproc_per_node = 2
-grad_accum_steps = 2
-lr = 0.001
-"""
-
-# name -> (processes, per-device batch, accumulation, lr)
-FRAMEWORK_RUNS = {
-    "plain-1": (1, 8, 1, 0.05),
-    "plain-2x2": (2, 8, 2, 0.05),
-    "lightning-1": (1, 8, 1, 0.05),
-    "lightning-2x2": (2, 8, 2, 0.05),
-    "hf-1": (1, 8, 1, 0.001),
-    "hf-2x2": (2, 8, 2, 0.001),
-}
-STEPS = 6
 
 
 @pytest.fixture(scope="module")
 def frameworks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("frameworks"), FRAMEWORKS)
+    return launch(tmp_path_factory, FRAMEWORKS).runs()
 
 
 @pytest.mark.parametrize("name", FRAMEWORK_RUNS)
@@ -234,7 +140,7 @@ per_device_batch_size = 8
 
 @pytest.fixture(scope="module")
 def mistakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("mistakes"), MISTAKES)
+    return launch(tmp_path_factory, MISTAKES).runs()
 
 
 def test_a_script_without_distributed_sampler_is_found(mistakes: dict[str, dict[str, Any]]) -> None:
@@ -291,7 +197,7 @@ observe = false
 
 @pytest.fixture(scope="module")
 def equivalence(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("equivalence"), EQUIVALENCE)
+    return launch(tmp_path_factory, EQUIVALENCE).runs()
 
 
 def test_2x16_and_4x8_end_equivalent_to_1x32(equivalence: dict[str, dict[str, Any]]) -> None:
@@ -359,7 +265,7 @@ grad_accum_steps = 2
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("example"), EXAMPLE)
+    return launch(tmp_path_factory, EXAMPLE).runs()
 
 
 @pytest.mark.parametrize("name", ["1x8", "2x8x2"])
@@ -430,7 +336,7 @@ NOISE_TOLERANCE = 0.15  # as tests/test_noise_scale.py: an EMA over ~100 steps o
 
 @pytest.fixture(scope="module")
 def noise(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("noise"), NOISE)
+    return launch(tmp_path_factory, NOISE).runs()
 
 
 def true_noise() -> dict[str, float]:
@@ -464,39 +370,3 @@ def test_a_script_with_its_own_comm_hook_is_not_measured(noise: dict[str, dict[s
     assert run["record"]["status"] == "completed"
     assert "noise_scale_not_measured" in codes(run["record"])
     assert not any("noise_scale" in row or "grad_sq_small" in row for row in run["metrics"].rows)
-
-
-# -- clean exit: no worker aborts at teardown -------------------------------------------------------------------
-
-CLEAN_EXIT_RUNS = 20
-
-
-@pytest.mark.slow  # a soak test (about 2 minutes): CI runs it, a developer's `pytest` skips it (conftest.py)
-def test_twenty_plain_two_process_runs_all_exit_cleanly(tmp_path: Path) -> None:
-    experiments = "\n".join(
-        f'[[experiments]]\nname = "run{index:02d}"\nnproc_per_node = 2\n' for index in range(1, CLEAN_EXIT_RUNS)
-    )
-    text = f"""
-[defaults]
-script = "{SCRIPTS / "plain.py"}"
-args = ["--batch-size", "{{per_device_batch_size}}", "--steps", "{{total_steps}}", "--dataset-size", "64"]
-max_steps = 2
-env = {{ OMP_NUM_THREADS = "1" }}
-
-[baseline]
-name = "run00"
-nproc_per_node = 2
-per_device_batch_size = 4
-lr = 0.1
-
-{experiments}
-"""
-    started = time.perf_counter()
-    runs = launched_runs(tmp_path, text)
-    elapsed = time.perf_counter() - started
-    assert len(runs) == CLEAN_EXIT_RUNS
-    statuses = {name: (run["record"]["status"], run["record"]["exit_code"]) for name, run in runs.items()}
-    assert set(statuses.values()) == {("completed", 0)}, statuses
-    logs = [path.read_text(errors="replace") for path in tmp_path.glob("runs/*/*/logs/**/*.log")]
-    assert not [text for text in logs if "terminate called" in text or "SIGABRT" in text]
-    print(f"{CLEAN_EXIT_RUNS} runs of 2 processes in {elapsed:.1f} s")

@@ -18,6 +18,8 @@ from ddpcli.rundir.observations import read_observations
 from ddpcli.rundir.record import Finding
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.interpreters
+
 SCRIPT = REPO / "tests" / "observe_scripts" / "outside_habits.py"
 
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from ddpcli.rundir.slowness import SLOWNESS_CODES
-from tests.test_observe_e2e import SCRIPTS, codes, compare_json, launched_runs
+from tests.helpers import OBSERVE_SCRIPTS as SCRIPTS
+from tests.helpers import codes, compare_json, launch
 
 pytestmark = pytest.mark.e2e
 
@@ -42,7 +43,7 @@ args = ["--mode", "{mode}", "--steps", "{{total_steps}}", "--batch-size", "{{per
 
 @pytest.fixture(scope="module")
 def modes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("parallel"), EXPERIMENTS)
+    return launch(tmp_path_factory, EXPERIMENTS).runs()
 
 
 @pytest.mark.parametrize("mode", ["ddp", "allreduce"])
@@ -111,7 +112,7 @@ args = ["--api", "fsdp2", "--steps", "{{total_steps}}"]
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("sharded"), SHARDED)
+    return launch(tmp_path_factory, SHARDED).runs()
 
 
 @pytest.mark.parametrize(("name", "what"), [("fsdp1", "FullyShardedDataParallel"), ("fsdp2", "FSDPModule")])

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_observe_e2e import compare_json, launched_runs
+from tests.helpers import compare_json, launch
 from tests.test_why_slow_e2e import ARGS, SCRIPT
 
 pytestmark = pytest.mark.e2e
@@ -53,11 +53,7 @@ grad_accum_steps = 2
 @pytest.fixture(scope="module")
 def predicted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     cache = tmp_path_factory.mktemp("cache")
-    os.environ["DDPCLI_CACHE_DIR"] = str(cache)  # a fresh cache: the probe really runs
-    try:
-        runs = launched_runs(tmp_path_factory.mktemp("predict"), RUNS)
-    finally:
-        del os.environ["DDPCLI_CACHE_DIR"]
+    runs = launch(tmp_path_factory, RUNS, env={"DDPCLI_CACHE_DIR": str(cache)}).runs()  # a fresh cache: it probes
     runs["cache"] = {"dir": cache}
     return runs
 

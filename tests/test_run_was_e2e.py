@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from ddpcli.rundir.slowness import SLOWNESS_CODES
-from tests.test_observe_e2e import SCRIPTS, codes, compare_json, launched_runs
+from tests.helpers import OBSERVE_SCRIPTS as SCRIPTS
+from tests.helpers import codes, compare_json, launch
 
 pytestmark = pytest.mark.e2e
 
@@ -64,7 +65,7 @@ env = {{ OMP_NUM_THREADS = "1", TOKENIZERS_PARALLELISM = "false", HF_HUB_OFFLINE
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("run_was"), EXPERIMENTS)
+    return launch(tmp_path_factory, EXPERIMENTS).runs()
 
 
 def compare_text(run_dir: Path) -> str:
@@ -233,7 +234,7 @@ FULL_BYTES = (4 * 16 + 16 + 16 * 1 + 1) * 4  # nn.Linear(4, 16), nn.Linear(16, 1
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("sharded"), SHARDED)
+    return launch(tmp_path_factory, SHARDED).runs()
 
 
 def test_a_sharded_run_records_its_shard_beside_the_full_size(sharded: dict[str, dict[str, Any]]) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
-from tests.test_observe_e2e import SCRIPTS, codes, compare_json, launched_runs
+from tests.helpers import OBSERVE_SCRIPTS as SCRIPTS
+from tests.helpers import codes, compare_json, launch
 from tests.test_run_was_e2e import compare_text
 
 pytestmark = pytest.mark.e2e
@@ -101,7 +102,7 @@ FULL_PARAMS = 64 * 16 + 8 * 16 + 2 * (2 * 16 + 16 * 64 + 64 + 64 * 16 + 16) + 2 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("published"), EXPERIMENTS)
+    return launch(tmp_path_factory, EXPERIMENTS).runs()
 
 
 def _finding(record: dict[str, Any], code: str) -> dict[str, Any]:

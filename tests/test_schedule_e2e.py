@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from ddpcli.rundir.slowness import SLOWNESS_CODES
-from tests.test_observe_e2e import SCRIPTS, codes, compare_json, launched_runs
+from tests.helpers import OBSERVE_SCRIPTS as SCRIPTS
+from tests.helpers import codes, compare_json, launch
 
 pytestmark = pytest.mark.e2e
 
@@ -82,7 +83,7 @@ lr = 0.02
 
 @pytest.fixture(scope="module")
 def schedules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("schedules"), SCHEDULES)
+    return launch(tmp_path_factory, SCHEDULES).runs()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.conftest import REPO
-from tests.test_observe_e2e import codes, compare_json, launched_runs
+from tests.helpers import codes, compare_json, launch
 
 pytestmark = pytest.mark.e2e
 
@@ -69,7 +69,7 @@ EXPECTED = {
 
 @pytest.fixture(scope="module")
 def knobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return launched_runs(tmp_path_factory.mktemp("knobs"), KNOBS)
+    return launch(tmp_path_factory, KNOBS).runs()
 
 
 def slow_codes(record: dict[str, Any]) -> set[str]:

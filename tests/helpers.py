@@ -1,0 +1,118 @@
+"""What the tests share: one `launch` of each sweep per test session, and the readers of what it recorded.
+
+Starting processes is most of what the suite costs (an `import torch` is ~3 CPU-seconds, a two-process torchrun
+launch ~10), so a sweep, an experiment file and the `ddpcli launch` flags it is started with, runs once per session
+whichever test module asks first. Every pytest-xdist worker finds it in one folder shared by the session, behind a file
+lock (pytest-xdist's documented recipe for session-wide fixtures): a second asker waits for the first launch and reads
+the same runs. What is launched is never changed by a test: a test that edits run folders copies them first
+(`copy_runs`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from filelock import FileLock
+
+from ddpcli.rundir.metrics import read_metrics
+
+REPO = Path(__file__).resolve().parent.parent
+OBSERVE_SCRIPTS = REPO / "tests" / "observe_scripts"  # scripts of published stacks' shapes that never import ddpcli
+RESULT = "launch-result.json"  # beside experiments.toml in a sweep's folder: the launch's exit code and output
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A finished `ddpcli launch`: its root (experiments.toml, runs/) and what the command said."""
+
+    root: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def runs(self) -> dict[str, dict[str, Any]]:
+        """name -> {"dir", "record", "metrics"} for every recorded run (asserts there is one)."""
+        found = read_runs(self.root)
+        assert found, self.output
+        return found
+
+
+def launch(factory: pytest.TempPathFactory, text: str, *args: str, env: dict[str, str] | None = None) -> Sweep:
+    """`ddpcli launch experiments.toml ARGS` of the experiment file `text`, once per session.
+
+    `env` is added to the launcher's environment (part of the sweep's identity, as the text and the flags are).
+    """
+    identity = json.dumps({"text": text, "args": args, "env": env or {}}, sort_keys=True)
+    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    folder = _shared_folder(factory) / key
+    with FileLock(str(folder) + ".lock"):
+        done = folder / RESULT
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # a launch that died half-way (Ctrl-C) starts over
+            folder.mkdir(parents=True)
+            path = folder / "experiments.toml"
+            path.write_text(text, encoding="utf-8")
+            result = subprocess.run(
+                [sys.executable, "-m", "ddpcli", "launch", str(path), *args], cwd=folder, capture_output=True,
+                text=True, timeout=900, check=False, env={**os.environ, **(env or {})},
+            )  # fmt: skip
+            saved = {"returncode": result.returncode, "stdout": result.stdout, "stderr": result.stderr}
+            done.write_text(json.dumps(saved), encoding="utf-8")
+        saved = json.loads(done.read_text(encoding="utf-8"))
+    return Sweep(folder, saved["returncode"], saved["stdout"], saved["stderr"])
+
+
+def launched_root(factory: pytest.TempPathFactory, text: str, *args: str) -> Path:
+    """The root of a sweep that must have ended 0 (every run completed)."""
+    sweep = launch(factory, text, *args)
+    assert sweep.returncode == 0, sweep.output
+    return sweep.root
+
+
+def _shared_folder(factory: pytest.TempPathFactory) -> Path:
+    """One folder for the whole session: under xdist each worker's basetemp is a child of the session's."""
+    base = factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "sweeps"
+
+
+def read_runs(root: Path) -> dict[str, dict[str, Any]]:
+    runs = {}
+    for record_path in sorted((root / "runs").glob("*/*/run.json")):
+        record = json.loads(record_path.read_text())
+        run_dir = record_path.parent
+        runs[record["name"]] = {"dir": run_dir, "record": record, "metrics": read_metrics(run_dir / "metrics.jsonl")}
+    return runs
+
+
+def copy_runs(root: Path, destination: Path) -> Path:
+    """A copy of a sweep's folder that a test may change (the launched one is every test's)."""
+    shutil.copytree(root, destination, symlinks=True)
+    return destination
+
+
+def codes(record: dict[str, Any]) -> list[str]:
+    return [finding["code"] for finding in record["findings"]]
+
+
+def compare_json(root: Path, *args: str) -> list[dict[str, Any]]:
+    """`ddpcli compare --json ROOT ARGS`, in this process (what the command prints, through Typer's runner)."""
+    from typer.testing import CliRunner
+
+    from ddpcli.cli.app import app
+
+    result = CliRunner().invoke(app, ["compare", "--json", str(root), *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
