@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,3 +117,43 @@ def compare_json(root: Path, *args: str) -> list[dict[str, Any]]:
     result = CliRunner().invoke(app, ["compare", "--json", str(root), *args])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
+
+
+KEY = r'(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*")'  # a bare key, or a quoted one with escapes
+FIELD_PATH = re.compile(rf"{KEY}(?:\.{KEY}|\[[0-9]+\])*: \S")  # experiments[1].env."A=B": message
+
+
+def assert_one_line_error(result: Any, path: Path) -> None:
+    """exit 2, exactly one line on stderr naming the file and a field (what comes after `FILE: ` up to `: `)."""
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    prefix = f"error: {path}: "
+    assert lines[0].startswith(prefix), lines[0]
+    assert FIELD_PATH.match(lines[0][len(prefix) :]), lines[0]
+
+
+def compare_text(run_dir: Path) -> str:
+    """`ddpcli compare` as a reader sees it, on one line per note (a wide terminal)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ddpcli", "compare", str(run_dir.parent.parent)],
+        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+# The host layer of tests/test_layers.py: modules that may import torch inside functions or start processes (also
+# read by tests/test_startup.py)
+HOST_MODULES = (
+    "ddpcli.launch.sweep",
+    "ddpcli.launch.probe",
+    "ddpcli.launch.probe_run",
+    "ddpcli.launch.cpu_probe",
+    "ddpcli.launch.forecast",
+    "ddpcli.launch.supervisor",
+    "ddpcli.rundir.params",
+    "ddpcli.init.script_help",
+    "ddpcli.init.inspect_script",
+    "ddpcli.compare.lost",
+)

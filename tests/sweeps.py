@@ -5,6 +5,12 @@ import json
 
 from tests.helpers import OBSERVE_SCRIPTS as SCRIPTS
 
+# -- why is it slow: one plain DDP script with knobs (tests/test_why_slow_e2e.py, tests/test_predict_e2e.py) --------
+
+KNOB_SCRIPT = SCRIPTS / "slow_knobs.py"
+KNOB_ARGS = ["--batch-size", "{per_device_batch_size}", "--grad-accum", "{grad_accum_steps}", "--steps",
+             "{total_steps}"]  # fmt: skip
+
 # -- plain DDP, Lightning (with validation), Hugging Face: 1 process, and 2 processes with accumulation 2 ----------
 
 ARGS = '["--batch-size", "{per_device_batch_size}", "--grad-accum", "{grad_accum_steps}", "--lr", "{lr}", ' \

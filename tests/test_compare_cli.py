@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
 from ddpcli.cli.console import stdout
+from tests.builders import make_run, state
 from tests.conftest import REPO, loads_torch, probe_cli
 from tests.contract_keys import COMPARE_KEYS
-from tests.test_comparison import make_run, state
 
 runner = CliRunner()
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -17,7 +17,7 @@ from ddpcli.compare.run_keys import NAMES, TYPES, RunKeys
 from ddpcli.compare.table import ComparisonStream
 from ddpcli.rundir.layout import RUN_FILE, SUMMARY_FILE
 from ddpcli.rundir.record import RunRecord
-from tests.test_comparison import make_run
+from tests.builders import make_run
 
 
 @pytest.fixture

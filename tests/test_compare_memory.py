@@ -23,7 +23,7 @@ from ddpcli.cli.commands.compare import _Outputs
 from ddpcli.compare import collect_runs, summary_cache
 from ddpcli.compare.table import ComparisonStream
 from ddpcli.rundir.layout import RUN_FILE
-from tests.test_comparison import make_run
+from tests.builders import make_run
 
 RECORD = Path(__file__).parent / "fixtures" / "run_records" / "observed-4x16.json"
 RETAINED_PER_RUN = 6_000  # bytes: the notes and cells printed for the run, its keys, a slim summary for a partner
@@ -46,18 +46,23 @@ def synthesize(template: Path, root: Path, runs: int) -> None:
         (run_dir / RUN_FILE).write_text(json.dumps(record), encoding="utf-8")
 
 
+def compared(root: Path, *, json_rows: bool = False) -> None:
+    """What `ddpcli compare` does with the runs under `root`: read them, stream the rows into the table's cells (or
+    --json's dicts, printed and dropped) and write the notes."""
+    records, _ = collect_runs([root])
+    stream = ComparisonStream(records, notes=not json_rows)  # as the command: --json prints no notes
+    outputs = _Outputs(table=not json_rows, csv=False, plot=False)
+    rows = sum(1 for _ in outputs.taken(stream))
+    assert rows == len(records) and (json_rows or stream.notes)
+
+
 def held(root: Path, *, json_rows: bool = False) -> tuple[int, int]:
-    """(bytes kept, peak bytes above that) by what `ddpcli compare` does with the runs under `root`: read them,
-    stream the rows into the table's cells (or --json's dicts, printed and dropped) and write the notes."""
+    """(bytes kept, peak bytes above that) by `compared(root)`, traced by tracemalloc."""
     gc.collect()
     tracemalloc.start()
     try:
         start = tracemalloc.get_traced_memory()[0]
-        records, _ = collect_runs([root])
-        stream = ComparisonStream(records, notes=not json_rows)  # as the command: --json prints no notes
-        outputs = _Outputs(table=not json_rows, csv=False, plot=False)
-        rows = sum(1 for _ in outputs.taken(stream))
-        assert rows == len(records) and (json_rows or stream.notes)
+        compared(root, json_rows=json_rows)
         gc.collect()
         kept, peak = tracemalloc.get_traced_memory()
     finally:
@@ -83,7 +88,7 @@ def test_memory_per_run_stays_flat(
     measured = {}
     for runs in (40, 160):
         synthesize(template, tmp_path / f"runs-{runs}", runs)
-        held(tmp_path / f"runs-{runs}", json_rows=json_rows)  # warm: the interpreter's caches; writes summaries
+        compared(tmp_path / f"runs-{runs}", json_rows=json_rows)  # warm: the interpreter's caches; writes summaries
         measured[runs] = held(tmp_path / f"runs-{runs}", json_rows=json_rows)
     kept_per_run = (measured[160][0] - measured[40][0]) / 120
     peak_per_run = (measured[160][1] - measured[40][1]) / 120

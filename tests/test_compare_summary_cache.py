@@ -14,7 +14,7 @@ from ddpcli import compare as cmp
 from ddpcli.compare import metrics as compare_metrics
 from ddpcli.compare import summary_cache
 from ddpcli.rundir.layout import SUMMARY_FILE
-from tests.test_comparison import make_run, records
+from tests.builders import make_run, records
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,117 +15,11 @@ import pytest
 from ddpcli import compare as cmp
 from ddpcli.errors import UserError
 from ddpcli.rundir.params import param_diff
-from ddpcli.rundir.record import RunRecord
+from tests.builders import make_run, records, row_of, state
 from tests.contract_keys import COMPARE_KEYS
 
 # ---------------------------------------------------------------------------------------------------------------
 # Making run directories (also used by tests/test_compare_cli.py)
-
-
-def make_run(
-    root: Path,
-    name: str,
-    *,
-    run_id: str = "20260101T000000Z-aaaaaa",
-    nproc: int = 1,
-    per_device: int = 16,
-    accum: int = 1,
-    lr: float = 0.05,
-    steps: int = 100,
-    planned_steps: int | None = None,
-    step_time: float = 0.016,
-    loss: Callable[[int], float | None] = lambda step: 1.0 / step,
-    status: str = "completed",
-    seed: int = 0,
-    scaling: str | None = None,
-    argv: list[str] | None = None,
-    experiment_file: str | None = None,
-    params: dict[str, Any] | None = None,
-    extra: dict[str, Any] | None = None,
-    metrics_tail: str = "",
-) -> Path:
-    """A run directory as `ddpcli launch` writes it: run.json, one metrics row per step, optional final_params.pt.
-
-    Row k (1-based, up to `steps`) has samples k x global batch, time k x step_time and loss(k); the plan says
-    `planned_steps` (default: `steps`).
-    """
-    run_dir = root / name / run_id
-    run_dir.mkdir(parents=True)
-    global_batch = per_device * accum * nproc
-    plan = {
-        "name": name,
-        "nnodes": 1,
-        "nproc_per_node": nproc,
-        "world_size": nproc,
-        "per_device_batch_size": per_device,
-        "grad_accum_steps": accum,
-        "global_batch_size": global_batch,
-        "batch_scale": 1.0,
-        "scaling": scaling or ("baseline" if name == "1x16" else "linear"),
-        "lr": lr,
-        "warmup_steps": 0,
-        "samples_per_rank": None,
-        "padded_samples": None,
-        "dropped_samples": None,
-        "steps_per_epoch": None,
-        "total_steps": planned_steps or steps,
-        "notes": [],
-        "min_nnodes": 1,
-        "seed": seed,
-        "dataset_size": None,
-        "epochs": None,
-        "max_steps": planned_steps or steps,
-        "optimizer": "sgd",
-        "drop_last": False,
-    }
-    failed = status == "failed"
-    record = RunRecord.model_validate(
-        {
-            "run_id": run_id,
-            "name": name,
-            "status": status,
-            "plan": plan,
-            "argv": argv if argv is not None else ["torchrun", f"--nproc-per-node={nproc}", "-m", "train"],
-            "started_at": "2026-01-01T00:00:00+00:00",
-            "ended_at": "2026-01-01T00:00:10+00:00",
-            "wall_time_s": steps * step_time + 2.0,
-            "exit_code": 1 if failed else 0,
-            "failed_ranks": [{"rank": 1, "exit_code": 1, "error": "RuntimeError: boom\nmore", "log_tail": ""}]
-            if failed
-            else [],
-            "hostname": "test",
-            "python": "3.11",
-            "torch_version": "2.13.0",
-            "experiment_file": experiment_file,
-            **(extra or {}),
-        },
-        strict=True,  # a fixture that drifts from the record's model fails here, not in the code under test
-    )
-    record.write(run_dir / "run.json")
-    lines = [
-        json.dumps({"step": k, "samples": k * global_batch, "time": k * step_time, "loss": loss(k), "lr": lr})
-        for k in range(1, steps + 1)
-    ]
-    (run_dir / "metrics.jsonl").write_text("".join(f"{line}\n" for line in lines) + metrics_tail, encoding="utf-8")
-    if params is not None:
-        import torch
-
-        torch.save(params, run_dir / "final_params.pt")
-    return run_dir
-
-
-def state(**tensors: list[float]) -> dict[str, Any]:
-    import torch
-
-    return {key: torch.tensor(value, dtype=torch.float32) for key, value in tensors.items()}
-
-
-def records(*run_dirs: Path) -> list[cmp.ComparedRun]:
-    return [cmp.read_run_record(run_dir) for run_dir in run_dirs]
-
-
-def row_of(comparison: cmp.Comparison, label: str) -> cmp.ComparisonRow:
-    return next(row for row in comparison.rows if row.label == label)
 
 
 # ---------------------------------------------------------------------------------------------------------------

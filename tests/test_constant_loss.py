@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ddpcli.rundir import finish
 from ddpcli.rundir.constant_loss import MIN_STEPS, LossWatch
 from ddpcli.rundir.record import RunRecord
-from tests.test_observation import end, run_rows, steps, write_rank
+from tests.builders import end, run_rows, steps, write_rank
 
 
 def observe_two_ranks(run_dir: Path, losses: list[list[float | None]]) -> RunRecord:

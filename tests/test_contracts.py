@@ -21,9 +21,9 @@ from ddpcli.experiment.planning import load_plan
 from ddpcli.launch.argv import build_launch
 from ddpcli.launch.sweep import start_record
 from ddpcli.rundir.record import RUN_FIELDS, Observed
+from tests.builders import make_run
 from tests.conftest import REPO
 from tests.contract_keys import COMPARE_KEYS, FINDING_CODES, LAUNCH_KEYS, OBSERVED_KEYS, RUN_JSON_FIELDS, RUN_KEYS
-from tests.test_comparison import make_run
 
 CONTRACTS = (REPO / "docs" / "contracts.md").read_text(encoding="utf-8")
 README = (REPO / "README.md").read_text(encoding="utf-8")

@@ -5,11 +5,8 @@ and it declines (None) where Rich would lay the table out differently (too narro
 
 from __future__ import annotations
 
-import io
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rich.console import Console
 from rich.text import Text
 
 from ddpcli.cli.render.compare import COLUMNS
@@ -22,43 +19,16 @@ from ddpcli.cli.render.fast_table import (
     print_notes,
     print_tables,
 )
-from ddpcli.cli.render.layout import fitted_tables, print_bullets
+from ddpcli.cli.render.layout import print_bullets
+from tests.tables import ALPHABET, LINE_BREAKS, cells, console, rich_output, title_and_caption
 
 HEADERS = [Header(column.header, column.justify) for column in COLUMNS]
-STYLES = ["", "bold", "green", "red", "dim", "cyan", "yellow", "bold red", "italic"]
-# Letters, digits, spaces (trailing ones too), wide CJK, emoji, combining marks, box and block characters.
-ALPHABET = st.sampled_from([*"ab x1,.-%*~!@", "  ", "漢", "字", "😀", "é", "e\u0301", "█", "▓", "·", "─"])
-LINE_BREAKS = ["\n", "\u2028", "\x1c", "\t"]
 WIDE_SPACES = ["\u3000", "\u00a0", "\u2003"]  # Rich measures and strips them at a line's end by its own rules
-
-
-@st.composite
-def cells(draw: st.DrawFn, long: bool = False) -> Text:
-    """A Text as compare builds them: one style, sometimes appended pieces of their own styles (the step bar)."""
-    pieces = draw(st.lists(st.lists(ALPHABET, max_size=40 if long else 8).map("".join), min_size=1, max_size=4))
-    text = Text(pieces[0], style=draw(st.sampled_from(STYLES)))
-    for piece in pieces[1:]:
-        text.append(piece, style=draw(st.sampled_from(STYLES)))
-    return text
 
 
 def rows(count: st.SearchStrategy[int] = st.integers(1, 6)) -> st.SearchStrategy[list[list[Text]]]:
     row = st.lists(cells(), min_size=len(COLUMNS), max_size=len(COLUMNS))
     return count.flatmap(lambda n: st.lists(row, min_size=n, max_size=n))
-
-
-def console(width: int, colour: bool) -> Console:
-    return Console(
-        file=io.StringIO(), width=width, color_system="truecolor" if colour else None, force_terminal=colour,
-        highlight=False,
-    )  # fmt: skip
-
-
-def rich_output(table_rows: list[list[Text]], width: int, colour: bool, title: Text, caption: str) -> str:
-    out = console(width, colour)
-    for table in fitted_tables(COLUMNS, table_rows, width, title=title, caption=caption):
-        out.print(table)
-    return out.file.getvalue()  # type: ignore[attr-defined]
 
 
 def fast_output(table: FastTable, width: int, colour: bool) -> str:
@@ -71,10 +41,6 @@ def fitted_output(tables: list[FastTable | Text], width: int, colour: bool) -> s
     out = console(width, colour)
     print_tables(out, tables)
     return out.file.getvalue()  # type: ignore[attr-defined]
-
-
-def title_and_caption(words: str) -> tuple[Text, str]:
-    return Text(f"Compare: baseline {words} (smallest world size)"), f"* baseline. {words} " * 6
 
 
 @settings(max_examples=25, deadline=None)

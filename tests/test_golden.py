@@ -45,8 +45,8 @@ from ddpcli.launch.supervisor import StopRequest
 from ddpcli.launch.sweep import RunResult, SweepOptions, prepare
 from ddpcli.rundir.params import param_diff
 from ddpcli.rundir.record import FailedRank, Finding, RunRecord
+from tests.builders import make_run, state
 from tests.conftest import REPO
-from tests.test_comparison import make_run, state
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("DDPCLI_UPDATE_GOLDEN") == "1"

@@ -28,6 +28,7 @@ from ddpcli.jsonvalues import write_json_atomic
 from ddpcli.launch.argv import Rendezvous
 from ddpcli.launch.sweep import SweepOptions, prepare, start_record
 from tests.conftest import write_toml
+from tests.helpers import assert_one_line_error
 
 runner = CliRunner()
 
@@ -141,20 +142,6 @@ def strict_json(text: str) -> Any:
         raise AssertionError(f"not strict JSON: {constant}")
 
     return json.loads(text, parse_constant=refuse)
-
-
-KEY = r'(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*")'  # a bare key, or a quoted one with escapes
-FIELD_PATH = re.compile(rf"{KEY}(?:\.{KEY}|\[[0-9]+\])*: \S")  # experiments[1].env."A=B": message
-
-
-def assert_one_line_error(result: Any, path: Path) -> None:
-    """exit 2, exactly one line on stderr naming the file and a field (what comes after `FILE: ` up to `: `)."""
-    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr, result.exception)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    prefix = f"error: {path}: "
-    assert lines[0].startswith(prefix), lines[0]
-    assert FIELD_PATH.match(lines[0][len(prefix) :]), lines[0]
 
 
 def assert_arithmetic(run: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
 from tests.conftest import write_toml
-from tests.test_hostile_input import assert_one_line_error
+from tests.helpers import assert_one_line_error
 
 runner = CliRunner()
 
@@ -326,7 +326,7 @@ def test_plan_stopped_during_the_real_all_reduce_probe_leaves_nothing(tmp_path: 
     import sys
     import time
 
-    from tests.test_predict import write_baseline
+    from tests.builders import write_baseline
 
     write_baseline(tmp_path / "runs" / "base" / "r1")
     (tmp_path / "train.py").write_text("", encoding="utf-8")

@@ -24,14 +24,9 @@ from ddpcli.init.roles import find_flags
 from ddpcli.init.scaffold import InitRequest, build_experiment, default_world_sizes, keep_global_batch
 from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.conftest import REPO
+from tests.init_helpers import SCRIPTS, dry_run, init, launch_and_read, script_args
 
 runner = CliRunner()
-SCRIPTS = REPO / "tests" / "init_scripts"
-
-
-def init(*args: str | Path) -> tuple[int, str, str]:
-    result = runner.invoke(app, ["init", *map(str, args)])
-    return result.exit_code, result.stdout, result.stderr
 
 
 def init_script(tmp_path: Path, name: str, *args: str) -> Plan:
@@ -41,24 +36,6 @@ def init_script(tmp_path: Path, name: str, *args: str) -> Plan:
     code, _, err = init(tmp_path / name, "-o", output, *args)
     assert code == 0, err
     return load_plan(output)
-
-
-def dry_run(path: Path) -> dict[str, list[str]]:
-    """Each run's command line after the script, from `ddpcli launch --dry-run`, by run name."""
-    result = runner.invoke(app, ["launch", str(path), "--dry-run"])
-    assert result.exit_code == 0, result.stderr
-    commands: dict[str, list[str]] = {}
-    name = ""
-    for line in result.stdout.splitlines():
-        if line.startswith("# ") and " -> " in line:
-            name = line[2:].split(" -> ")[0]
-        elif line and not line.startswith("#"):
-            commands[name] = line.split()
-    return commands
-
-
-def script_args(argv: list[str], script: str) -> list[str]:
-    return argv[next(index for index, word in enumerate(argv) if word.endswith(script)) + 1 :]
 
 
 def runs_by_name(plan: Plan) -> dict[str, tuple[int, int, int, int, float]]:
@@ -352,25 +329,6 @@ def test_any_script_path_round_trips_through_ddpclis_loader(path_text: str) -> N
     text = build_experiment(request, options).text
     experiment_file = parse_experiment_text(text, Path("experiments.toml"))
     assert experiment_file.defaults.script == path_text
-
-
-def launch_and_read(folder: Path, *names: str) -> dict[str, tuple[Path, dict]]:
-    """`ddpcli launch --only NAME...` in `folder` (its experiments.toml), then each completed run's directory and
-    record, by name."""
-    import subprocess
-    import sys
-
-    from ddpcli.jsonvalues import read_json
-
-    command = [sys.executable, "-m", "ddpcli", "launch", *(part for name in names for part in ("--only", name))]
-    result = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
-    runs = {}
-    for name in names:
-        (run_dir,) = (folder / "runs" / name).iterdir()
-        runs[name] = (run_dir, read_json(run_dir / "run.json"))
-        assert runs[name][1]["status"] == "completed"
-    return runs
 
 
 @pytest.mark.e2e

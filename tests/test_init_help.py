@@ -17,7 +17,7 @@ import pytest
 from ddpcli.errors import UserError
 from ddpcli.init.script_help import MAX_OUTPUT_BYTES, read_help
 from tests.conftest import REPO
-from tests.test_init import SCRIPTS, init
+from tests.init_helpers import SCRIPTS, init
 
 
 def alive(pid: int) -> bool:

@@ -21,7 +21,7 @@ from ddpcli.init.help_text import HelpOption
 from ddpcli.init.roles import LITERAL_NAMES
 from ddpcli.init.script_kind import script_facts
 from ddpcli.rundir.slowness import SLOWNESS_CODES
-from tests.test_init import SCRIPTS, dry_run, init, launch_and_read, script_args
+from tests.init_helpers import SCRIPTS, dry_run, init, launch_and_read, script_args
 
 LIGHTNING_HELP_S = "120"  # importing lightning takes 5-15 s on the loaded 2-core machine
 

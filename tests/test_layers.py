@@ -26,22 +26,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers import HOST_MODULES
 
 PACKAGE = REPO / "ddpcli"
 NEVER_IN_PURE = ("torch", "numpy", "matplotlib", "rich", "typer", "click")
 WORKER_SIDE = ("ddpcli.worker", "ddpcli.runtime", "ddpcli.examples")
-HOST_MODULES = (
-    "ddpcli.launch.sweep",
-    "ddpcli.launch.probe",
-    "ddpcli.launch.probe_run",
-    "ddpcli.launch.cpu_probe",
-    "ddpcli.launch.forecast",
-    "ddpcli.launch.supervisor",
-    "ddpcli.rundir.params",
-    "ddpcli.init.script_help",
-    "ddpcli.init.inspect_script",
-    "ddpcli.compare.lost",
-)
 FEATURES = (
     "ddpcli.errors",
     "ddpcli.jsonvalues",

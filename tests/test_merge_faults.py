@@ -27,6 +27,7 @@ from ddpcli.launch.supervisor import StopRequest
 from ddpcli.launch.sweep import SweepOptions, prepare, run_sweep
 from ddpcli.rundir.finish import observe
 from ddpcli.rundir.record import RunRecord
+from tests.builders import WRITER, Reporter
 from tests.conftest import REPO, write_toml
 
 FILE = f"""
@@ -43,32 +44,6 @@ lr = 0.1
 name = "small"
 per_device_batch_size = 4
 """
-
-# What an observer writes: one step row per optimizer step into observed/rank-0.jsonl.
-WRITER = """
-import json, os, sys
-folder = os.path.join(os.environ["DDPCLI_RUN_DIR"], "observed")
-os.makedirs(folder, exist_ok=True)
-with open(os.path.join(folder, "rank-0.jsonl"), "w") as handle:
-    for step in range(1, int(sys.argv[1]) + 1):
-        row = {"kind": "step", "step": step, "micro_batches": 1, "samples": 4, "loss": 1.0 / step, "lr": [0.1],
-               "time": step * 0.01}
-        handle.write(json.dumps(row) + "\\n")
-"""
-
-
-class Reporter:
-    def __init__(self) -> None:
-        self.ended: list[str] = []
-
-    def run_started(self, spec: LaunchSpec) -> None:
-        pass
-
-    def metrics(self, spec: LaunchSpec, rows: list[dict[str, Any]]) -> None:
-        pass
-
-    def run_ended(self, spec: LaunchSpec, record: RunRecord) -> None:
-        self.ended.append(record.status)
 
 
 @pytest.fixture
@@ -187,7 +162,6 @@ def test_no_value_in_a_progress_row_crashes_the_progress_bar(row: dict[str, Any]
     from rich.console import Console
 
     from ddpcli.cli.render.progress import RichReporter
-    from ddpcli.launch.argv import LaunchSpec
 
     plan = load_plan(write_toml(Path(tempfile.mkdtemp()), FILE))
     spec = LaunchSpec(run=plan.baseline, run_dir=Path("/nonexistent/run"), argv=["true"], env_added={},

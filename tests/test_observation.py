@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -17,33 +16,7 @@ from ddpcli.rundir.merged_rows import merged_metrics
 from ddpcli.rundir.metrics import write_metrics
 from ddpcli.rundir.observations import read_observations
 from ddpcli.rundir.record import Observed
-
-
-def write_rank(run_dir: Path, rank: int, rows: list[dict[str, Any]]) -> None:
-    folder = run_dir / "observed"
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / f"rank-{rank}.jsonl").open("a", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(row) + "\n" for row in rows)
-
-
-def steps(count: int, *, per_device: int, accum: int = 1, lr: float = 0.1, loss: float = 1.0, first: int = 1) -> list:
-    return [
-        {"kind": "step", "step": step, "micro_batches": accum, "samples": per_device * accum, "loss": loss / step,
-         "lr": [lr * min(1.0, step / 2)], "time": 0.01 * step}
-        for step in range(first, first + count)
-    ]  # fmt: skip
-
-
-def run_rows(world: int, *, norms: int = 0, synced: int = 0) -> dict[str, Any]:
-    return {"kind": "run", "world_size": world, "backend": "gloo", "device": "cpu", "ddp": world > 1,
-            "batchnorm_layers": norms, "batchnorm_synchronized": synced, "amp": None}  # fmt: skip
-
-
-def end(sampler: str = "DistributedSampler", epochs: list[int] | None = None) -> dict[str, Any]:
-    loader = {"sampler": sampler, "distributed_sampler": sampler == "DistributedSampler", "iterations": 1,
-              "epochs": epochs or [0], "training": True, "batch_size": 8}  # fmt: skip
-    return {"kind": "end", "steps": 0, "loaders": [loader], "amp": None}
-
+from tests.builders import end, run_rows, steps, write_rank
 
 PLAN = {"world_size": 2, "per_device_batch_size": 8, "grad_accum_steps": 2, "global_batch_size": 32,
         "total_steps": 4, "lr": 0.1}  # fmt: skip

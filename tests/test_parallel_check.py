@@ -106,7 +106,7 @@ def test_a_runs_check_is_made_once_for_its_summary_metrics_and_findings(tmp_path
     findings: two ranks that drifted apart are one verdict everywhere (size 1, only rank 0's samples, an error)."""
     from ddpcli.rundir import findings, finish, merge, parallel
     from ddpcli.rundir.record import RunRecord
-    from tests.test_observation import end, run_rows, steps, write_rank
+    from tests.builders import end, run_rows, steps, write_rank
 
     for number in (0, 1):
         digest = {"kind": "params", "at": "end", "sums": [1], "samples": [1.0 + number], "numel": 100}

@@ -14,44 +14,15 @@ from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
 from ddpcli.experiment.predict import (
-    Baseline,
-    Target,
-    baseline_from,
     ddp_bucket_sizes,
     expected_max,
     predict,
     ring_allreduce_s,
     static_bytes,
 )
-from ddpcli.rundir.record import Observed, RunRecord
-from ddpcli.rundir.timing import model_state, time_breakdown
+from ddpcli.rundir.record import RunRecord
+from tests.builders import PARAMS, baseline, target, write_baseline
 from tests.conftest import write_toml
-from tests.test_why_slow import row
-
-PARAMS = 4 * 296_449  # the knob script's MLP in float32
-
-
-def timing_row(**extra: object) -> dict[str, object]:
-    """A 1-process CPU baseline: 10 timed steps of 50 ms: 5 ms data, 40 ms compute, 2 ms optimizer, 3 ms other; 300
-    MiB at the first forward (parameters included), a peak 64 MiB of activations above that and the gradients and
-    momentum."""
-    return row(step=0.5, data=0.05, fb=0.4, opt=0.02, param_bytes=PARAMS, grad_bytes=PARAMS,
-               optimizer_state_bytes=PARAMS, optimizer="SGD", memory_at_first_forward_bytes=300 * 2**20,
-               peak_memory_bytes=300 * 2**20 + 2 * PARAMS + 64 * 2**20, cpu_s=0.5, **extra)  # fmt: skip
-
-
-def observed_of(timing: dict[str, object], batch: int = 64) -> Observed:
-    rows = {0: timing}
-    return Observed(world_size=1, per_device_batch_size=batch, grad_accum_steps=1, device="cpu",
-                    time_breakdown=time_breakdown(rows), model_state=model_state(rows))  # fmt: skip
-
-
-def baseline(**extra: object) -> Baseline:
-    return baseline_from(observed_of(timing_row(**extra)), timing_row(**extra))
-
-
-def target(world: int = 2, batch: int = 64, accumulation: int = 1, threads: int | None = 1) -> Target:
-    return Target(world, world, batch, accumulation, threads)
 
 
 def test_the_baseline_predicts_itself() -> None:
@@ -114,15 +85,6 @@ def test_ring_allreduce_and_buckets(size: int, world: int, gbps: float) -> None:
     assert ring_allreduce_s(size, 1, gbps) == 0
     buckets = ddp_bucket_sizes(size)
     assert sum(buckets) == size and buckets[0] <= 2**20 and max(buckets) <= 25 * 2**20
-
-
-def write_baseline(run_dir: Path) -> None:
-    (run_dir / "observed").mkdir(parents=True)
-    timing = {"kind": "timing", **timing_row()}
-    (run_dir / "observed" / "rank-0.jsonl").write_text(json.dumps(timing) + "\n")
-    RunRecord(run_id=run_dir.name, name="base", status="completed", observed=observed_of(timing)).write(
-        run_dir / "run.json"
-    )
 
 
 def test_plan_predict_from_with_a_link_bandwidth(tmp_path: Path) -> None:

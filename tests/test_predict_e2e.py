@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import compare_json, launch
-from tests.test_why_slow_e2e import ARGS, SCRIPT
+from tests.sweeps import KNOB_ARGS as ARGS
+from tests.sweeps import KNOB_SCRIPT as SCRIPT
 
 pytestmark = pytest.mark.e2e
 

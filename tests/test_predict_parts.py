@@ -22,8 +22,8 @@ from ddpcli.experiment.predict_compute import least_squares
 from ddpcli.launch import cpu_probe
 from ddpcli.launch.probe import host_now
 from ddpcli.rundir.record import RunRecord
+from tests.builders import PARAMS, baseline, observed_of, target, timing_row
 from tests.conftest import write_toml
-from tests.test_predict import PARAMS, baseline, observed_of, target, timing_row
 
 durations = st.lists(st.floats(0.001, 10.0), min_size=2, max_size=40)
 

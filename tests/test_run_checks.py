@@ -12,7 +12,7 @@ import pytest
 
 from ddpcli import compare as cmp
 from ddpcli.cli.render.compare import _marks
-from tests.test_comparison import make_run, records, row_of
+from tests.builders import make_run, records, row_of
 
 
 def observed(world: int, steps: int, **more: Any) -> dict[str, Any]:

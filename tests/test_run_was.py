@@ -7,7 +7,7 @@ import pytest
 
 from ddpcli.rundir.nonfinite import NonFiniteWatch
 from ddpcli.rundir.timing import rank_time, time_breakdown
-from tests.test_why_slow import ddp, row
+from tests.builders import ddp, row
 
 
 def watched(losses: list[object]) -> NonFiniteWatch:

@@ -7,9 +7,6 @@ launch of every run, read back by several tests.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +14,7 @@ import pytest
 
 from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.helpers import OBSERVE_SCRIPTS as SCRIPTS
-from tests.helpers import codes, compare_json, launch
+from tests.helpers import codes, compare_json, compare_text, launch
 
 pytestmark = pytest.mark.e2e
 
@@ -66,16 +63,6 @@ env = {{ OMP_NUM_THREADS = "1", TOKENIZERS_PARALLELISM = "false", HF_HUB_OFFLINE
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     return launch(tmp_path_factory, EXPERIMENTS).runs()
-
-
-def compare_text(run_dir: Path) -> str:
-    """`ddpcli compare` as a reader sees it, on one line per note (a wide terminal)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "ddpcli", "compare", str(run_dir.parent.parent)],
-        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "COLUMNS": "400"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def _finding(record: dict[str, Any], code: str) -> dict[str, Any]:

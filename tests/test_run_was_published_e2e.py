@@ -14,8 +14,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.helpers import OBSERVE_SCRIPTS as SCRIPTS
-from tests.helpers import codes, compare_json, launch
-from tests.test_run_was_e2e import compare_text
+from tests.helpers import codes, compare_json, compare_text, launch
 
 pytestmark = pytest.mark.e2e
 

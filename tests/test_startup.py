@@ -14,7 +14,7 @@ import pytest
 
 from ddpcli.cli.app import COMMANDS
 from tests.conftest import REPO, loads_torch, probe_cli
-from tests.test_layers import HOST_MODULES
+from tests.helpers import HOST_MODULES
 
 OTHER_COMMANDS = [f"ddpcli.cli.commands.{name}" for name in COMMANDS if name != "plan"]
 

@@ -13,7 +13,7 @@ from ddpcli.rundir.findings import plan_mismatches, run_findings
 from ddpcli.rundir.merge import summarize
 from ddpcli.rundir.observations import read_observations
 from ddpcli.rundir.record import Observed
-from tests.test_observation import end, run_rows, write_rank
+from tests.builders import end, run_rows, write_rank
 
 PLAN = {"world_size": 2, "per_device_batch_size": 8, "grad_accum_steps": 2, "global_batch_size": 32,
         "total_steps": 4, "lr": 0.1}  # fmt: skip

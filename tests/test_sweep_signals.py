@@ -93,7 +93,7 @@ def test_a_signal_between_runs_ends_the_sweep(tmp_path: Path, capsys: pytest.Cap
     from ddpcli.experiment.planning import load_plan
     from ddpcli.launch.supervisor import StopRequest
     from ddpcli.launch.sweep import SweepOptions, prepare, run_sweep
-    from tests.test_merge_faults import WRITER, Reporter
+    from tests.builders import WRITER, Reporter
 
     plan = load_plan(write_toml(tmp_path, FILE))
     options = SweepOptions(runs_dir=tmp_path / "runs")

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ddpcli.cli.render.compare import COLUMNS
 from ddpcli.cli.render.table_rows import TableRows
-from tests.test_fast_table import LINE_BREAKS, cells, rich_output, title_and_caption
+from tests.tables import LINE_BREAKS, cells, rich_output, title_and_caption
 
 
 def rich_row() -> st.SearchStrategy[list[Text]]:

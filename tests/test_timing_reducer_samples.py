@@ -16,7 +16,7 @@ from ddpcli.experiment.predict_comm import probe_work_s
 from ddpcli.launch.probe import AllReduceProbe, measured_allreduce
 from ddpcli.rundir.timing import exposed_comm_in_window, rank_time, time_breakdown
 from ddpcli.worker.observer.reducer_samples import MAX_SAMPLES, ReducerSamples
-from tests.test_why_slow import MS, ddp, row
+from tests.builders import MS, ddp, row
 
 
 def sample(iteration: int, comm_ms: float, overlap_ms: float) -> list[int]:

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
 from ddpcli.compare.runs import read_run_record
-from tests.test_comparison import make_run
+from tests.builders import make_run
 
 runner = CliRunner()
 

@@ -13,22 +13,7 @@ from ddpcli.rundir.cpu_list import format_cpu_list, parse_cpu_list
 from ddpcli.rundir.record import Observed
 from ddpcli.rundir.slowness import slowness_findings
 from ddpcli.rundir.timing import model_state, rank_time, time_breakdown
-
-MS = 1_000_000  # ns
-
-
-def row(
-    steps: int = 10, step: float = 1.0, data: float = 0.1, fb: float = 0.6, opt: float = 0.1, **extra: Any
-) -> dict[str, Any]:
-    return {"kind": "timing", "clock": "host", "steps": steps, "step_s": step, "data_s": data,
-            "forward_backward_s": fb, "optimizer_s": opt, "micro_batches": steps, "synced_backwards": 0,
-            "ddp": None, "peak_memory_bytes": 1000, "memory_source": "peak_rss", "threads": 1, "cores": 2,
-            "local_world_size": 1, **extra}  # fmt: skip
-
-
-def ddp(comm_ms: float, overlap_ms: float, **extra: Any) -> dict[str, int]:
-    return {"avg_backward_comm_time": int(comm_ms * MS), "avg_backward_compute_comm_overlap_time": int(overlap_ms * MS),
-            "iteration": 10, "find_unused_parameters": 0, "unused_parameter_size": 0, **extra}  # fmt: skip
+from tests.builders import ddp, row
 
 
 def test_exposed_communication_comes_out_of_forward_backward() -> None:

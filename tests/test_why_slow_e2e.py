@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 
 from ddpcli.rundir.slowness import SLOWNESS_CODES
-from tests.conftest import REPO
 from tests.helpers import codes, compare_json, launch
+from tests.sweeps import KNOB_ARGS, KNOB_SCRIPT
 
 pytestmark = pytest.mark.e2e
 
-SCRIPT = REPO / "tests" / "observe_scripts" / "slow_knobs.py"
-ARGS = ["--batch-size", "{per_device_batch_size}", "--grad-accum", "{grad_accum_steps}", "--steps", "{total_steps}"]
+SCRIPT, ARGS = KNOB_SCRIPT, KNOB_ARGS
 
 
 def _run(name: str, procs: int, *knobs: str, batch: int = 2048, accumulation: int = 1) -> str:
