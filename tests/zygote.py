@@ -99,10 +99,14 @@ def _stop() -> None:
 
 
 def _serve() -> None:
+    # The point: imported once, before any fork. torch imports dynamo itself at the first optimizer step (1.5 s).
     import torch
+    import torch._dynamo
     import torch.distributed
-    import torch.distributed.elastic.multiprocessing.errors
-    import torch.nn  # noqa: F401
+    import torch.distributed.elastic.multiprocessing.errors  # the observer's entry records errors with it
+    import torch.nn
+    import torch.optim
+    import torch.utils.checkpoint  # noqa: F401
 
     replies = sys.stdout
     for line in sys.stdin:
