@@ -1,16 +1,25 @@
 """`ddpcli export` on runs launched here (gloo, CPU), read back with the viewers' own readers: TensorBoard's
 EventAccumulator and MLflow's MlflowClient on a SQLite store; W&B's offline files. Steps must be the records'
-samples seen and values the records' own; a second export must add nothing."""
+samples seen and values the records' own; a second export must add nothing.
+
+One sweep is launched for the whole file; each viewer has one real `ddpcli export` subprocess (the command as the
+user runs it: its imports, its output, its exit code); every other export runs in this process (typer's CliRunner
+on ddpcli.cli.app.app, on copies of the recorded run folders), which spares an interpreter's start and the viewers'
+imports each time."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -48,9 +57,60 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return launched_root(tmp_path_factory.mktemp("export-e2e"), FILE)
 
 
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite MLflow store with its tables and no run, made once (making its tables costs MLflow 5-8 s): each
+    test that needs a store copies it; a new store is made by the real command (test_mlflow_sqlite_store...)."""
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow") / "empty.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
+    return path
+
+
+def store(empty_store: Path, tmp_path: Path, name: str) -> str:
+    """A copy of the empty store in tmp_path, as a tracking URI."""
+    shutil.copy(empty_store, tmp_path / name)
+    return f"sqlite:///{tmp_path / name}"
+
+
 def ddpcli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m ddpcli ARGS` in a fresh interpreter: the real command."""
     return subprocess.run([sys.executable, "-m", "ddpcli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300, check=False, env={**os.environ, **(env or {})})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@contextlib.contextmanager
+def inside(folder: Path) -> Iterator[None]:
+    """The working folder `folder` for a while (contextlib.chdir, which Python 3.10 lacks)."""
+    before = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def export(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
+    """`ddpcli export ARGS` in this process, in `cwd`, with `env` added (the environment as it was afterwards:
+    MLflow's variables that export sets do not leak into the next test). A bug's traceback is raised as it is."""
+    from typer.testing import CliRunner
+
+    from ddpcli.cli.app import app
+
+    with inside(cwd), mock.patch.dict(os.environ, env or {}):
+        result = CliRunner().invoke(app, ["export", *args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return Ran(result.exit_code, result.stdout, result.stderr)
 
 
 def records(root: Path) -> dict[str, tuple[str, list[dict]]]:
@@ -83,7 +143,7 @@ def test_tensorboard_steps_are_samples_and_values_the_records(runs: Path, tmp_pa
     from tensorboard.plugins.hparams import metadata
 
     target = tmp_path / "tb"
-    result = ddpcli(runs, "export", "tensorboard", "--to", str(target))
+    result = ddpcli(runs, "export", "tensorboard", "--to", str(target))  # the real command, once for TensorBoard
     assert result.returncode == 0, result.stderr
     for name, (run_id, rows) in records(runs).items():
         events = accumulator(target / name / run_id)
@@ -109,7 +169,7 @@ def test_tensorboard_steps_are_samples_and_values_the_records(runs: Path, tmp_pa
     verdict = accumulator(target / "2x16" / records(runs)["2x16"][0]).Tensors("ddpcli/verdict/text_summary")
     assert verdict[0].tensor_proto.string_val[0].decode().startswith("equivalent to 1x32")
     before = sorted(str(path) for path in target.rglob("*"))
-    again = ddpcli(runs, "export", "tensorboard", "--to", str(target))
+    again = export(runs, "tensorboard", "--to", str(target))
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("up to date") == 3
     assert sorted(str(path) for path in target.rglob("*")) == before  # no run, no point, no file added
@@ -124,14 +184,14 @@ def test_a_running_run_gets_its_remaining_rows_and_its_end(runs: Path, tmp_path:
     (copy / "run.json").write_text(json.dumps({**record, "status": "running", "supervisor_pid": None}))
     (copy / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows[:3]))
     target = tmp_path / "tb"
-    first = ddpcli(tmp_path, "export", "tensorboard", str(tmp_path / "runs"), "--to", str(target))
+    first = export(tmp_path, "tensorboard", str(tmp_path / "runs"), "--to", str(target))
     assert first.returncode == 0, first.stderr
     assert [event.step for event in accumulator(target / name / run_id).Scalars("loss")] == [
         row["samples"] for row in rows[:3]
     ]
     shutil.copy(runs / "runs" / name / run_id / "run.json", copy / "run.json")
     shutil.copy(runs / "runs" / name / run_id / "metrics.jsonl", copy / "metrics.jsonl")
-    second = ddpcli(tmp_path, "export", "tensorboard", str(tmp_path / "runs"), "--to", str(target))
+    second = export(tmp_path, "tensorboard", str(tmp_path / "runs"), "--to", str(target))
     assert second.returncode == 0, second.stderr
     assert "3 points, its end" in second.stdout
     events = accumulator(target / name / run_id)
@@ -139,7 +199,7 @@ def test_a_running_run_gets_its_remaining_rows_and_its_end(runs: Path, tmp_path:
     assert events.Scalars("hparams/final_loss")[0].value == pytest.approx(rows[-1]["loss"], rel=1e-6)
 
 
-def test_a_verdict_that_came_later_is_written_by_the_next_export(runs: Path, tmp_path: Path) -> None:
+def test_a_verdict_that_came_later_is_written_by_the_next_export(runs: Path, empty_store: Path, tmp_path: Path) -> None:
     """2x16 exported before its single-process partner 1x32 was there (as under `launch --export`), then again."""
     pytest.importorskip("tensorboard")
     pytest.importorskip("mlflow")
@@ -148,13 +208,13 @@ def test_a_verdict_that_came_later_is_written_by_the_next_export(runs: Path, tmp
     found = records(runs)
     (two_id, two_rows), (one_id, _) = found["2x16"], found["1x32"]
     shutil.copytree(runs / "runs" / "2x16" / two_id, tmp_path / "runs" / "2x16" / two_id)
-    target, uri = tmp_path / "tb", f"sqlite:///{tmp_path / 'late.db'}"
+    target, uri = tmp_path / "tb", store(empty_store, tmp_path, "late.db")
     for viewer, to in (("tensorboard", str(target)), ("mlflow", uri)):
-        first = ddpcli(tmp_path, "export", viewer, str(tmp_path / "runs"), "--to", to)
+        first = export(tmp_path, viewer, str(tmp_path / "runs"), "--to", to)
         assert first.returncode == 0, first.stderr
     shutil.copytree(runs / "runs" / "1x32" / one_id, tmp_path / "runs" / "1x32" / one_id)
     for viewer, to in (("tensorboard", str(target)), ("mlflow", uri)):
-        second = ddpcli(tmp_path, "export", viewer, str(tmp_path / "runs"), "--to", to)
+        second = export(tmp_path, viewer, str(tmp_path / "runs"), "--to", to)
         assert second.returncode == 0, second.stderr
         assert f"2x16 {two_id}: its new verdict" in second.stdout
     verdicts = accumulator(target / "2x16" / two_id).Tensors("ddpcli/verdict/text_summary")
@@ -170,7 +230,7 @@ def test_a_verdict_that_came_later_is_written_by_the_next_export(runs: Path, tmp
         "equivalent to 1x32"
     )  # fmt: skip
     assert len(client.get_metric_history(run.info.run_id, "loss")) == len(two_rows)
-    third = ddpcli(tmp_path, "export", "tensorboard", str(tmp_path / "runs"), "--to", str(target))
+    third = export(tmp_path, "tensorboard", str(tmp_path / "runs"), "--to", str(target))
     assert third.stdout.count("up to date") == 2
 
 
@@ -179,7 +239,7 @@ def test_mlflow_sqlite_store_holds_the_records(runs: Path, tmp_path: Path) -> No
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'sweep.db'}"
-    result = ddpcli(runs, "export", "mlflow", "--to", uri)
+    result = ddpcli(runs, "export", "mlflow", "--to", uri)  # the real command, once for MLflow, on a new store
     assert result.returncode == 0, result.stderr
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("experiments")  # the experiment file's stem
@@ -195,7 +255,7 @@ def test_mlflow_sqlite_store_holds_the_records(runs: Path, tmp_path: Path) -> No
         assert run.data.params["global_batch_size"] == str(rows[0]["samples"])
     assert found["2x16"].data.tags["ddpcli.verdict"] == "equivalent"
     assert float(found["2x16"].data.tags["ddpcli.max_param_diff"]) <= 1e-5
-    again = ddpcli(runs, "export", "mlflow", "--to", uri)
+    again = export(runs, "mlflow", "--to", uri)
     assert again.returncode == 0, again.stderr
     runs_after = client.search_runs([experiment.experiment_id])
     assert len(runs_after) == 3
@@ -205,10 +265,10 @@ def test_mlflow_sqlite_store_holds_the_records(runs: Path, tmp_path: Path) -> No
 
 def test_mlflow_refuses_a_bad_uri_in_one_line(runs: Path) -> None:
     pytest.importorskip("mlflow")
-    result = ddpcli(runs, "export", "mlflow", "--to", "nosuchscheme://x")
+    result = export(runs, "mlflow", "--to", "nosuchscheme://x")
     assert result.returncode == 2
     assert result.stderr.startswith("error: MLflow refused the tracking URI") and "Traceback" not in result.stderr
-    unreachable = ddpcli(runs, "export", "mlflow", "--to", "http://127.0.0.1:9")  # one try, not minutes of retries
+    unreachable = export(runs, "mlflow", "--to", "http://127.0.0.1:9")  # one try, not minutes of retries
     assert unreachable.returncode == 2 and unreachable.stderr.startswith("error: MLflow refused the tracking URI")
 
 
@@ -217,7 +277,7 @@ def test_wandb_offline_runs_name_the_samples_step_metric(runs: Path, tmp_path: P
     env = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb-home"), "WANDB_SILENT": "true"}
     env |= {"WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache")}
     target = tmp_path / "wb"
-    result = ddpcli(runs, "export", "wandb", "--to", str(target), env=env)
+    result = ddpcli(runs, "export", "wandb", "--to", str(target), env=env)  # the real command, once for W&B
     assert result.returncode == 0, result.stderr
     for _name, (run_id, rows) in records(runs).items():
         [folder] = (target / "wandb").glob(f"offline-run-*-{run_id}")
@@ -232,7 +292,7 @@ def test_wandb_offline_runs_name_the_samples_step_metric(runs: Path, tmp_path: P
     assert {entry["samples"] for entry in ledger.values()} == {
         rows[-1]["samples"] for _, rows in records(runs).values()
     }
-    again = ddpcli(runs, "export", "wandb", "--to", str(target), env=env)
+    again = export(runs, "wandb", "--to", str(target), env=env)
     assert again.returncode == 0 and again.stdout.count("up to date") == 3
     assert len(list((target / "wandb").glob("offline-run-*"))) == 3
     assert not list(target.glob(".ddpcli-export-*"))  # no staging folder left
@@ -246,7 +306,7 @@ def test_truncated_line_and_nan_loss_are_exported_with_one_warning(runs: Path, t
     damaged = [*rows[:-1], {**rows[-1], "loss": "nan"}]
     (copy / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in damaged) + '{"step": 7, "sam')
     target = tmp_path / "tb"
-    result = ddpcli(tmp_path, "export", "tensorboard", str(tmp_path / "runs"), "--to", str(target))
+    result = export(tmp_path, "tensorboard", str(tmp_path / "runs"), "--to", str(target))
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("not a complete JSON line") == 1
     loss = accumulator(target / name / run_id).Scalars("loss")
@@ -255,26 +315,50 @@ def test_truncated_line_and_nan_loss_are_exported_with_one_warning(runs: Path, t
 
 
 def test_bad_input_is_one_line_and_writes_nothing(runs: Path, tmp_path: Path) -> None:
-    missing = ddpcli(runs, "export", "tensorboard", str(tmp_path / "nowhere"), "--to", str(tmp_path / "tb"))
+    missing = export(runs, "tensorboard", str(tmp_path / "nowhere"), "--to", str(tmp_path / "tb"))
     assert missing.returncode == 2 and missing.stderr.startswith("error:") and "Traceback" not in missing.stderr
     (tmp_path / "empty").mkdir()
-    empty = ddpcli(runs, "export", "tensorboard", str(tmp_path / "empty"), "--to", str(tmp_path / "tb"))
+    empty = export(runs, "tensorboard", str(tmp_path / "empty"), "--to", str(tmp_path / "tb"))
     assert empty.returncode == 2 and "contains none" in empty.stderr
     assert not list((tmp_path / "tb").iterdir())  # the target was made, nothing in it
     (tmp_path / "file").write_text("")
-    unwritable = ddpcli(runs, "export", "tensorboard", "--to", str(tmp_path / "file"))
+    unwritable = export(runs, "tensorboard", "--to", str(tmp_path / "file"))
     assert unwritable.returncode == 2 and "not a directory" in unwritable.stderr
-    no_to = ddpcli(runs, "export", "wandb")
+    no_to = export(runs, "wandb")
     assert no_to.returncode in (2,) and no_to.stderr.startswith("error:")
 
 
-def test_launch_exports_each_run_as_it_ends(tmp_path: Path) -> None:
+def test_launch_exports_each_run_as_it_ends(runs: Path, tmp_path: Path) -> None:
+    """`launch --export` checks its target before anything runs, and its reporter (ExportOnEnd) exports each run
+    as the sweep reports it ended: here the launched 1x16 run, with its record, through the sweep's own types."""
     pytest.importorskip("tensorboard")
+    from typer.testing import CliRunner
+
+    from ddpcli.cli.app import app
+    from ddpcli.cli.commands.export import ExportOnEnd
+    from ddpcli.launch.argv import build_launch
+    from ddpcli.launch.sweep import _run_from_record
+    from ddpcli.rundir.record import RunRecord
+
     path = write_toml(tmp_path, FILE)
-    bad = ddpcli(tmp_path, "launch", str(path), "--only", "1x16", "--export", "nosuchviewer:x")
-    assert bad.returncode == 2 and not (tmp_path / "runs").exists()  # checked before anything ran
-    result = ddpcli(tmp_path, "launch", str(path), "--only", "1x16", "--export", f"tensorboard:{tmp_path / 'tb'}")
-    assert result.returncode == 0, result.stdout + result.stderr
-    [(run_id, rows)] = records(tmp_path).values()
+    with inside(tmp_path):
+        bad = CliRunner().invoke(app, ["launch", str(path), "--only", "1x16", "--export", "nosuchviewer:x"])
+    assert bad.exit_code == 2 and not (tmp_path / "runs").exists()  # checked before anything ran
+    run_id, rows = records(runs)["1x16"]
+    run_dir = tmp_path / "runs" / "1x16" / run_id
+    shutil.copytree(runs / "runs" / "1x16" / run_id, run_dir)
+    record = RunRecord.load(run_dir)
+    spec = build_launch(_run_from_record(record), run_dir, str(path))
+
+    class Heard:  # the sweep's own reporter, under ExportOnEnd
+        def __init__(self) -> None:
+            self.ended: list[str] = []
+
+        def run_ended(self, spec: object, record: RunRecord) -> None:
+            self.ended.append(record.run_id)
+
+    heard = Heard()
+    ExportOnEnd(heard, f"tensorboard:{tmp_path / 'tb'}").run_ended(spec, record)
+    assert heard.ended == [run_id]  # the sweep's own reporter still hears it
     loss = accumulator(tmp_path / "tb" / "1x16" / run_id).Scalars("loss")
     assert [event.step for event in loss] == [row["samples"] for row in rows]
