@@ -362,3 +362,25 @@ def test_launch_exports_each_run_as_it_ends(runs: Path, tmp_path: Path) -> None:
     assert heard.ended == [run_id]  # the sweep's own reporter still hears it
     loss = accumulator(tmp_path / "tb" / "1x16" / run_id).Scalars("loss")
     assert [event.step for event in loss] == [row["samples"] for row in rows]
+
+
+def test_ctrl_c_between_runs_in_this_process(runs: Path, tmp_path: Path) -> None:
+    """The same, at a known place: Ctrl-C while the third of three runs is written (in this process)."""
+    pytest.importorskip("tensorboard")
+    from ddpcli.export import to_tensorboard
+
+    real, calls = to_tensorboard.export, []
+
+    def interrupted_at_the_third(run: object, target: Path) -> str:
+        calls.append(run)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(run, target)  # type: ignore[arg-type]
+
+    target = tmp_path / "tb"
+    with mock.patch.object(to_tensorboard, "export", interrupted_at_the_third):
+        stopped = export(runs, "tensorboard", "--to", str(target))
+    assert stopped.returncode == 130 and len(stopped.stdout.splitlines()) == 2
+    assert stopped.stderr == f"interrupted: 2 of 3 runs written to {target}; export again to write the rest\n"
+    again = export(runs, "tensorboard", "--to", str(target))
+    assert again.stderr == f"exported 1 of 3 runs to {target} (2 already up to date)\n"

@@ -1,9 +1,12 @@
 """One export: the viewer's library and target checked first, then each run written by the viewer's module; a run
-that cannot be written is named (the others still are), and the caller exits 2 when none could be."""
+that cannot be written is named (the others still are), and the caller exits 2 when none could be.
+
+The runs are written one at a time, each reported as soon as it is written, so that an export stopped halfway
+(Ctrl-C) has said which runs it wrote: exporting again writes the rest."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,11 @@ class Outcome:
     written: list[str] = field(default_factory=list)  # `<name> <run id>: <what was written>`
     warnings: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+
+    @property
+    def fresh(self) -> int:
+        """Runs this export wrote something of (the others were up to date)."""
+        return sum(not line.endswith(": up to date") for line in self.written)
 
 
 class Exporter:
@@ -40,8 +48,12 @@ class Exporter:
     def target(self) -> str:
         return getattr(self._target, "uri", str(self._target))
 
-    def export(self, runs: Sequence[ExportRun]) -> Outcome:
-        outcome = Outcome()
+    def export(
+        self, runs: Sequence[ExportRun], outcome: Outcome | None = None, on_written: Callable[[str], None] | None = None
+    ) -> Outcome:
+        """Write `runs` into `outcome` (a new one by default), calling `on_written` with each run's line as soon as
+        the run is written. A KeyboardInterrupt goes through, `outcome` holding what was written before it."""
+        outcome = Outcome() if outcome is None else outcome
         for run in runs:
             try:
                 what = self._one(run)
@@ -51,7 +63,10 @@ class Exporter:
             except Skipped as skip:
                 outcome.warnings.append(str(skip))
                 continue
-            outcome.written.append(f"{run.name} {run.run_id}: {what}")
+            line = f"{run.name} {run.run_id}: {what}"
+            outcome.written.append(line)
+            if on_written is not None:
+                on_written(line)
         return outcome
 
     def _one(self, run: ExportRun) -> str:
