@@ -3,9 +3,9 @@ EventAccumulator and MLflow's MlflowClient on a SQLite store; W&B's offline file
 samples seen and values the records' own; a second export must add nothing.
 
 One sweep is launched for the whole file; each viewer has one real `ddpcli export` subprocess (the command as the
-user runs it: its imports, its output, its exit code); every other export runs in this process (typer's CliRunner
-on ddpcli.cli.app.app, on copies of the recorded run folders), which spares an interpreter's start and the viewers'
-imports each time."""
+user runs it: its imports, its output, its exit code), two exports at once and a Ctrl-C are real processes too;
+every other export runs in this process (typer's CliRunner on ddpcli.cli.app.app, on copies of the recorded run
+folders), which spares an interpreter's start and the viewers' imports each time."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -60,7 +61,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite MLflow store with its tables and no run, made once (making its tables costs MLflow 5-8 s): each
-    test that needs a store copies it; a new store is made by the real command (test_mlflow_sqlite_store...)."""
+    test that needs a store copies it; a new store's making is tested by two real exports at once."""
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
 
@@ -122,6 +123,28 @@ def records(root: Path) -> dict[str, tuple[str, list[dict]]]:
     return found
 
 
+def copies(runs: Path, root: Path, count: int, rows: int | None = None) -> Path:
+    """`count` runs in root/runs, copies of the launched ones under names and run ids of their own (`1x16-03`);
+    with `rows`, each has that many metrics rows, continuing the recorded ones (an export long enough to stop)."""
+    sources = sorted((runs / "runs").glob("*/*/run.json"))
+    for index in range(count):
+        source = sources[index % len(sources)].parent
+        name, run_id = f"{source.parent.name}-{index:02d}", f"{source.name[:-6]}{index:06x}"
+        copy = root / "runs" / name / run_id
+        shutil.copytree(source, copy)
+        record = json.loads((copy / "run.json").read_text())
+        (copy / "run.json").write_text(json.dumps({**record, "name": name, "run_id": run_id,
+                                                   "plan": {**record["plan"], "name": name}}))  # fmt: skip
+        if rows is not None:
+            recorded = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines() if line]
+            last = recorded[-1]
+            per_step, step_s = last["samples"] // last["step"], last["time"] / last["step"]
+            more = [{**last, "step": last["step"] + k, "samples": last["samples"] + k * per_step,
+                     "time": last["time"] + k * step_s} for k in range(1, rows - len(recorded) + 1)]  # fmt: skip
+            (copy / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in recorded + more))
+    return root / "runs"
+
+
 def wandb_records(path: Path) -> list[dict]:
     """A .wandb transaction log's records, as wandb's own reader prints them (`wandb leet inspect --json`)."""
     wandb = Path(sys.executable).with_name("wandb")
@@ -143,7 +166,7 @@ def test_tensorboard_steps_are_samples_and_values_the_records(runs: Path, tmp_pa
     from tensorboard.plugins.hparams import metadata
 
     target = tmp_path / "tb"
-    result = ddpcli(runs, "export", "tensorboard", "--to", str(target))  # the real command, once for TensorBoard
+    result = export(runs, "tensorboard", "--to", str(target))
     assert result.returncode == 0, result.stderr
     for name, (run_id, rows) in records(runs).items():
         events = accumulator(target / name / run_id)
@@ -234,13 +257,14 @@ def test_a_verdict_that_came_later_is_written_by_the_next_export(runs: Path, emp
     assert third.stdout.count("up to date") == 2
 
 
-def test_mlflow_sqlite_store_holds_the_records(runs: Path, tmp_path: Path) -> None:
+def test_mlflow_sqlite_store_holds_the_records(runs: Path, empty_store: Path, tmp_path: Path) -> None:
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'sweep.db'}"
-    result = ddpcli(runs, "export", "mlflow", "--to", uri)  # the real command, once for MLflow, on a new store
+    uri = store(empty_store, tmp_path, "sweep.db")
+    result = export(runs, "mlflow", "--to", uri)
     assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [f"exported 3 of 3 runs to {uri}"], result.stderr
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("experiments")  # the experiment file's stem
     found = {run.info.run_name: run for run in client.search_runs([experiment.experiment_id])}
@@ -315,15 +339,22 @@ def test_truncated_line_and_nan_loss_are_exported_with_one_warning(runs: Path, t
 
 
 def test_bad_input_is_one_line_and_writes_nothing(runs: Path, tmp_path: Path) -> None:
-    missing = export(runs, "tensorboard", str(tmp_path / "nowhere"), "--to", str(tmp_path / "tb"))
+    missing = export(runs, "tensorboard", str(tmp_path / "nowhere"), "--to", str(tmp_path / "tb-missing"))
     assert missing.returncode == 2 and missing.stderr.startswith("error:") and "Traceback" not in missing.stderr
     (tmp_path / "empty").mkdir()
-    empty = export(runs, "tensorboard", str(tmp_path / "empty"), "--to", str(tmp_path / "tb"))
+    empty = export(runs, "tensorboard", str(tmp_path / "empty"), "--to", str(tmp_path / "tb" / "deeper"))
     assert empty.returncode == 2 and "contains none" in empty.stderr
-    assert not list((tmp_path / "tb").iterdir())  # the target was made, nothing in it
+    new_store = export(runs, "mlflow", str(tmp_path / "empty"), "--to", f"sqlite:///{tmp_path / 'new.db'}")
+    assert new_store.returncode == 2 and "contains none" in new_store.stderr
+    # nothing made before there is a run to write: no target folder, no parent of it, no SQLite store
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["empty"]
     (tmp_path / "file").write_text("")
     unwritable = export(runs, "tensorboard", "--to", str(tmp_path / "file"))
     assert unwritable.returncode == 2 and "not a directory" in unwritable.stderr
+    under_a_file = export(runs, "tensorboard", "--to", str(tmp_path / "file" / "tb"))
+    assert under_a_file.returncode == 2 and "is not a directory" in under_a_file.stderr
+    no_folder = export(runs, "mlflow", "--to", f"sqlite:///{tmp_path / 'nowhere' / 'x.db'}")
+    assert no_folder.returncode == 2 and no_folder.stderr.startswith("error: MLflow refused the tracking URI")
     no_to = export(runs, "wandb")
     assert no_to.returncode in (2,) and no_to.stderr.startswith("error:")
 
@@ -362,6 +393,71 @@ def test_launch_exports_each_run_as_it_ends(runs: Path, tmp_path: Path) -> None:
     assert heard.ended == [run_id]  # the sweep's own reporter still hears it
     loss = accumulator(tmp_path / "tb" / "1x16" / run_id).Scalars("loss")
     assert [event.step for event in loss] == [row["samples"] for row in rows]
+
+
+def test_two_mlflow_exports_at_once_make_one_run_each_on_a_new_store(runs: Path, tmp_path: Path) -> None:
+    """Two `ddpcli export mlflow` into one new SQLite store at once: neither fails making the store's tables
+    (mlflow's "duplicate column name: step" when both make them), and each ddpcli run is one MLflow run."""
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    root = copies(runs, tmp_path, 8)
+    uri = f"sqlite:///{tmp_path / 'both.db'}"
+    argv = [sys.executable, "-m", "ddpcli", "export", "mlflow", str(root), "--to", uri]
+    both = [subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]  # fmt: skip
+    outputs = [process.communicate(timeout=300) for process in both]
+    done = [(process.returncode, out, err) for process, (out, err) in zip(both, outputs, strict=True)]
+    assert [code for code, _, _ in done] == [0, 0], [err for _, _, err in done]
+    client = MlflowClient(uri)
+    made = client.search_runs([client.get_experiment_by_name("experiments").experiment_id])
+    assert sorted(run.data.tags["ddpcli.run_id"] for run in made) == sorted(
+        path.parent.name for path in root.glob("*/*/run.json")
+    )  # one MLflow run per ddpcli run
+    assert sum(out.count("6 points, its end") for _, out, _ in done) == 8  # each run written by one of the two
+    # One wrote them, the other found them up to date (having said that it waited, if it did); mlflow's own INFO
+    # lines ("Creating initial MLflow database tables...") are not the user's: nothing else reaches stderr.
+    finals = sorted(err.splitlines()[-1] for _, _, err in done)
+    assert finals == [f"exported 0 of 8 runs to {uri} (8 already up to date)", f"exported 8 of 8 runs to {uri}"]
+    for (_, _, err), other in zip(done, reversed(both), strict=True):
+        by = (f" (pid {other.pid})", "")  # no pid when it came in the instant between the other's lock and its pid
+        waited = {f"another ddpcli export{pid} is writing {uri}: waiting for it to finish" for pid in by}
+        assert set(err.splitlines()[:-1]) <= waited, err
+
+
+def test_ctrl_c_and_a_second_export_at_once(runs: Path, tmp_path: Path) -> None:
+    """The real command twice into one TensorBoard folder, the first stopped (SIGSTOP) after its first run so that
+    the second comes while the first writes: the second says another export is writing the folder and waits (no
+    "Directory not empty", no run twice). Then Ctrl-C on the first: each run's line was printed as it was written,
+    the last line says how many were and that exporting again writes the rest, exit 130; the second, waiting, is
+    that export again: it writes each remaining run once."""
+    pytest.importorskip("tensorboard")
+    root, target = copies(runs, tmp_path, 12, rows=1500), tmp_path / "tb"
+    argv = [sys.executable, "-m", "ddpcli", "export", "tensorboard", str(root), "--to", str(target)]
+    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert first.stdout is not None
+    line = first.stdout.readline()  # the first run's line, while the others are still to write
+    first.send_signal(signal.SIGSTOP)
+    try:
+        assert line.endswith(": 1500 points, its end\n")
+        second = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert second.stderr is not None
+        waiting = second.stderr.readline()
+        assert waiting == f"another ddpcli export (pid {first.pid}) is writing {target}: waiting for it to finish\n"
+        first.send_signal(signal.SIGINT)
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out, err = first.communicate(timeout=120)
+    lines = [line, *out.splitlines(keepends=True)]
+    assert first.returncode == 130 and 1 <= len(lines) < 12, err
+    assert err == f"interrupted: {len(lines)} of 12 runs written to {target}; export again to write the rest\n"
+    out, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err
+    assert out.count("up to date") == len(lines) and out.count("1500 points, its end") == 12 - len(lines)
+    assert err == f"exported {12 - len(lines)} of 12 runs to {target} ({len(lines)} already up to date)\n"
+    loss = [accumulator(folder).Scalars("loss") for folder in sorted(target.glob("*/*"))]
+    assert [len(each) for each in loss] == [1500] * 12  # every run, every point once
+    assert not list(target.glob(".ddpcli-export-*"))  # nothing half-written left
 
 
 def test_ctrl_c_between_runs_in_this_process(runs: Path, tmp_path: Path) -> None:

@@ -1,19 +1,24 @@
 """One export: the viewer's library and target checked first, then each run written by the viewer's module; a run
 that cannot be written is named (the others still are), and the caller exits 2 when none could be.
 
-The runs are written one at a time, each reported as soon as it is written, so that an export stopped halfway
-(Ctrl-C) has said which runs it wrote: exporting again writes the rest."""
+Nothing is made before there is a run to write (a folder target, a new SQLite store); the runs are written under
+the target's lock (ddpcli.export.lock), one at a time, each reported as soon as it is written, so that an export
+stopped halfway (Ctrl-C) has said which runs it wrote: exporting again writes the rest."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddpcli.errors import UserError
 from ddpcli.export import targets
+from ddpcli.export.lock import held
 from ddpcli.export.runs import ExportRun, Skipped
+
+FOLDER_LOCK = ".ddpcli-export.lock"  # in a TensorBoard or W&B target
 
 
 @dataclass
@@ -29,16 +34,18 @@ class Outcome:
 
 
 class Exporter:
-    """A viewer and its target, checked when made (exit 2 before any run is read)."""
+    """A viewer and its target, checked when made (exit 2 before any run is read); `notify` hears what the user
+    should know while it works (another export holds the target)."""
 
-    def __init__(self, viewer: str, to: str | None) -> None:
+    def __init__(self, viewer: str, to: str | None, notify: Callable[[str], None] = lambda message: None) -> None:
         targets.check_library(viewer)
         self.viewer = viewer
+        self.notify = notify
         self._target: Any
         if viewer == targets.MLFLOW:
             from ddpcli.export.to_mlflow import Store
 
-            self._target = Store(targets.mlflow_uri(to))
+            self._target = Store(targets.mlflow_uri(to), notify)
         else:
             if not to:
                 raise UserError(f"export {viewer} needs --to DIR: the folder to write the runs into")
@@ -54,20 +61,29 @@ class Exporter:
         """Write `runs` into `outcome` (a new one by default), calling `on_written` with each run's line as soon as
         the run is written. A KeyboardInterrupt goes through, `outcome` holding what was written before it."""
         outcome = Outcome() if outcome is None else outcome
-        for run in runs:
-            try:
-                what = self._one(run)
-            except UserError as error:
-                outcome.failures.append(str(error))
-                continue
-            except Skipped as skip:
-                outcome.warnings.append(str(skip))
-                continue
-            line = f"{run.name} {run.run_id}: {what}"
-            outcome.written.append(line)
-            if on_written is not None:
-                on_written(line)
+        if not runs:
+            return outcome
+        with self._lock():
+            for run in runs:
+                try:
+                    what = self._one(run)
+                except UserError as error:
+                    outcome.failures.append(str(error))
+                    continue
+                except Skipped as skip:
+                    outcome.warnings.append(str(skip))
+                    continue
+                line = f"{run.name} {run.run_id}: {what}"
+                outcome.written.append(line)
+                if on_written is not None:
+                    on_written(line)
         return outcome
+
+    def _lock(self) -> Any:
+        if self.viewer == targets.MLFLOW:
+            path = self._target.lock_path
+            return nullcontext() if path is None else held(path, self.target, self.notify)
+        return held(self._target / FOLDER_LOCK, self.target, self.notify)
 
     def _one(self, run: ExportRun) -> str:
         if self.viewer == targets.TENSORBOARD:

@@ -62,7 +62,7 @@ def export_command(
     gets its remaining rows and its end. Needs the viewer's extra: pip install 'ddpcli[tensorboard]' (or mlflow,
     wandb, export for all three).
     """
-    exporter = Exporter(viewer.value, to)
+    exporter = Exporter(viewer.value, to, notify=say)
     outcome, total = Outcome(), None  # total: the runs found, once they are read
     try:
         from ddpcli.compare.lost import with_observations
@@ -121,7 +121,7 @@ class ExportOnEnd:
 
         self.reporter = reporter
         # checked before the sweep starts: exit 2, nothing run
-        self.exporter = Exporter(*parse_spec(spec))
+        self.exporter = Exporter(*parse_spec(spec), notify=warning)
         self.ended: list[Path] = []
 
     def run_started(self, spec: Any) -> None:
