@@ -348,6 +348,11 @@ def test_bad_input_is_one_line_and_writes_nothing(runs: Path, tmp_path: Path) ->
     assert new_store.returncode == 2 and "contains none" in new_store.stderr
     # nothing made before there is a run to write: no target folder, no parent of it, no SQLite store
     assert sorted(path.name for path in tmp_path.iterdir()) == ["empty"]
+    folder_store = export(runs, "mlflow", "--to", str(tmp_path / "mlruns"))
+    if folder_store.returncode == 2:  # MLflow 3.18 refuses a folder of files as a store: nothing made for it either
+        assert folder_store.stderr.startswith("error: MLflow refused") and sorted(tmp_path.iterdir()) == [
+            tmp_path / "empty"
+        ]
     (tmp_path / "file").write_text("")
     unwritable = export(runs, "tensorboard", "--to", str(tmp_path / "file"))
     assert unwritable.returncode == 2 and "not a directory" in unwritable.stderr

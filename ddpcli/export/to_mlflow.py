@@ -17,7 +17,6 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from ddpcli.errors import UserError
 from ddpcli.export.ledger import Exported, done, work
@@ -29,7 +28,6 @@ RUN_ID_TAG, STATUS_TAG = "ddpcli.run_id", "ddpcli.status"
 SAMPLES_TAG, EXPORTS_TAG = "ddpcli.exported_samples", "ddpcli.exports"
 VERDICT_LINE_TAG = "ddpcli.verdict_line"
 LOCK_SUFFIX = ".ddpcli-lock"
-SERVICES = frozenset({"databricks", "databricks-uc", "uc"})  # tracking URIs without a scheme that are no folder
 BATCH = 1000  # MLflow's limit of metrics a log_batch call
 VIEWER_STATUS = {"completed": "FINISHED", "running": "RUNNING"}  # anything else ended badly: FAILED
 
@@ -37,10 +35,12 @@ VIEWER_STATUS = {"completed": "FINISHED", "running": "RUNNING"}  # anything else
 class Store:
     """A tracking store, reached once: a URI MLflow refuses is one line (exit 2), before anything is written.
 
-    A local store (a SQLite file, a folder of files) is written under the lock `<store>.ddpcli-lock` beside it
-    (ddpcli.export.lock), so that two exports at once make one MLflow run per ddpcli run and one set of tables; a
-    SQLite store that does not exist yet is made only when there is a run to write (its folder is checked now).
-    A tracking server has no lock: two exports at once into one server can each make a run of the same ddpcli run.
+    A SQLite store is written under the lock `<file>.ddpcli-lock` beside it (ddpcli.export.lock), so that two
+    exports at once make one MLflow run per ddpcli run and one set of tables; a SQLite store that does not exist yet
+    is made only when there is a run to write (its folder is checked now), and an existing one is reached under the
+    lock when a lock file is there (an export may be making its tables). A tracking server has no lock: two exports
+    at once into one server can each make a run of the same ddpcli run (nor has a folder of files, which MLflow 3.18
+    refuses as a store).
     """
 
     def __init__(self, uri: str, notify: Callable[[str], None] = lambda message: None) -> None:
@@ -58,7 +58,7 @@ class Store:
             if not database.parent.is_dir():
                 raise UserError(f"MLflow refused the tracking URI {uri!r}: no folder {database.parent}")
             return  # made, with its tables, by the first export that has a run to write (under the lock)
-        if self.lock_path is not None:
+        if self.lock_path is not None and self.lock_path.exists():  # no lock file: no export is making its tables
             with held(self.lock_path, uri, notify):
                 self.connect()
         else:
@@ -104,16 +104,8 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def lock_path(uri: str) -> Path | None:
-    """`<store>.ddpcli-lock` beside a local store (a SQLite file, or a folder given as a path or `file:` URI); None
-    for a tracking server (or an in-memory SQLite store, which no other export can share)."""
-    if uri.startswith("sqlite:"):
-        database = sqlite_path(uri)
-    elif uri.startswith("file:"):
-        database = Path(urlparse(uri).path) if urlparse(uri).path else None
-    elif "://" not in uri and ":" not in uri.partition("/")[0] and uri not in SERVICES:
-        database = Path(uri)
-    else:
-        database = None
+    """`<file>.ddpcli-lock` beside a SQLite store; None for any other store (a tracking server, an in-memory one)."""
+    database = sqlite_path(uri)
     return database.with_name(database.name + LOCK_SUFFIX) if database is not None and database.name else None
 
 
