@@ -2,10 +2,11 @@
 EventAccumulator and MLflow's MlflowClient on a SQLite store; W&B's offline files. Steps must be the records'
 samples seen and values the records' own; a second export must add nothing.
 
-One sweep is launched for the whole file; each viewer has one real `ddpcli export` subprocess (the command as the
-user runs it: its imports, its output, its exit code), two exports at once and a Ctrl-C are real processes too;
-every other export runs in this process (typer's CliRunner on ddpcli.cli.app.app, on copies of the recorded run
-folders), which spares an interpreter's start and the viewers' imports each time."""
+One sweep is launched for the whole file. Each viewer's export runs as the real command (a subprocess: its imports,
+its output, its exit code) in one test: W&B's read-back, two MLflow exports at once into a new SQLite store, two
+TensorBoard exports at once with a Ctrl-C. Every other export runs in this process (typer's CliRunner on
+ddpcli.cli.app.app, on copies of the recorded run folders), which spares an interpreter's start and the viewers'
+imports each time."""
 
 from __future__ import annotations
 
@@ -485,3 +486,30 @@ def test_ctrl_c_between_runs_in_this_process(runs: Path, tmp_path: Path) -> None
     assert stopped.stderr == f"interrupted: 2 of 3 runs written to {target}; export again to write the rest\n"
     again = export(runs, "tensorboard", "--to", str(target))
     assert again.stderr == f"exported 1 of 3 runs to {target} (2 already up to date)\n"
+
+
+def test_ctrl_c_while_waiting_for_a_store_another_export_holds(runs: Path, empty_store: Path, tmp_path: Path) -> None:
+    """An existing SQLite store whose lock another export holds (here, this test) is reached only once the other is
+    done, as its tables may be in the making; Ctrl-C while waiting for it says that no run was written, exit 130."""
+    pytest.importorskip("mlflow")
+    import fcntl
+    import threading
+
+    from ddpcli.cli.commands import export as command
+
+    uri = store(empty_store, tmp_path, "held.db")
+    said: list[str] = []
+
+    def say(message: str, **how: object) -> None:
+        said.append(message)
+        if message.startswith("another ddpcli export"):  # it waits now: Ctrl-C
+            main = threading.main_thread().ident
+            assert main is not None
+            threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT)).start()
+
+    with (tmp_path / "held.db.ddpcli-lock").open("w") as holder, mock.patch.object(command, "say", say):
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        stopped = export(runs, "mlflow", "--to", uri)
+    assert stopped.returncode == 130
+    assert said == [f"another ddpcli export is writing {uri}: waiting for it to finish",
+                    f"interrupted before any run was written to {uri}"]  # fmt: skip

@@ -62,9 +62,10 @@ def export_command(
     gets its remaining rows and its end. Needs the viewer's extra: pip install 'ddpcli[tensorboard]' (or mlflow,
     wandb, export for all three).
     """
-    exporter = Exporter(viewer.value, to, notify=say)
-    outcome, total = Outcome(), None  # total: the runs found, once they are read
+    outcome, total, target = Outcome(), None, to or "the tracking URI"  # total: the runs found, once read
     try:
+        exporter = Exporter(viewer.value, to, notify=say)  # may wait for another export holding a SQLite store
+        target = exporter.target
         from ddpcli.compare.lost import with_observations
         from ddpcli.rundir.params import param_diff
 
@@ -75,9 +76,9 @@ def export_command(
             warning(message)
         exporter.export(runs, outcome, on_written=lambda line: say(line, to_stdout=True))
     except KeyboardInterrupt:
-        interrupted(outcome, exporter.target, total)
+        interrupted(outcome, target, total)
     else:
-        report(outcome, exporter.target, total=len(runs))
+        report(outcome, target, total=len(runs))
 
 
 def interrupted(outcome: Outcome, target: str, total: int | None) -> NoReturn:
@@ -85,7 +86,7 @@ def interrupted(outcome: Outcome, target: str, total: int | None) -> NoReturn:
     writes the rest (no run or point twice); exit 130. A run cut off halfway was not written (the viewers' modules
     write nothing half)."""
     if total is None:
-        say(f"interrupted while reading the runs: nothing written to {target}")
+        say(f"interrupted before any run was written to {target}")
     else:
         current = len(outcome.written) - outcome.fresh
         also = f" ({current} already up to date)" if current else ""
