@@ -45,12 +45,17 @@ def check_library(viewer: str) -> None:
 
 
 def folder_target(path: Path) -> Path:
-    """A folder to write into (made if missing), checked writable by making and removing a temporary folder."""
+    """A folder to write into, checked writable without making it (it is made when there is a run to write): a
+    temporary folder is made and removed in it, or in its nearest existing parent when it is missing."""
     if path.exists() and not path.is_dir():
         raise UserError(f"--to {path}: not a directory")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"--to {path}: {existing} is not a directory")
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        os.rmdir(tempfile.mkdtemp(prefix=".ddpcli-export-check-", dir=path))
+        os.rmdir(tempfile.mkdtemp(prefix=".ddpcli-export-check-", dir=existing))
     except OSError as error:
         raise UserError(f"--to {path}: cannot write there: {error.strerror or error}") from None
     return path

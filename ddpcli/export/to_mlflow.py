@@ -12,44 +12,101 @@ whose writing fails is deleted (MLflow's soft delete: `mlflow gc` removes it for
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ddpcli.errors import UserError
 from ddpcli.export.ledger import Exported, done, work
+from ddpcli.export.lock import held
 from ddpcli.export.names import component
 from ddpcli.export.runs import ExportRun
 
 RUN_ID_TAG, STATUS_TAG = "ddpcli.run_id", "ddpcli.status"
 SAMPLES_TAG, EXPORTS_TAG = "ddpcli.exported_samples", "ddpcli.exports"
 VERDICT_LINE_TAG = "ddpcli.verdict_line"
+LOCK_SUFFIX = ".ddpcli-lock"
 BATCH = 1000  # MLflow's limit of metrics a log_batch call
 VIEWER_STATUS = {"completed": "FINISHED", "running": "RUNNING"}  # anything else ended badly: FAILED
 
 
 class Store:
-    """A tracking store, reached once: a URI MLflow refuses is one line (exit 2), before anything is written."""
+    """A tracking store, reached once: a URI MLflow refuses is one line (exit 2), before anything is written.
 
-    def __init__(self, uri: str) -> None:
+    A SQLite store is written under the lock `<file>.ddpcli-lock` beside it (ddpcli.export.lock), so that two
+    exports at once make one MLflow run per ddpcli run and one set of tables; a SQLite store that does not exist yet
+    is made only when there is a run to write (its folder is checked now), and an existing one is reached under the
+    lock when a lock file is there (an export may be making its tables). A tracking server has no lock: two exports
+    at once into one server can each make a run of the same ddpcli run (nor has a folder of files, which MLflow 3.18
+    refuses as a store).
+    """
+
+    def __init__(self, uri: str, notify: Callable[[str], None] = lambda message: None) -> None:
         # MLflow retries an unreachable server 7 times with backoff (minutes) by default: one quick try and a 20 s
-        # timeout say so at once; the user's own settings of these variables win.
+        # timeout say so at once; the user's own settings of these variables win. MLflow's INFO lines ("Creating
+        # initial MLflow database tables...") are its own business, not the user's: warnings and errors still show.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        self.uri = uri
+        self.lock_path = lock_path(uri)
+        self._client: Any = None
+        self._experiments: dict[str, str] = {}
+        database = sqlite_path(uri)
+        if database is not None and not database.exists():
+            if not database.parent.is_dir():
+                raise UserError(f"MLflow refused the tracking URI {uri!r}: no folder {database.parent}")
+            return  # made, with its tables, by the first export that has a run to write (under the lock)
+        if self.lock_path is not None and self.lock_path.exists():  # no lock file: no export is making its tables
+            with held(self.lock_path, uri, notify):
+                self.connect()
+        else:
+            self.connect()
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self.connect()
+        return self._client
+
+    def connect(self) -> None:
+        """Reach the store (a new SQLite store's tables are made here: hold the lock)."""
+        if self._client is not None:
+            return
+        quiet = "MLFLOW_LOGGING_LEVEL" not in os.environ
+        if quiet:
+            os.environ["MLFLOW_LOGGING_LEVEL"] = "WARNING"  # read when mlflow is first imported
         from mlflow.tracking import MlflowClient
 
-        self.uri = uri
+        if quiet:
+            logging.getLogger("mlflow").setLevel(logging.WARNING)  # mlflow was imported before (launch --export)
         try:
-            self.client = MlflowClient(tracking_uri=uri)
-            self.client.search_experiments(max_results=1)
+            client = MlflowClient(tracking_uri=self.uri)
+            client.search_experiments(max_results=1)
         except Exception as error:  # MLflow raises many kinds for a bad URI or an unreachable server
-            raise UserError(f"MLflow refused the tracking URI {uri!r}: {_first_line(error)}") from None
-        self._experiments: dict[str, str] = {}
+            raise UserError(f"MLflow refused the tracking URI {self.uri!r}: {_first_line(error)}") from None
+        self._client = client
 
     def experiment_id(self, name: str) -> str:
         if name not in self._experiments:
             found = self.client.get_experiment_by_name(name)
             self._experiments[name] = found.experiment_id if found is not None else self.client.create_experiment(name)
         return self._experiments[name]
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The file of a `sqlite:///PATH` URI (relative to the working folder; `sqlite:////abs/path.db`)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///").partition("?")[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def lock_path(uri: str) -> Path | None:
+    """`<file>.ddpcli-lock` beside a SQLite store; None for any other store (a tracking server, an in-memory one)."""
+    database = sqlite_path(uri)
+    return database.with_name(database.name + LOCK_SUFFIX) if database is not None and database.name else None
 
 
 def export(run: ExportRun, store: Store) -> str:

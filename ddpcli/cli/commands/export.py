@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -16,6 +16,7 @@ from ddpcli.export.exporter import Exporter, Outcome
 from ddpcli.export.runs import export_runs
 
 EXIT_SOME_FAILED = 1
+EXIT_INTERRUPTED = 130  # Ctrl-C, as launch
 
 
 class ViewerName(str, Enum):
@@ -61,23 +62,41 @@ def export_command(
     gets its remaining rows and its end. Needs the viewer's extra: pip install 'ddpcli[tensorboard]' (or mlflow,
     wandb, export for all three).
     """
-    exporter = Exporter(viewer.value, to)
-    from ddpcli.compare.lost import with_observations
-    from ddpcli.rundir.params import param_diff
+    outcome, total, target = Outcome(), None, to or "the tracking URI"  # total: the runs found, once read
+    try:
+        exporter = Exporter(viewer.value, to, notify=say)  # may wait for another export holding a SQLite store
+        target = exporter.target
+        from ddpcli.compare.lost import with_observations
+        from ddpcli.rundir.params import param_diff
 
-    runs, warnings = export_runs(paths or [default_runs_root()], include_all=include_all, baseline=baseline,
-                                 param_diff=param_diff, finish_lost=with_observations)  # fmt: skip
-    for message in warnings:
-        warning(message)
-    outcome = exporter.export(runs)
-    report(outcome, exporter.target, total=len(runs))
+        runs, warnings = export_runs(paths or [default_runs_root()], include_all=include_all, baseline=baseline,
+                                     param_diff=param_diff, finish_lost=with_observations)  # fmt: skip
+        total = len(runs)
+        for message in warnings:
+            warning(message)
+        exporter.export(runs, outcome, on_written=lambda line: say(line, to_stdout=True))
+    except KeyboardInterrupt:
+        interrupted(outcome, target, total)
+    else:
+        report(outcome, target, total=len(runs))
+
+
+def interrupted(outcome: Outcome, target: str, total: int | None) -> NoReturn:
+    """Ctrl-C: how many runs were written (each one's line was printed as it was), and that the same command
+    writes the rest (no run or point twice); exit 130. A run cut off halfway was not written (the viewers' modules
+    write nothing half)."""
+    if total is None:
+        say(f"interrupted before any run was written to {target}")
+    else:
+        current = len(outcome.written) - outcome.fresh
+        also = f" ({current} already up to date)" if current else ""
+        say(f"interrupted: {outcome.fresh} of {total} runs written to {target}{also}; export again to write the rest")
+    raise typer.Exit(EXIT_INTERRUPTED)
 
 
 def report(outcome: Outcome, target: str, total: int) -> None:
-    """One line a run on stdout, warnings and failures on stderr; exit 2 when nothing could be exported, 1 when
-    some runs could not."""
-    for line in outcome.written:
-        say(f"{line}", to_stdout=True)
+    """Warnings and failures on stderr after the runs' lines (printed as each was written); exit 2 when nothing
+    could be exported, 1 when some runs could not."""
     for message in outcome.warnings:
         warning(message)
     if outcome.failures and not outcome.written:
@@ -87,10 +106,9 @@ def report(outcome: Outcome, target: str, total: int) -> None:
         warning(message)
     if outcome.failures:
         raise typer.Exit(EXIT_SOME_FAILED)
-    current = sum(line.endswith(": up to date") for line in outcome.written)
-    fresh = len(outcome.written) - current
+    current = len(outcome.written) - outcome.fresh
     also = f" ({current} already up to date)" if current else ""
-    say(f"exported {fresh} of {total} runs to {target}{also}")
+    say(f"exported {outcome.fresh} of {total} runs to {target}{also}")
 
 
 class ExportOnEnd:
@@ -103,7 +121,8 @@ class ExportOnEnd:
         from ddpcli.export.targets import parse_spec
 
         self.reporter = reporter
-        self.exporter = Exporter(*parse_spec(spec))  # checked before the sweep starts: exit 2, nothing run
+        # checked before the sweep starts: exit 2, nothing run
+        self.exporter = Exporter(*parse_spec(spec), notify=warning)
         self.ended: list[Path] = []
 
     def run_started(self, spec: Any) -> None:
