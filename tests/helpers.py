@@ -54,7 +54,8 @@ class Sweep:
 def launch(factory: pytest.TempPathFactory, text: str, *args: str, env: dict[str, str] | None = None) -> Sweep:
     """`ddpcli launch experiments.toml ARGS` of the experiment file `text`, once per session.
 
-    `env` is added to the launcher's environment (part of the sweep's identity, as the text and the flags are).
+    `env` is added to the launcher's environment (part of the sweep's identity, as the text and the flags are);
+    `{sweep}` in a flag is the sweep's folder (`--export tensorboard:{sweep}/tb`).
     """
     identity = json.dumps({"text": text, "args": args, "env": env or {}}, sort_keys=True)
     key = hashlib.sha256(identity.encode()).hexdigest()[:16]
@@ -66,8 +67,9 @@ def launch(factory: pytest.TempPathFactory, text: str, *args: str, env: dict[str
             folder.mkdir(parents=True)
             path = folder / "experiments.toml"
             path.write_text(text, encoding="utf-8")
+            flags = [arg.replace("{sweep}", str(folder)) for arg in args]
             result = subprocess.run(
-                [sys.executable, "-m", "ddpcli", "launch", str(path), *args], cwd=folder, capture_output=True,
+                [sys.executable, "-m", "ddpcli", "launch", str(path), *flags], cwd=folder, capture_output=True,
                 text=True, timeout=900, check=False, env={**os.environ, **(env or {})},
             )  # fmt: skip
             saved = {"returncode": result.returncode, "stdout": result.stdout, "stderr": result.stderr}
@@ -98,9 +100,16 @@ def read_runs(root: Path) -> dict[str, dict[str, Any]]:
     return runs
 
 
-def copy_runs(root: Path, destination: Path) -> Path:
-    """A copy of a sweep's folder that a test may change (the launched one is every test's)."""
-    shutil.copytree(root, destination, symlinks=True)
+def copy_runs(root: Path, destination: Path, names: tuple[str, ...] | None = None) -> Path:
+    """A copy of a sweep's folder that a test may change (the launched one is every test's): its experiment file
+    and the runs of `names` (every run when None)."""
+    if names is None:
+        shutil.copytree(root, destination, symlinks=True, dirs_exist_ok=True)
+        return destination
+    destination.mkdir(parents=True, exist_ok=True)
+    shutil.copy(root / "experiments.toml", destination / "experiments.toml")
+    for name in names:
+        shutil.copytree(root / "runs" / name, destination / "runs" / name, symlinks=True)
     return destination
 
 

@@ -2,8 +2,12 @@
 (tests/helpers.launch), however many modules ask for it."""
 
 import json
+from pathlib import Path
+
+import pytest
 
 from tests.helpers import OBSERVE_SCRIPTS as SCRIPTS
+from tests.helpers import launched_root
 
 # -- why is it slow: one plain DDP script with knobs (tests/test_why_slow_e2e.py, tests/test_predict_e2e.py) --------
 
@@ -85,6 +89,9 @@ _REGRESSION_ARGS = ["--steps", "{total_steps}", "--batch-size", "{per_device_bat
                     "{dataset_size}", "--seed", "{seed}", "--no-noise-scale"]  # fmt: skip
 _BATCHNORM = [*_REGRESSION_ARGS, "--batchnorm"]
 REGRESSION_STEPS = 16
+# The flags it is launched with: each run exported to TensorBoard as it ends (`launch --export`, the real path,
+# read back by tests/test_export_e2e.py)
+REGRESSION_FLAGS = ("--export", "tensorboard:{sweep}/tensorboard")
 REGRESSION = f"""
 [defaults]
 module = "ddpcli.examples.regression"
@@ -134,3 +141,8 @@ name = "2x16-syncbn"
 nproc_per_node = 2
 args = {json.dumps([*_BATCHNORM, "--sync-bn"])}
 """
+
+
+def regression_root(factory: pytest.TempPathFactory) -> Path:
+    """The regression sweep's folder (launched once per session, every run completed)."""
+    return launched_root(factory, REGRESSION, *REGRESSION_FLAGS)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import launched_root, read_runs
-from tests.sweeps import REGRESSION
+from tests.helpers import read_runs
+from tests.sweeps import regression_root
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +25,7 @@ NAMES = ("1x16", "1x32-bn", "2x16-syncbn", "2x16-bn")  # the baseline, and Batch
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """Four runs of the regression sweep (tests/sweeps.py): compare is given their folders."""
-    recorded = read_runs(launched_root(tmp_path_factory, REGRESSION))
+    recorded = read_runs(regression_root(tmp_path_factory))
     return [recorded[name]["dir"] for name in NAMES]
 
 

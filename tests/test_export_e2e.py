@@ -2,11 +2,12 @@
 EventAccumulator and MLflow's MlflowClient on a SQLite store; W&B's offline files. Steps must be the records'
 samples seen and values the records' own; a second export must add nothing.
 
-One sweep is launched for the whole file. Each viewer's export runs as the real command (a subprocess: its imports,
-its output, its exit code) in one test: W&B's read-back, two MLflow exports at once into a new SQLite store, two
-TensorBoard exports at once with a Ctrl-C. Every other export runs in this process (typer's CliRunner on
-ddpcli.cli.app.app, on copies of the recorded run folders), which spares an interpreter's start and the viewers'
-imports each time."""
+The runs are three of the regression sweep's (tests/sweeps.py), launched once per session for several modules with
+`--export tensorboard:DIR`: each run exported as it ended, which is read back here too. Each viewer's export runs
+as the real command (a subprocess: its imports, its output, its exit code) in one test: W&B's read-back, two MLflow
+exports at once into a new SQLite store, two TensorBoard exports at once with a Ctrl-C. Every other export runs in
+this process (typer's CliRunner on ddpcli.cli.app.app, on copies of the recorded run folders), which spares an
+interpreter's start and the viewers' imports each time."""
 
 from __future__ import annotations
 
@@ -25,38 +26,19 @@ from unittest import mock
 
 import pytest
 
-from tests.conftest import launched_root, write_toml
+from tests.conftest import write_toml
+from tests.helpers import copy_runs
+from tests.sweeps import REGRESSION, regression_root
 
 pytestmark = pytest.mark.e2e
-
-FILE = """
-[defaults]
-module = "ddpcli.examples.regression"
-args = ["--steps", "{total_steps}", "--batch-size", "{per_device_batch_size}", "--lr", "{lr}",
-        "--warmup", "{warmup_steps}", "--dataset-size", "{dataset_size}", "--seed", "{seed}", "--no-noise-scale"]
-dataset_size = 256
-max_steps = 6
-timeout_s = 180
-env = { OMP_NUM_THREADS = "1" }
-
-[baseline]
-name = "1x16"
-per_device_batch_size = 16
-lr = 0.05
-
-[[experiments]]
-name = "1x32"
-per_device_batch_size = 32
-
-[[experiments]]
-name = "2x16"
-nproc_per_node = 2
-"""
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return launched_root(tmp_path_factory.mktemp("export-e2e"), FILE)
+    """1x16, 1x32 and 2x16 of the regression sweep (tests/sweeps.py, launched once per session), in a folder of
+    this module's with the sweep's experiment file."""
+    root = regression_root(tmp_path_factory)
+    return copy_runs(root, tmp_path_factory.mktemp("export-e2e"), names=("1x16", "1x32", "2x16"))
 
 
 @pytest.fixture(scope="module")
@@ -377,7 +359,7 @@ def test_launch_exports_each_run_as_it_ends(runs: Path, tmp_path: Path) -> None:
     from ddpcli.launch.sweep import _run_from_record
     from ddpcli.rundir.record import RunRecord
 
-    path = write_toml(tmp_path, FILE)
+    path = write_toml(tmp_path, REGRESSION)
     with inside(tmp_path):
         bad = CliRunner().invoke(app, ["launch", str(path), "--only", "1x16", "--export", "nosuchviewer:x"])
     assert bad.exit_code == 2 and not (tmp_path / "runs").exists()  # checked before anything ran
@@ -399,6 +381,19 @@ def test_launch_exports_each_run_as_it_ends(runs: Path, tmp_path: Path) -> None:
     assert heard.ended == [run_id]  # the sweep's own reporter still hears it
     loss = accumulator(tmp_path / "tb" / "1x16" / run_id).Scalars("loss")
     assert [event.step for event in loss] == [row["samples"] for row in rows]
+
+
+def test_a_launched_sweep_exported_each_run_as_it_ended(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The regression sweep ran with `launch --export tensorboard:DIR` (the real path: torchrun, the sweep, its
+    reporter): every run of it is in TensorBoard, at step = samples seen, with the values its records hold."""
+    pytest.importorskip("tensorboard")
+    root = regression_root(tmp_path_factory)
+    found = records(root)
+    assert len(found) == 8
+    for name, (run_id, rows) in found.items():
+        loss = accumulator(root / "tensorboard" / name / run_id).Scalars("loss")
+        assert [event.step for event in loss] == [row["samples"] for row in rows], name
+        assert [event.value for event in loss] == pytest.approx([row["loss"] for row in rows], rel=1e-6), name
 
 
 def test_two_mlflow_exports_at_once_make_one_run_each_on_a_new_store(runs: Path, tmp_path: Path) -> None:

@@ -26,8 +26,8 @@ from ddpcli import runtime
 from ddpcli.rundir.layout import METRICS_FILE, PARAMS_FILE
 from ddpcli.worker.stream import _streams
 from tests.conftest import max_abs_diff, merge_observations
-from tests.helpers import launch, read_runs
-from tests.sweeps import REGRESSION, REGRESSION_STEPS
+from tests.helpers import read_runs
+from tests.sweeps import REGRESSION_STEPS, regression_root
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -72,7 +72,7 @@ class Runs:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
-    return Runs(launch(tmp_path_factory, REGRESSION).root)
+    return Runs(regression_root(tmp_path_factory))
 
 
 # -- end to end ----------------------------------------------------------------------------------------------
