@@ -75,7 +75,9 @@ def test_a_run_killed_while_its_own_processes_wait_still_says_why(tmp_path: Path
     process = launch(tmp_path, "mp-hang")
     rows = tmp_path / "observed" / "rank-0.jsonl"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and '"spawn"' not in (rows.read_text() if rows.exists() else ""):
+    # Both workers' rows: one is written as each starts, and a kill after the first (a race seen under load: "1
+    # process of its own") would test what was flushed by then, not what the finding says of two.
+    while time.monotonic() < deadline and (rows.read_text() if rows.exists() else "").count('"spawn"') < 2:
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)
     process.communicate(timeout=30)
