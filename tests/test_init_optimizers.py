@@ -22,10 +22,13 @@ TORCH_OPTIMIZERS = sorted(
 
 
 def init_with(tmp_path: Path, construct: str) -> tuple[str, str, str]:
+    """init on a script that imports torch after it parses its arguments (so that `--help`, which init runs, does
+    not import it: 3 s a test); the optimizer is read from the syntax tree, wherever the imports stand."""
     script = (
-        "import argparse\nimport torch\nimport torch.optim as optim\nparser = argparse.ArgumentParser()\n"
+        "import argparse\nparser = argparse.ArgumentParser()\n"
         "parser.add_argument('--batch-size', type=int, default=64)\nparser.add_argument('--lr', type=float, "
-        f"default=1.0)\nargs = parser.parse_args()\ndef build(model):\n    return {construct}\n"
+        "default=1.0)\nargs = parser.parse_args()\nimport torch\nimport torch.optim as optim\n"
+        f"def build(model):\n    return {construct}\n"
     )
     (tmp_path / "train.py").write_text(script, encoding="utf-8")
     output = tmp_path / "experiments.toml"
