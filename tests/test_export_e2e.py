@@ -391,6 +391,7 @@ def test_a_launched_sweep_exported_each_run_as_it_ended(tmp_path_factory: pytest
     found = records(root)
     assert len(found) == 8
     for name, (run_id, rows) in found.items():
+        assert (root / "tensorboard" / name / run_id).is_dir(), f"{name} was not exported when it ended"
         loss = accumulator(root / "tensorboard" / name / run_id).Scalars("loss")
         assert [event.step for event in loss] == [row["samples"] for row in rows], name
         assert [event.value for event in loss] == pytest.approx([row["loss"] for row in rows], rel=1e-6), name
