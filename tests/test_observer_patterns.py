@@ -18,7 +18,8 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.interpreters
 
 SCRIPT = REPO / "tests" / "observe_scripts" / "loop_patterns.py"
-# The script's end is the point of these: they run in a fresh interpreter of their own, not forked from the zygote.
+# How the observed process ends is the point of these: observed, they run in a fresh interpreter of their own, not
+# forked from the zygote (which ends a bare run as python does: exit code, atexit).
 OWN_INTERPRETER = ("os-exit", "exit-code", "spawn")
 
 
@@ -40,7 +41,7 @@ def run_pattern(
     saved = run_dir / "script_final.pt"
     entry = ["-m", "ddpcli.worker.observer"] if observe else []  # --no-observe runs the script itself
     command = [sys.executable, *entry, str(SCRIPT), "--pattern", pattern, "--save", str(saved)]
-    if fresh or pattern in OWN_INTERPRETER:
+    if fresh or (observe and pattern in OWN_INTERPRETER):  # the observer's own end is the point, not the bare run's
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
     else:
         result = zygote.run(command, env=env, timeout=120)
