@@ -1,4 +1,4 @@
-"""Every command's `--help` at 80 columns reads the same way: a flag shows no value type (typer >= 0.28 writes
+"""Every command's `--help` at 80 columns reads the same way: a flag shows no value type (typer 0.29 writes
 `--help <bool>` unless the flag's metavar is empty, see ddpcli.cli.app.house_style), no option name or word is cut
 with an ellipsis, and the usage line writes positionals in one style (`SCRIPT`, `[FILE]`, `[RUNS]...`)."""
 

@@ -28,20 +28,21 @@ def house_style(params: list[Any], ctx: Any) -> list[Any]:
     """The parameters as every command's help shows them: a flag with no value placeholder, a positional by its name
     in capitals.
 
-    typer >= 0.28 fills the type column of its Rich help from `display_type_rich()`, which is the metavar when one
-    is set and otherwise the annotation for every option, flags included (`--help <bool>`); its plain-text help
-    (`get_help_record`) and typer < 0.28 (which skipped any metavar containing "bool") show none for a flag. A flag
-    takes no value, so its metavar is the empty string, which every typer shows as nothing. A positional's metavar
-    is its name in capitals (`FILE`, not `file` beside port's `SCRIPT`); the usage line is ours (collect_usage).
-    A number with bounds is `<int> [x>=1]`, not typer >= 0.28's `<int range> [x>=1]`: the bounds say it, and the
-    shorter type column leaves init's `--per-device-batch-size` uncut at 80 columns.
+    typer 0.29 fills the type column of its Rich help (rich_utils._print_options_panel) from
+    `display_type_rich()`, which is the metavar when one is set and otherwise the annotation for every option,
+    flags included (`--help <bool>`); its plain-text help (`get_help_record`) shows none for a flag, and so did its
+    Rich help up to 0.27.1 (which skipped a type containing "bool"). A flag takes no value, so its metavar is the
+    empty string, which every typer shows as nothing. A positional's metavar is its name in capitals (`FILE`, not
+    `file` beside port's `SCRIPT`); the usage line is ours (collect_usage). A number with bounds is
+    `<int> [x>=1]`, not typer 0.29's `<int range> [x>=1]` (`display_type()`, absent before): the bounds say it, and
+    the shorter type column leaves init's `--per-device-batch-size` uncut at 80 columns.
     Applied to the parameters of every command here, and to --help, which click adds to them.
     """
     for param in params:
         if param.param_type_name == "option" and param.is_flag and not param.count and param.metavar is None:
             param.metavar = ""
         elif param.param_type_name == "option" and param.metavar is None and hasattr(param, "display_type"):
-            label = param.display_type(ctx)  # typer >= 0.28: `<int range>` for a bounded int
+            label = param.display_type(ctx)  # typer 0.29: `<int range>` for a bounded int
             if label.endswith(" range>"):
                 param.metavar = label.removesuffix(" range>") + ">"
         elif param.param_type_name == "argument" and param.metavar is None and param.name:
@@ -52,7 +53,7 @@ def house_style(params: list[Any], ctx: Any) -> list[Any]:
 def collect_usage(ctx: Any, params: list[Any], options_metavar: str | None) -> list[str]:
     """The usage line's pieces in click's one style: `SCRIPT` required, `[FILE]` optional, `[RUNS]...` repeated.
 
-    (typer >= 0.20 writes a required positional as `{SCRIPT}`, which click's own usage uses for a choice.)
+    (typer >= 0.27 writes a required positional as `{SCRIPT}`, which click's own usage uses for a choice.)
     """
     pieces = [options_metavar] if options_metavar else []
     for param in params:
