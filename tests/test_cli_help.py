@@ -77,3 +77,9 @@ def test_usage_line_marks_required_and_optional_positionals() -> None:
     assert "Usage: ddpcli port [OPTIONS] SCRIPT" in help_text(["port"])
     assert "Usage: ddpcli plan [OPTIONS] [FILE]" in help_text(["plan"])
     assert "Usage: ddpcli export [OPTIONS] VIEWER [RUNS]..." in help_text(["export"])
+
+
+def test_a_repeatable_option_shows_the_value_it_takes_each_time() -> None:
+    text = help_text(["plan"])
+    assert re.search(r"│ --only +<str> ", text) and re.search(r"│ --predict-from +<path> ", text), text
+    assert "<list[" not in text  # plan has no repeated positional (export's RUNS still shows typer's <list[Path]>)

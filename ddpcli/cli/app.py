@@ -35,16 +35,19 @@ def house_style(params: list[Any], ctx: Any) -> list[Any]:
     empty string, which every typer shows as nothing. A positional's metavar is its name in capitals (`FILE`, not
     `file` beside port's `SCRIPT`); the usage line is ours (collect_usage). A number with bounds is
     `<int> [x>=1]`, not typer 0.29's `<int range> [x>=1]` (`display_type()`, absent before): the bounds say it, and
-    the shorter type column leaves init's `--per-device-batch-size` uncut at 80 columns.
+    the shorter type column leaves init's `--per-device-batch-size` uncut at 80 columns. A repeatable option
+    shows the value it takes each time (`--only <str>`, not `<list[str]>`, which reads as one value holding a list).
     Applied to the parameters of every command here, and to --help, which click adds to them.
     """
     for param in params:
         if param.param_type_name == "option" and param.is_flag and not param.count and param.metavar is None:
             param.metavar = ""
         elif param.param_type_name == "option" and param.metavar is None and hasattr(param, "display_type"):
-            label = param.display_type(ctx)  # typer 0.29: `<int range>` for a bounded int
+            label = param.display_type(ctx)  # typer 0.29: `<int range>` for a bounded int, `<list[str]>`
             if label.endswith(" range>"):
                 param.metavar = label.removesuffix(" range>") + ">"
+            elif param.multiple and label.startswith("<list[") and label.endswith("]>"):
+                param.metavar = f"<{label[len('<list[') : -len(']>')].lower()}>"  # one value each time it is given
         elif param.param_type_name == "argument" and param.metavar is None and param.name:
             param.metavar = param.name.upper()
     return params
