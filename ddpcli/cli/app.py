@@ -19,8 +19,65 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from ddpcli import __version__
+from ddpcli.cli.console import usage_errors
 
 MARKUP_MODE = "markdown"
+
+
+def house_style(params: list[Any], ctx: Any) -> list[Any]:
+    """The parameters as every command's help shows them: a flag with no value placeholder, a positional by its name
+    in capitals.
+
+    typer 0.29 fills the type column of its Rich help (rich_utils._print_options_panel) from
+    `display_type_rich()`, which is the metavar when one is set and otherwise the annotation for every option,
+    flags included (`--help <bool>`); its plain-text help (`get_help_record`) shows none for a flag, and so did its
+    Rich help up to 0.27.1 (which skipped a type containing "bool"). A flag takes no value, so its metavar is the
+    empty string, which every typer shows as nothing. A positional's metavar is its name in capitals (`FILE`, not
+    `file` beside port's `SCRIPT`); the usage line is ours (collect_usage). A number with bounds is
+    `<int> [x>=1]`, not typer 0.29's `<int range> [x>=1]` (`display_type()`, absent before): the bounds say it, and
+    the shorter type column leaves init's `--per-device-batch-size` uncut at 80 columns. A repeatable option
+    shows the value it takes each time (`--only <str>`, not `<list[str]>`, which reads as one value holding a list).
+    Applied to the parameters of every command here, and to --help, which click adds to them.
+    """
+    for param in params:
+        if param.param_type_name == "option" and param.is_flag and not param.count and param.metavar is None:
+            param.metavar = ""
+        elif param.param_type_name == "option" and param.metavar is None and hasattr(param, "display_type"):
+            label = param.display_type(ctx)  # typer 0.29: `<int range>` for a bounded int, `<list[str]>`
+            if label.endswith(" range>"):
+                param.metavar = label.removesuffix(" range>") + ">"
+            elif param.multiple and label.startswith("<list[") and label.endswith("]>"):
+                param.metavar = f"<{label[len('<list[') : -len(']>')].lower()}>"  # one value each time it is given
+        elif param.param_type_name == "argument" and param.metavar is None and param.name:
+            param.metavar = param.name.upper()
+    return params
+
+
+def collect_usage(ctx: Any, params: list[Any], options_metavar: str | None) -> list[str]:
+    """The usage line's pieces in click's one style: `SCRIPT` required, `[FILE]` optional, `[RUNS]...` repeated.
+
+    (typer >= 0.27 writes a required positional as `{SCRIPT}`, which click's own usage uses for a choice.)
+    """
+    pieces = [options_metavar] if options_metavar else []
+    for param in params:
+        if param.param_type_name != "argument":
+            pieces.extend(param.get_usage_pieces(ctx))
+            continue
+        piece = param.metavar or (param.name or "").upper()
+        if not param.required:
+            piece = f"[{piece}]"
+        pieces.append(f"{piece}..." if param.nargs != 1 else piece)
+    return pieces
+
+
+class Command(TyperCommand):
+    """Every command: house_style parameters and usage line, and click's usage errors as one `error:` line."""
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        return house_style(super().get_params(ctx), ctx)
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+        return collect_usage(ctx, self.get_params(ctx), self.options_metavar)
 
 
 @dataclass(frozen=True)
@@ -35,7 +92,7 @@ class LazyCommand:
         """Import the module and build the command exactly as `app.command(name)(function)` would."""
         function = getattr(importlib.import_module(self.module), self.function)
         single = typer.Typer(rich_markup_mode=MARKUP_MODE, add_completion=False)
-        single.command(name)(function)
+        single.command(name, cls=Command)(function)
         return typer.main.get_command(single)  # a Typer with one command and no callback is that command
 
 
@@ -98,6 +155,17 @@ class LazyGroup(TyperGroup):
 
     def list_commands(self, ctx: typer.Context) -> list[str]:
         return list(COMMANDS)
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        return house_style(super().get_params(ctx), ctx)
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        with usage_errors():  # the root's own options: `ddpcli --bogus`
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        with usage_errors():  # an unknown command, and every command's own parsing (bad value, missing argument)
+            return super().invoke(ctx)
 
     def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
         lazy = COMMANDS.get(cmd_name)

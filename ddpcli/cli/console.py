@@ -8,8 +8,10 @@ so a message once named a file that was not the one written).
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -66,3 +68,36 @@ def user_errors(command: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(mistake.exit_code) from None
 
     return wrapper
+
+
+# The click that typer parses with: typer.BadParameter is its BadParameter (click's own before typer 0.16, typer's
+# vendored copy, typer._click, since), so its module holds the UsageError the parser raises, whichever it is.
+_click_exceptions = importlib.import_module(typer.BadParameter.__module__)
+UsageError: type[Exception] = _click_exceptions.UsageError
+# `ddpcli` alone prints the help (typer >= 0.16 raises it as a UsageError whose show() prints the help).
+_SHOWS_HELP: tuple[type[Exception], ...] = tuple(
+    getattr(_click_exceptions, name) for name in ("NoArgsIsHelpError",) if hasattr(_click_exceptions, name)
+)
+
+
+def usage_error_line(mistake: Exception) -> str:
+    """click's own words for a usage error (`Invalid value for '--lr': 'x' is not a valid float.`), and where the
+    command's options are listed, as one line."""
+    message = mistake.format_message()  # type: ignore[attr-defined]  # every click UsageError has it
+    context = getattr(mistake, "ctx", None)
+    if context is None:
+        return message
+    return f"{message} (see `{context.command_path} --help`)"
+
+
+@contextlib.contextmanager
+def usage_errors() -> Iterator[None]:
+    """click's usage errors (a bad option value, a missing argument, an unknown option or command) printed as every
+    other mistake is, one `error:` line on stderr and exit 2, instead of typer's Rich box with the usage."""
+    try:
+        yield
+    except _SHOWS_HELP:
+        raise
+    except UsageError as mistake:
+        error(usage_error_line(mistake))
+        raise typer.Exit(getattr(mistake, "exit_code", 2)) from None

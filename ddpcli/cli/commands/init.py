@@ -59,8 +59,8 @@ def init_command(
         typer.Option(
             "--nproc-per-node",
             metavar="N,...",
-            help="World sizes to try, comma-separated or repeated (`2,4`). Default: 2 and 4, or the GPUs "
-            "`nvidia-smi -L` lists.",
+            help="Processes (GPUs) per node to try, each a world size, comma-separated or repeated (`2,4`). "
+            "Default: 2 and 4, or the GPUs `nvidia-smi -L` lists.",
             show_default=False,
         ),
     ] = None,

@@ -26,7 +26,7 @@ from ddpcli.jsonvalues import finite_or_none
 from ddpcli.launch.argv import LaunchSpec, Rendezvous
 from ddpcli.launch.supervisor import StopRequest
 from ddpcli.launch.sweep import Reporter, RunResult, SweepOptions, prepare, resume_from, run_one, run_sweep
-from ddpcli.rundir.layout import LOGS_DIR, METRICS_FILE
+from ddpcli.rundir.layout import LOGS_DIR, METRICS_FILE, RUN_FILE
 from ddpcli.rundir.metrics import last_metrics_row
 
 EXIT_FAILED = 1
@@ -61,7 +61,7 @@ def launch_command(
     rdzv_id: Annotated[
         str | None,
         typer.Option(
-            help="Multi-node: job id shared by every node. Also names the run directory: `<runs_dir>/<name>/<id>/`."
+            help="Multi-node: job id shared by every node. Also names the run directory (in `<runs_dir>/<name>/`)."
         ),
     ] = None,
     export: Annotated[
@@ -131,6 +131,10 @@ def _exporting(reporter: RichReporter, spec: str) -> Reporter:
 
 
 def _resume(run_dir: Path, timeout: float | None, dry_run: bool) -> None:
+    if not run_dir.is_dir():
+        raise UserError(f"--resume {run_dir}: no such run directory")
+    if not (run_dir / RUN_FILE).is_file():
+        raise UserError(f"--resume {run_dir}: not a run directory (it has no {RUN_FILE})")
     spec, record = resume_from(run_dir)
     if dry_run:
         _print_dry_run([spec])

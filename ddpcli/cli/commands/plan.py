@@ -63,10 +63,20 @@ def plan_command(
         float | None, typer.Option(help="Quick form: the one-device learning rate.", rich_help_panel=QUICK)
     ] = None,
     nproc_per_node: Annotated[
-        int | None,
-        typer.Option(min=1, help="Quick form: processes (GPUs) per node of the target.", rich_help_panel=QUICK),
+        list[str] | None,
+        typer.Option(
+            "--nproc-per-node",
+            metavar="N,...",
+            help="Quick form: processes (GPUs) per node of the target, comma-separated or repeated (`2,4`): "
+            "one target each.",
+            rich_help_panel=QUICK,
+            show_default=False,
+        ),
     ] = None,
-    nnodes: Annotated[int, typer.Option(min=1, help="Quick form: nodes of the target.", rich_help_panel=QUICK)] = 1,
+    nnodes: Annotated[
+        str | None,
+        typer.Option(help="Quick form: nodes of the target (N or MIN:MAX; default 1).", rich_help_panel=QUICK),
+    ] = None,
     global_batch_size: Annotated[
         int | None,
         typer.Option(
@@ -99,7 +109,7 @@ def plan_command(
     """
     quick = {"per_device_batch_size": per_device_batch_size, "lr": lr, "nproc_per_node": nproc_per_node}
     optional = {"global_batch_size": global_batch_size, "grad_accum_steps": grad_accum_steps,
-                "dataset_size": dataset_size, "nnodes": nnodes if nnodes != 1 else None,
+                "dataset_size": dataset_size, "nnodes": nnodes,
                 "optimizer": optimizer if optimizer != "sgd" else None,
                 "warmup_steps": warmup_steps or None}  # fmt: skip
     if any(value is not None for value in (*quick.values(), *optional.values())):
@@ -111,8 +121,8 @@ def plan_command(
         plan = _quick_plan(
             per_device_batch_size,
             lr,
-            nproc_per_node,
-            nnodes,
+            _process_counts(nproc_per_node),  # type: ignore[arg-type]
+            int(nnodes) if nnodes is not None and nnodes.isdigit() else (nnodes or 1),
             global_batch_size,  # type: ignore[arg-type]
             grad_accum_steps,
             optimizer,
@@ -146,19 +156,34 @@ def plan_command(
     print_notes(stdout, report.runs)
 
 
+def _process_counts(values: list[str]) -> tuple[int, ...]:
+    """`["2,4", "8"]` -> (2, 4, 8), as `init --nproc-per-node` reads it; here 1 is a target too (one GPU on each
+    of several nodes)."""
+    counts: list[int] = []
+    for value in values:
+        for part in value.split(","):
+            text = part.strip()
+            if not text.isdigit() or int(text) < 1:
+                raise UserError(f"--nproc-per-node {value!r}: expected whole numbers of 1 or more, comma-separated")
+            if int(text) not in counts:
+                counts.append(int(text))
+    return tuple(counts)
+
+
 def _quick_plan(
     per_device: int,
     lr: float,
-    nproc: int,
-    nnodes: int,
+    nprocs: tuple[int, ...],
+    nnodes: int | str,
     global_batch: int | None,
     accum: int | None,
     optimizer: str,
     warmup: int,
     dataset_size: int | None,
 ) -> Plan:
-    """Build the same plan a two-run file would give: a one-device baseline and the target."""
-    target: dict[str, Any] = {"nproc_per_node": nproc, "nnodes": nnodes}
+    """Build the same plan a file would give: a one-device baseline and the target (`target`), or one target per
+    process count (`target-2`, `target-4`, ...)."""
+    target: dict[str, Any] = {"nnodes": nnodes}
     if global_batch is not None:
         target["global_batch_size"] = global_batch
     if accum is not None:
@@ -172,7 +197,10 @@ def _quick_plan(
     data = {
         "defaults": defaults,
         "baseline": {"name": f"1x{per_device}", "per_device_batch_size": per_device, "lr": lr, "warmup_steps": warmup},
-        "experiments": [{"name": "target", **target}],
+        "experiments": [
+            {"name": "target" if len(nprocs) == 1 else f"target-{nproc}", "nproc_per_node": nproc, **target}
+            for nproc in nprocs
+        ],
     }
     source = Path("<command line>")
     try:

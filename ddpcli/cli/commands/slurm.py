@@ -26,7 +26,10 @@ JOB = "sbatch options"
 def slurm_command(
     file: ExperimentFileArgument = None,
     only: Annotated[
-        str | None, typer.Option("--only", help="The run to submit (one job runs one run).", show_default=False)
+        list[str] | None,
+        typer.Option(
+            "--only", help="Only this run: the run to submit (given once: one job runs one run).", show_default=False
+        ),
     ] = None,
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="Write the script to this file instead of printing it.")
@@ -100,12 +103,15 @@ def shell_path(path: Path) -> str:
     return shlex.quote(f"./{text}" if text.startswith("-") else text)
 
 
-def _one_run(plan: Plan, only: str | None) -> ResolvedRun:
-    """A SLURM job runs exactly one run, so --only is required rather than defaulting to all of them."""
+def _one_run(plan: Plan, only: list[str] | None) -> ResolvedRun:
+    """A SLURM job runs exactly one run, so --only is required rather than defaulting to all of them. It is the
+    same repeatable --only as plan's and launch's, given once here."""
+    names = ", ".join(run.name for run in plan.runs)
     if not only:
-        names = ", ".join(run.name for run in plan.runs)
         raise UserError(f"--only NAME is required: one job runs one run (runs in {plan.file}: {names})")
-    return plan.select([only])[0]
+    if len(set(only)) > 1:
+        raise UserError(f"--only {' --only '.join(only)}: one job runs one run; write one script per run")
+    return plan.select(only[:1])[0]
 
 
 def _submit(script: str, path: Path | None) -> str:

@@ -1,0 +1,72 @@
+"""Every command's mistakes in one style: one `error:` line on stderr, exit 2, no traceback and no Rich box, for
+click's own usage errors (a bad option value, a missing argument, an unknown option or command: routed through
+ddpcli.cli.console.usage_errors) as for ddpcli's (UserError)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ddpcli.cli.app import COMMANDS, app
+
+runner = CliRunner()
+
+# One bad value per command (every command is here: test_every_command_has_a_case), and what the line must name.
+BAD = {
+    "plan": (["--lr", "fast"], "--lr"),
+    "launch": (["--timeout", "soon"], "--timeout"),
+    "compare": (["--atol", "tiny"], "--atol"),
+    "export": (["nowhere"], "nowhere"),
+    "slurm": (["--port", "0"], "--port"),
+    "init": (["--help-timeout", "long"], "--help-timeout"),
+    "port": ([], "SCRIPT"),  # a missing argument
+}
+OTHERS = {
+    "unknown option": (["plan", "--bogus"], "--bogus"),
+    "unknown root option": (["--bogus"], "--bogus"),
+    "unknown command": (["nosuch"], "nosuch"),
+    "option without its value": (["plan", "--lr"], "--lr"),
+    "missing run directory": (["launch", "--resume", "/nonexistent/run"], "/nonexistent/run"),
+    "folder that is no run": (["launch", "--resume", "."], "no run.json"),
+}
+
+
+def assert_one_error_line(args: list[str], names: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert names in lines[0], lines[0]
+    for noise in ("Traceback", "╭", "Usage:", "[Errno"):
+        assert noise not in result.output, result.output
+    assert result.stdout == ""
+
+
+def test_every_command_has_a_case() -> None:
+    assert set(BAD) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_value(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    args, names = BAD[name]
+    assert_one_error_line([name, *args], names)
+
+
+@pytest.mark.parametrize("case", list(OTHERS))
+def test_other_usage_errors(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    args, names = OTHERS[case]
+    assert_one_error_line(args, names)
+
+
+def test_error_line_points_to_the_commands_help() -> None:
+    result = runner.invoke(app, ["plan", "--lr", "fast"])
+    assert "ddpcli plan --help" in result.stderr
+
+
+def test_no_arguments_still_prints_the_help() -> None:
+    result = runner.invoke(app, [])
+    assert "Usage: ddpcli" in result.output and "error:" not in result.output
