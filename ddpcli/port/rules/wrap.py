@@ -181,9 +181,6 @@ def apply(port: Port) -> None:
         if name.rsplit(".", 1)[-1] == "DataParallel" and call.args:
             inner = port.code(call.args[0].value)
             port.edits.rewrite(call, lambda node, inner=inner: cst.IfExp(
-                test=expression("_ddp"), body=expression(inner), orelse=node,
-                whitespace_before_test=cst.SimpleWhitespace(" "), whitespace_after_test=cst.SimpleWhitespace(" "),
-                whitespace_before_else=cst.SimpleWhitespace(" "), whitespace_after_else=cst.SimpleWhitespace(" "),
-            ))  # fmt: skip
+                test=expression("_ddp"), body=expression(inner), orelse=node))  # fmt: skip
             port.change(call, "data_parallel", "nn.DataParallel skipped under torchrun: each process drives one "
                         "device and DistributedDataParallel replaces it")  # fmt: skip
