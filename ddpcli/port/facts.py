@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpcli.init.frameworks import OPTIMIZER_CLASSES
 
@@ -59,11 +59,17 @@ class Facts:
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     calls: list[cst.Call] = field(default_factory=list)  # in source order
 
+    children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
+    order: list[cst.CSTNode] = field(default_factory=list)  # every node, in source order (preorder)
+
     @classmethod
     def read(cls, source: str) -> Facts:
-        wrapper = MetadataWrapper(cst.parse_module(source))
-        facts = cls(wrapper.module, dict(wrapper.resolve(PositionProvider)), dict(wrapper.resolve(ParentNodeProvider)))
-        for node in facts.walk(facts.module):
+        wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)  # the tree is ours: no copy
+        tree = _Tree()
+        wrapper.module.visit(tree)
+        facts = cls(wrapper.module, dict(wrapper.resolve(PositionProvider)), tree.parents)
+        facts.children, facts.order = tree.children, tree.order
+        for node in facts.order:
             if isinstance(node, cst.Import):
                 for alias in node.names:
                     full = dotted(alias.name)
@@ -83,9 +89,19 @@ class Facts:
         return facts
 
     def walk(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        yield node
-        for child in node.children:
-            yield from self.walk(child)
+        """`node` and everything under it, in source order (from the tree read once: libcst's `.children`
+        rebuilds a node's children each time it is asked, which made every walk cost a visit)."""
+        if node is self.module:
+            yield from self.order
+            return
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            yield current
+            below = self.children.get(current)
+            if below is None and current not in self.parents:  # a node the rules built, not the script's
+                below = list(current.children)
+            stack.extend(reversed(below or ()))
 
     def line(self, node: cst.CSTNode) -> int:
         return self.positions[node].start.line  # type: ignore[attr-defined]
@@ -184,3 +200,26 @@ class Facts:
             if isinstance(statement, cst.If) and "__main__" in self.module.code_for_node(statement.test):
                 return statement
         return None
+
+
+class _Tree(cst.CSTVisitor):
+    """Each node's parent and children, and every node in source order, in one visit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.children: dict[cst.CSTNode, list[cst.CSTNode]] = {}
+        self.order: list[cst.CSTNode] = []
+        self.stack: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.stack:
+            self.parents[node] = self.stack[-1]
+            self.children[self.stack[-1]].append(node)
+        self.children[node] = []
+        self.order.append(node)
+        self.stack.append(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.stack.pop()
