@@ -58,3 +58,97 @@ def test_data_parallel_is_skipped_under_torchrun_and_kept_under_python() -> None
     assert "data_parallel" in kinds(result)
     wrap = lines.index("model = DistributedDataParallel(model)")
     assert lines.index("model = model if _ddp else nn.DataParallel(model)") < wrap
+
+
+SPREAD_IMPORTS = '''\
+# -*- coding: utf-8 -*-
+"""Training a Classifier: imports spread through the file (pytorch/tutorials' cifar10_tutorial)."""
+from __future__ import annotations
+import torch
+import torch.utils.data
+
+data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+trainloader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
+
+import numpy as np
+import torch.nn as nn
+
+net = nn.Linear(4, 1)
+
+import torch.optim as optim
+
+optimizer = optim.SGD(net.parameters(), lr=0.01)
+for epoch in range(2):
+    for inputs, labels in trainloader:
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(net(inputs), labels)
+        loss.backward()
+        optimizer.step()
+print("Finished Training", np.float64(loss.item()) > 0)
+'''
+
+
+def test_the_header_goes_after_the_first_import_block_before_any_use(tmp_path: Path) -> None:
+    lines = lines_of(port(SPREAD_IMPORTS))
+    header = lines.index('_ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ')
+    assert lines.index("import torch.utils.data") < header < lines.index("import numpy as np")
+    assert header < next(i for i, line in enumerate(lines) if "_ddp_shard(" in line and "def" not in line)
+    assert lines.index("from __future__ import annotations") < lines.index("import os") < header
+    out = tmp_path / "train_ddp.py"
+    out.write_text(port(SPREAD_IMPORTS).source, encoding="utf-8")
+    result = run(out)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Finished Training True\n"
+
+
+def test_the_header_imports_torch_itself_when_the_script_imports_it_only_later() -> None:
+    source = "import numpy as np\n\nx = np.zeros(3)\n" + SPREAD_IMPORTS.split("from __future__ import annotations\n")[1]
+    lines = lines_of(port(source))
+    assert lines[:4] == ["import numpy as np", "import os", "import torch", "import torch.distributed as dist"]
+
+
+TAKEN = """\
+import torch
+from torch import nn
+
+_is_main = "the script's own"
+dist = 3.0
+
+
+def _unwrap(x):
+    return x
+
+
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in [torch.randn(2, 4)]:
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+print(_is_main, dist, _unwrap(1), model.weight.shape)
+torch.save(model.state_dict(), "m.pt")
+"""
+
+
+def test_names_the_port_adds_are_renamed_where_the_script_binds_them(tmp_path: Path) -> None:
+    result = port(TAKEN)
+    lines = lines_of(result)
+    assert "_is_main_ = _ddp_rank == 0  # rank 0 alone prints, logs and writes files" in lines
+    assert "import torch.distributed as dist_" in lines
+    assert "def _unwrap_(model):" in lines
+    assert lines[lines.index("print(_is_main, dist, _unwrap(1), _unwrap_(model).weight.shape)") - 1] == "if _is_main_:"
+    assert 'torch.save(_unwrap_(model).state_dict(), "m.pt")' in lines
+    assert '_is_main = "the script\'s own"' in lines and "dist = 3.0" in lines and "def _unwrap(x):" in lines
+    out = tmp_path / "train_ddp.py"
+    out.write_text(result.source, encoding="utf-8")
+    ran = run(out)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "the script's own 3.0 1 torch.Size([1, 4])\n"
+
+
+def test_a_script_binding_os_gets_the_ports_os_under_another_name() -> None:
+    source = TAKEN.replace("dist = 3.0\n", 'os = "not the module"\n').replace("dist, ", "os, ")
+    lines = lines_of(port(source))
+    assert "import os as os_" in lines
+    assert '_ddp = "RANK" in os_.environ and "WORLD_SIZE" in os_.environ' in lines
+    assert 'os = "not the module"' in lines

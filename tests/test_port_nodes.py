@@ -103,6 +103,19 @@ SCRIPTS = {
         if __name__ == "__main__":
             sys.exit(main())
         """),
+    # names the port adds that the script takes: renamed in the port's code, the script's own kept
+    "taken": HEAD
+    + textwrap.dedent("""\
+        from os import path as _ddp
+        _is_main = dict(dist=1)
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in [torch.randn(2, 4)]:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+        print(_is_main, _ddp.sep)
+        """),
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from ddpcli.port import refusals
+from ddpcli.port import names, refusals
 from ddpcli.port.context import Port
 from ddpcli.port.facts import Facts
 from ddpcli.port.records import PortRefused, PortResult
@@ -64,15 +64,18 @@ def _port(source: str, name: str, path: Path | None) -> PortResult:
 
 
 def _run_rules(facts: Facts) -> PortResult:
-    port = Port(facts)
-    if "dist" in facts.names and facts.aliases.get("dist") != "torch.distributed":
-        port.dist = "_dist"
+    port = Port(facts, renames=names.taken(facts))
     for rule in RULES:
         rule(port)
     _no_loader_note(port)
     port.changes.sort(key=lambda change: change.line)
     port.not_ported.sort(key=lambda item: item.line)
-    return PortResult(port.edits.apply(facts.module).code, port.changes, port.not_ported)
+    for node in names.set_aside(facts, port.renames):  # before any rule's edit of the node
+        port.edits.rewrites[node].insert(0, names.hidden)
+    written = port.edits.apply(facts.module)
+    if port.renames:
+        written = written.visit(names.Rename(port.renames))
+    return PortResult(written.code, port.changes, port.not_ported)
 
 
 def _no_loader_note(port: Port) -> None:

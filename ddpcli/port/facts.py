@@ -3,7 +3,7 @@ their steps, the models they train, its DataLoaders and its loops. Read once, sh
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -24,6 +24,25 @@ def dotted(node: cst.CSTNode) -> str:
         return ""
     parts.append(node.value)
     return ".".join(reversed(parts))
+
+
+def dotted_module(node: cst.ImportFrom) -> str:
+    return dotted(node.module) if node.module is not None else ""
+
+
+def import_aliases(node: cst.BaseSmallStatement) -> list[tuple[str, str]]:
+    """The names an import binds and what each is: `import a.b` -> (a, a); `import a.b as c` -> (c, a.b);
+    `from a import b as c` -> (c, a.b). Relative and star imports bind nothing known."""
+    if isinstance(node, cst.Import):
+        found = []
+        for alias in node.names:
+            full = dotted(alias.name)
+            found.append((dotted(alias.asname.name), full) if alias.asname else (full.split(".")[0],) * 2)
+        return found
+    if isinstance(node, cst.ImportFrom) and node.module and not node.relative and isinstance(node.names, Sequence):
+        return [(dotted(alias.asname.name) if alias.asname else dotted(alias.name),
+                     f"{dotted(node.module)}.{dotted(alias.name)}") for alias in node.names]  # fmt: skip
+    return []
 
 
 def call_name(node: cst.Call) -> str:
@@ -70,16 +89,8 @@ class Facts:
         facts = cls(wrapper.module, dict(wrapper.resolve(PositionProvider)), tree.parents)
         facts.children, facts.order = tree.children, tree.order
         for node in facts.order:
-            if isinstance(node, cst.Import):
-                for alias in node.names:
-                    full = dotted(alias.name)
-                    local = dotted(alias.asname.name) if alias.asname else full.split(".")[0]
-                    facts.aliases[local] = full if alias.asname else local
-            elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
-                if not isinstance(node.names, cst.ImportStar):
-                    for alias in node.names:
-                        local = dotted(alias.asname.name) if alias.asname else dotted(alias.name)
-                        facts.aliases[local] = f"{dotted(node.module)}.{dotted(alias.name)}"
+            if isinstance(node, cst.Import | cst.ImportFrom):
+                facts.aliases.update(import_aliases(node))
             elif isinstance(node, cst.Name):
                 facts.names.add(node.value)
             elif isinstance(node, cst.FunctionDef):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcli.port.context import Port
+from ddpcli.port.facts import import_aliases
 
 RANKS = '''
 # ddpcli port: under torchrun (RANK and WORLD_SIZE set) this script trains data-parallel; without them it runs on
@@ -58,7 +59,16 @@ TEARDOWN = "if _ddp:\n    DIST.destroy_process_group()\n"
 
 
 def _binds(port: Port, name: str, origin: str) -> bool:
-    return port.facts.aliases.get(name) == origin
+    """`name` is `origin` where the header stands: imported so by a top-level import up to the header's anchor."""
+    anchor = _anchor(port)
+    if anchor is None:
+        return False
+    body = list(port.facts.module.body)
+    imported: dict[str, str] = {}
+    for statement in body[: body.index(anchor) + 1]:
+        if isinstance(statement, cst.SimpleStatementLine):
+            imported |= {local: full for small in statement.body for local, full in import_aliases(small)}
+    return imported.get(name) == origin
 
 
 def imports(port: Port) -> list[str]:
@@ -73,20 +83,38 @@ def imports(port: Port) -> list[str]:
     if "shard" in port.needs:
         wanted.append(("DistributedSampler", "from torch.utils.data.distributed import DistributedSampler",
                        "torch.utils.data.distributed.DistributedSampler"))  # fmt: skip
-    return [line for name, line, origin in wanted if line and not _binds(port, name, origin)]
+    lines = []
+    for name, line, origin in wanted:
+        if name in port.renames:  # the script's own `os` is not the module: the port's under the name renamed
+            lines.append(line if " as " in line else f"{line} as {name}")
+        elif line and not _binds(port, name, origin):
+            lines.append(line)
+    return lines
+
+
+def _is_import_line(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body
+    )
 
 
 def _anchor(port: Port) -> cst.BaseStatement | None:
-    """The last top-level import before the script's first definition or statement that does something."""
+    """Where the module starts: the last statement of its docstring, its `__future__` imports and its first block of
+    imports (comments and blank lines between them are theirs). Any later statement may use what the header
+    defines (a tutorial's module-level code between import blocks), so the header goes no further."""
     anchor = None
-    for statement in port.facts.module.body:
-        if isinstance(statement, cst.SimpleStatementLine) and all(
-            isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body
-        ):
+    for index, statement in enumerate(port.facts.module.body):
+        if (index == 0 and _is_docstring(statement)) or _is_import_line(statement):
             anchor = statement
-        elif isinstance(statement, cst.FunctionDef | cst.ClassDef | cst.If | cst.For | cst.While | cst.With):
+        else:
             break
     return anchor
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString))  # fmt: skip
 
 
 def apply(port: Port) -> None:
