@@ -8,6 +8,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from ddpcli.port.engine import port_source
 from ddpcli.port.records import PortResult
@@ -152,3 +155,64 @@ def test_a_script_binding_os_gets_the_ports_os_under_another_name() -> None:
     assert "import os as os_" in lines
     assert '_ddp = "RANK" in os_.environ and "WORLD_SIZE" in os_.environ' in lines
     assert 'os = "not the module"' in lines
+
+
+def cli(*args: object) -> Any:
+    from typer.testing import CliRunner
+
+    from ddpcli.cli.app import app
+
+    return CliRunner().invoke(app, ["port", *map(str, args)])
+
+
+def test_ctrl_c_while_porting_exits_130_nothing_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddpcli.port import engine
+
+    script = tmp_path / "dp.py"
+    script.write_text(DATA_PARALLEL, encoding="utf-8")
+
+    def interrupted(port: object) -> None:
+        raise KeyboardInterrupt
+
+    def interrupted_inside_libcst(port: object) -> None:  # a KeyError raised while the interrupt unwinds
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise KeyError("IndentedBlock(...)")
+
+    for rule in (interrupted, interrupted_inside_libcst):
+        monkeypatch.setattr(engine, "RULES", (rule,))
+        result = cli(script)
+        assert result.exit_code == 130, result.output
+        assert result.stderr == f"error: {script}: interrupted; nothing written\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["dp.py"]
+
+
+def test_ctrl_c_on_a_long_port_exits_130(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from port_speed import script
+
+    path = tmp_path / "long.py"
+    path.write_text(script(10000), encoding="utf-8")
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen([sys.executable, "-m", "ddpcli", "port", str(path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=environ)  # fmt: skip
+    time.sleep(3)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err[-3000:]
+    assert err == f"error: {path}: interrupted; nothing written\n" and out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.py"]
+
+
+def test_a_folder_is_said_to_be_a_folder_and_help_shows_the_default_name(tmp_path: Path) -> None:
+    result = cli(tmp_path)
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {tmp_path}: a folder, not a script: name the training script in it\n"
+    assert cli(tmp_path / "nope.py").stderr == f"error: {tmp_path / 'nope.py'}: no such file\n"
+    text = " ".join(cli("--help").stdout.split())
+    assert "Default: SCRIPT's name with _ddp before .py, beside it (train.py -> train_ddp.py)." in " ".join(
+        text.replace("│", " ").split())  # fmt: skip

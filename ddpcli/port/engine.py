@@ -9,11 +9,13 @@ from pathlib import Path
 
 import libcst as cst
 
+from ddpcli.errors import UserError
 from ddpcli.port import names, refusals
 from ddpcli.port.context import Port
 from ddpcli.port.facts import Facts
 from ddpcli.port.records import PortRefused, PortResult
 from ddpcli.port.rules import accumulation, device, download, hand_batching, header, loss, rank0, sampler, unwrap, wrap
+from ddpcli.script import source as script_source
 
 # wrap first (the others read port.models); header last (it defines what the others used).
 RULES: tuple[Callable[[Port], None], ...] = (
@@ -25,8 +27,8 @@ RULES: tuple[Callable[[Port], None], ...] = (
 def read(source: str, name: str) -> Facts:
     try:
         return Facts.read(source)
-    except cst.ParserSyntaxError as error:
-        raise PortRefused([f"{name}:{error.raw_line}: not valid Python ({error.message})"]) from None
+    except cst.ParserSyntaxError as error:  # Python parses it (port_script checked) but libcst does not
+        raise PortRefused([f"{name}:{error.raw_line}: not valid Python for libcst ({error.message})"]) from None
 
 
 @contextmanager
@@ -90,8 +92,13 @@ def _no_loader_note(port: Port) -> None:
 
 
 def port_script(path: Path) -> PortResult:
+    """The port of the script at `path`, read as Python reads it (its coding cookie or byte order mark: the result
+    says the encoding to write it back in); a syntax error at Python's line."""
     try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise PortRefused([f"{path}: cannot read it: {error}"]) from None
-    return port_source(source, str(path), path)
+        source = script_source.read(path)
+        script_source.parse_ast(source)
+    except UserError as error:
+        raise PortRefused([str(error)]) from None
+    result = port_source(source.text, str(path), path)
+    result.encoding = source.encoding
+    return result
