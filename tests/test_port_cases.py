@@ -139,7 +139,7 @@ def test_names_the_port_adds_are_renamed_where_the_script_binds_them(tmp_path: P
     assert "_is_main_ = _ddp_rank == 0  # rank 0 alone prints, logs and writes files" in lines
     assert "import torch.distributed as dist_" in lines
     assert "def _unwrap_(model):" in lines
-    assert lines[lines.index("print(_is_main, dist, _unwrap(1), _unwrap_(model).weight.shape)") - 1] == "if _is_main_:"
+    assert "(print if _is_main_ else _ddp_quiet)(_is_main, dist, _unwrap(1), _unwrap_(model).weight.shape)" in lines
     assert 'torch.save(_unwrap_(model).state_dict(), "m.pt")' in lines
     assert '_is_main = "the script\'s own"' in lines and "dist = 3.0" in lines and "def _unwrap(x):" in lines
     out = tmp_path / "train_ddp.py"
@@ -216,3 +216,130 @@ def test_a_folder_is_said_to_be_a_folder_and_help_shows_the_default_name(tmp_pat
     text = " ".join(cli("--help").stdout.split())
     assert "Default: SCRIPT's name with _ddp before .py, beside it (train.py -> train_ddp.py)." in " ".join(
         text.replace("│", " ").split())  # fmt: skip
+
+
+HEAD = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+"""
+EVALUATE = (
+    HEAD
+    + """
+def evaluate(model, loader):
+    with torch.no_grad():
+        return sum(F.mse_loss(model(x), y).item() for x, y in loader)
+
+
+def make_loader(data, shuffle):
+    return DataLoader(data, batch_size=4, shuffle=shuffle)
+
+
+train_loader = make_loader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), True)
+val_loader = make_loader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), False)
+model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+    print(f"val {evaluate(model, val_loader):.4f}")
+    print(f"epoch {epoch}")
+print("SAVED"); torch.save(model.state_dict(), "m.pt")
+"""
+)
+
+
+def test_a_print_of_a_call_with_effects_runs_the_call_on_every_rank_and_prints_on_rank_zero() -> None:
+    lines = lines_of(port(EVALUATE))
+    assert '(print if _is_main else _ddp_quiet)(f"val {evaluate(model, val_loader):.4f}")' in lines
+    assert lines[lines.index('print(f"epoch {epoch}")') - 1] == "if _is_main:"
+    assert "def _ddp_quiet(*args, **kwargs):" in lines
+
+
+def test_two_statements_on_one_line_are_each_rank_zero_only() -> None:
+    result = port(EVALUATE)
+    assert '(print if _is_main else _ddp_quiet)("SAVED"); (torch.save if _is_main else _ddp_quiet)(_unwrap(model)' \
+           '.state_dict(), "m.pt")' in lines_of(result)  # fmt: skip
+    assert [c.line for c in result.changes if c.kind == "rank0"] == [24, 25, 26, 26]
+
+
+def test_loaders_built_by_one_factory_are_sharded_at_the_training_call_site() -> None:
+    result = port(EVALUATE)
+    lines = lines_of(result)
+    assert "return DataLoader(data, batch_size=4, shuffle=shuffle)" in lines
+    assert (
+        "train_loader = _ddp_shard(make_loader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), True))" in lines
+    )
+    assert "val_loader = make_loader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), False)" in lines
+    assert [c.line for c in result.changes if c.kind == "sampler"] == [15]
+
+
+ITERABLE = (
+    HEAD
+    + """
+class Stream(IterableDataset):
+    def __iter__(self):
+        for _ in range(8):
+            yield torch.randn(4), torch.randn(1)
+
+
+train_loader = DataLoader(Stream(), batch_size=4)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in train_loader:
+    optimizer.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    optimizer.step()
+"""
+)
+
+
+def test_a_loader_over_an_iterable_dataset_is_said_not_ported_at_port_time() -> None:
+    result = port(ITERABLE)
+    assert "train_loader = DataLoader(Stream(), batch_size=4)" in lines_of(result)
+    assert [(n.line, n.reason.split(":")[0]) for n in result.not_ported] == [
+        (12, "train_loader iterates an IterableDataset (Stream)")]  # fmt: skip
+    assert "its own sampler" not in " ".join(n.reason for n in result.not_ported)
+
+
+def test_a_cuda_device_string_stays_the_scripts_so_comparisons_with_it_hold() -> None:
+    source = (
+        HEAD
+        + """
+device = "cuda" if torch.cuda.is_available() else "cpu"
+use_amp = device == "cuda"
+model = nn.Linear(4, 1).to(device)
+scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4):
+    optimizer.zero_grad()
+    F.mse_loss(model(x.to(device)), y.to(device)).backward()
+    optimizer.step()
+"""
+    )
+    result = port(source)
+    lines = lines_of(result)
+    assert 'device = "cuda" if torch.cuda.is_available() else "cpu"' in lines
+    assert 'use_amp = device == "cuda"' in lines
+    assert "torch.cuda.set_device(_ddp_local_rank)" in lines  # "cuda" is this rank's GPU once the group is set up
+    assert "device" not in kinds(result)
+
+
+def test_the_shard_helper_names_an_iterable_dataset_it_meets_at_run_time() -> None:
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    source = port(EVALUATE).source
+    helper = source[source.index("def _ddp_shard(") : source.index("def _ddp_quiet(")]
+    scope: dict[str, Any] = {"torch": torch, "_ddp": True, "_ddp_rank": 0, "_ddp_world": 2}
+    exec(compile(helper, "train_ddp.py", "exec"), scope)
+
+    class Stream(IterableDataset):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            return iter(range(4))
+
+    with pytest.raises(RuntimeError, match="this DataLoader iterates an IterableDataset, which a DistributedSampler"):
+        scope["_ddp_shard"](DataLoader(Stream(), batch_size=2))

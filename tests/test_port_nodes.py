@@ -78,7 +78,7 @@ SCRIPTS = {
                 loss = F.mse_loss(model(x), x[:, :1], reduction="sum")
                 loss.backward()
                 optimizer.step()
-            print(epoch)
+            print(epoch, len(train_loader), model(x).sum())
         torch.save(model.state_dict(), "m.pt")
         """),
     # accumulation, hand batching by slices, batchify by column, a main that exits (teardown in a finally)

@@ -82,7 +82,7 @@ def _run_rules(facts: Facts) -> PortResult:
 
 def _no_loader_note(port: Port) -> None:
     kinds = {change.kind for change in port.changes}
-    if not kinds & {"sampler", "hand_batches"}:
+    if not kinds & {"sampler", "hand_batches"} and not port.loaders_not_ported:
         step = port.facts.step_calls()[0]
         port.cannot(step, "no training DataLoader found for this step's data: every rank would train on the "
                     "same samples; shard them by _ddp_rank and _ddp_world")  # fmt: skip

@@ -41,6 +41,9 @@ def _ddp_shard(loader):
     if not _ddp:
         return loader
     data, dataset = torch.utils.data, loader.dataset
+    if isinstance(dataset, data.IterableDataset):
+        raise RuntimeError("ddpcli port: this DataLoader iterates an IterableDataset, which a DistributedSampler "
+                           "cannot shard; have its __iter__ yield every _ddp_world-th sample from _ddp_rank")
     if isinstance(loader.sampler, data.SubsetRandomSampler):  # a split of the data set: shard the split
         dataset = data.Subset(dataset, list(loader.sampler.indices))
     elif loader.batch_size is None or not isinstance(loader.sampler, (data.RandomSampler, data.SequentialSampler)):
@@ -55,6 +58,12 @@ def _ddp_shard(loader):
         prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,
     )
 '''
+QUIET = '''
+
+def _ddp_quiet(*args, **kwargs):
+    """What print, a logger or a save does on the ranks but 0: nothing (their arguments were evaluated)."""
+'''
+SETUP = '(nccl with CUDA, gloo otherwise; LOCAL_RANK the current GPU, so "cuda" is each rank\'s own)'
 TEARDOWN = "if _ddp:\n    DIST.destroy_process_group()\n"
 
 
@@ -125,6 +134,8 @@ def apply(port: Port) -> None:
         code += UNWRAP
     if "shard" in port.needs:
         code += SHARD
+    if "quiet" in port.needs:
+        code += QUIET
     code = code.replace("DIST.", f"{port.dist}.")
     guard = facts.main_guard()
     at_start = guard is None or port.wraps_at_module_level or not isinstance(guard.body, cst.IndentedBlock)
@@ -140,8 +151,8 @@ def apply(port: Port) -> None:
     teardown = TEARDOWN.replace("DIST.", f"{port.dist}.")
     if at_start:
         port.edits.insert_after(facts.module.body[-1], teardown)
-        port.change(line, "process_group", "one process group from env:// (nccl with CUDA, gloo otherwise) where "
-                    "the script starts; destroy_process_group at its end")  # fmt: skip
+        port.change(line, "process_group", f"one process group from env:// {SETUP} where the script starts; "
+                    "destroy_process_group at its end")  # fmt: skip
     else:
         assert guard is not None and isinstance(guard.body, cst.IndentedBlock)
         if _exits(port, guard.body.body[-1]):  # `sys.exit(main())`: the teardown in a finally
@@ -149,8 +160,8 @@ def apply(port: Port) -> None:
         else:
             port.edits.insert_before(guard.body.body[0], "_ddp_setup()\n")
             port.edits.insert_after(guard.body.body[-1], teardown)
-        port.change(guard, "process_group", "one process group from env:// (nccl with CUDA, gloo otherwise) at the "
-                    "start of the script's main; destroy_process_group at its end")  # fmt: skip
+        port.change(guard, "process_group", f"one process group from env:// {SETUP} at the start of the script's "
+                    "main; destroy_process_group at its end")  # fmt: skip
 
 
 def _exits(port: Port, statement: cst.BaseStatement) -> bool:

@@ -56,32 +56,78 @@ def _epoch_of(loop: cst.For | cst.While) -> str | None:
     return None
 
 
+def _factory_sites(port: Port, call: cst.Call) -> list[tuple[cst.Call, str]] | None:
+    """`def make_loader(...): return DataLoader(...)`: the calls of that function and the name each is bound to
+    (train and val loaders built by one factory are told apart where it is called); None for a loader not built
+    so."""
+    facts = port.facts
+    function = facts.scope(call)
+    if not isinstance(facts.parents.get(call), cst.Return) or not isinstance(function, cst.FunctionDef):
+        return None
+    calls = [other for other in facts.calls if dotted(other.func).rsplit(".", 1)[-1] == function.name.value]
+    return [(other, name) for other in calls if (name := _loader_name(port, other))]
+
+
+def _iterable_dataset(port: Port, call: cst.Call) -> str | None:
+    """The class of the loader's data set where it is a torch IterableDataset the script defines (`class
+    Stream(IterableDataset)`) and builds in place or by name: a DistributedSampler cannot shard it."""
+    facts = port.facts
+    if not call.args or call.args[0].keyword is not None:
+        return None
+    data = call.args[0].value
+    if isinstance(data, cst.Name):
+        built = [s for s in facts.assigned_in(facts.scope(call), data.value) if isinstance(s, cst.SimpleStatementLine)]
+        values = [small.value for s in built for small in s.body if isinstance(small, cst.Assign)]
+        data = values[-1] if values else data
+    name = dotted(data.func) if isinstance(data, cst.Call) else ""
+    definition = next((n for n in facts.order if isinstance(n, cst.ClassDef) and n.name.value == name), None)
+    if definition is None:
+        return None
+    bases = {facts.resolve(base.value).rsplit(".", 1)[-1] for base in definition.bases}
+    return name if bases & {"IterableDataset", "IterDataPipe"} else None
+
+
 def apply(port: Port) -> None:
     facts = port.facts
     training = Training(facts)
     for call in facts.calls:
         if facts.resolve(call).rsplit(".", 1)[-1] != "DataLoader":
             continue
-        names = _loader_names(port, call)
-        name = names[0] if names else ""
-        loops = [found for each in names for found in training.batch_loops(each)]
-        trains = bool(loops) or any("train" in each.lower() for each in names)
-        if not trains:
+        sites = _factory_sites(port, call)
+        if sites is None:
+            names = _loader_names(port, call)
+            sites = [(call, name) for name in names[:1]] or [(call, "")]
+        shard = []
+        for site, name in sites:
+            loops = training.batch_loops(name) if name else []
+            if loops or "train" in name.lower():
+                shard.append((site, name, loops))
+        if not shard:
             continue
+        name = shard[0][1]
         own = keyword(call, "batch_sampler") or keyword(call, "sampler")
         if own is not None and not port.code(own.value).startswith(SHARDABLE):
+            port.loaders_not_ported = True
             port.cannot(call, f"{name or 'this DataLoader'} draws with its own sampler ({port.code(own.value)}): "
                         "every rank would draw the same batches; give each rank its share by _ddp_rank and "
                         "_ddp_world")  # fmt: skip
             continue
-        port.edits.rewrite(call, lambda node: cst.Call(func=cst.Name("_ddp_shard"), args=[cst.Arg(node)]))
-        port.needs.add("shard")
+        iterable = _iterable_dataset(port, call)
+        if iterable is not None:
+            port.loaders_not_ported = True
+            port.cannot(call, f"{name or 'this DataLoader'} iterates an IterableDataset ({iterable}): a "
+                        "DistributedSampler cannot shard it, so every rank would train on the same samples; "
+                        "have its __iter__ yield every _ddp_world-th sample from _ddp_rank")  # fmt: skip
+            continue
         batch = keyword(call, "batch_size")
         per_device = f" ({port.code(batch.value)} per device)" if batch is not None else ""
-        port.change(call, "sampler", f"{name or 'the DataLoader'}: a DistributedSampler under torchrun, keeping its "
-                    f"shuffle and drop_last; each rank gets its share of every epoch and the batch stays the "
-                    f"script's{per_device}, so the global batch is world size x it")  # fmt: skip
-        _set_epochs(port, name, loops, global_loader=isinstance(port.facts.scope(call), cst.Module))
+        for site, name, loops in shard:
+            port.edits.rewrite(site, lambda node: cst.Call(func=cst.Name("_ddp_shard"), args=[cst.Arg(node)]))
+            port.needs.add("shard")
+            port.change(site, "sampler", f"{name or 'the DataLoader'}: a DistributedSampler under torchrun, keeping "
+                        f"its shuffle and drop_last; each rank gets its share of every epoch and the batch stays the "
+                        f"script's{per_device}, so the global batch is world size x it")  # fmt: skip
+            _set_epochs(port, name, loops, global_loader=isinstance(port.facts.scope(site), cst.Module))
 
 
 def _epoch_loops(port: Port, at: cst.CSTNode, reachable: bool) -> list[cst.For | cst.While]:
