@@ -343,3 +343,85 @@ def test_the_shard_helper_names_an_iterable_dataset_it_meets_at_run_time() -> No
 
     with pytest.raises(RuntimeError, match="this DataLoader iterates an IterableDataset, which a DistributedSampler"):
         scope["_ddp_shard"](DataLoader(Stream(), batch_size=2))
+
+
+TRANSFER = (
+    HEAD
+    + """
+import os
+import tempfile
+
+import torchvision
+
+
+def train_model(model, optimizer, num_epochs):
+    with tempfile.TemporaryDirectory() as tempdir:
+        best_model_params_path = os.path.join(tempdir, "best_model_params.pt")
+        torch.save(model.state_dict(), best_model_params_path)
+        for epoch in range(num_epochs):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            torch.save(model.state_dict(), best_model_params_path)
+        model.load_state_dict(torch.load(best_model_params_path, weights_only=True))
+    return model
+
+
+train_loader = DataLoader(TensorDataset(torch.randn(8, 3, 8, 8), torch.randint(0, 2, (8,))), batch_size=4)
+model_conv = torchvision.models.resnet18(num_classes=2)
+for param in model_conv.parameters():
+    param.requires_grad = False
+model_conv.fc = nn.Linear(model_conv.fc.in_features, 2)
+optimizer_conv = torch.optim.SGD(model_conv.fc.parameters(), lr=0.01)
+model_conv = train_model(model_conv, optimizer_conv, num_epochs=1)
+"""
+)
+
+
+def test_the_model_is_wrapped_not_the_submodule_its_optimizer_steps() -> None:
+    result = port(TRANSFER)
+    lines = lines_of(result)
+    assert "model_conv = DistributedDataParallel(model_conv)" in lines
+    assert "model_conv.fc = DistributedDataParallel(model_conv.fc)" not in lines
+    assert lines.index("model_conv = DistributedDataParallel(model_conv)") < lines.index(
+        "optimizer_conv = torch.optim.SGD(_unwrap(model_conv).fc.parameters(), lr=0.01)")  # fmt: skip
+
+
+def test_a_temporary_folder_rank_zero_writes_is_the_folder_every_rank_reads() -> None:
+    result = port(TRANSFER)
+    lines = lines_of(result)
+    start = lines.index("with tempfile.TemporaryDirectory() as tempdir:")
+    assert lines[start + 1 : start + 3] == ["if _ddp:", "tempdir = _ddp_shared(tempdir)"]
+    end = lines.index("return model")
+    assert lines[end - 2 : end] == [
+        "if _ddp:",
+        "dist.barrier()  # every rank has read rank 0's files: it may remove them",
+    ]
+    assert "shared_path" in kinds(result)
+    assert "def _ddp_shared(path):" in lines
+
+
+def test_each_rank_draws_its_own_randomness_after_the_wrap_under_torchrun_only() -> None:
+    result = port(TRANSFER)
+    lines = lines_of(result)
+    wrap = lines.index("model_conv = DistributedDataParallel(model_conv)")
+    assert lines[wrap + 1] == "_ddp_seed()"
+    assert "torch.manual_seed(torch.initial_seed() + _ddp_rank)" in lines
+    assert [c.kind for c in result.changes].count("rng") == 1
+
+
+def test_the_shared_path_and_seed_helpers_do_nothing_without_torchrun() -> None:
+    import torch
+
+    source = port(TRANSFER).source
+    helpers = source[source.index("def _ddp_seed(") : source.index("_ddp_setup()\n")]
+    scope: dict[str, Any] = {"torch": torch, "_ddp": False, "_ddp_rank": 0}
+    exec(compile(helpers, "train_ddp.py", "exec"), scope)
+    torch.manual_seed(5)
+    scope["_ddp_seed"]()
+    assert torch.initial_seed() == 5 and scope["_ddp_shared"]("/tmp/x") == "/tmp/x"
+    scope["_ddp"], scope["_ddp_rank"] = True, 3
+    scope["_ddp_seed"]()
+    scope["_ddp_seed"]()
+    assert torch.initial_seed() == 8  # once, by the rank

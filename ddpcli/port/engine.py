@@ -14,13 +14,25 @@ from ddpcli.port import names, refusals
 from ddpcli.port.context import Port
 from ddpcli.port.facts import Facts
 from ddpcli.port.records import PortRefused, PortResult
-from ddpcli.port.rules import accumulation, device, download, hand_batching, header, loss, rank0, sampler, unwrap, wrap
+from ddpcli.port.rules import (
+    accumulation,
+    device,
+    download,
+    hand_batching,
+    header,
+    loss,
+    rank0,
+    sampler,
+    shared,
+    unwrap,
+    wrap,
+)  # fmt: skip
 from ddpcli.script import source as script_source
 
 # wrap first (the others read port.models); header last (it defines what the others used).
 RULES: tuple[Callable[[Port], None], ...] = (
     wrap.apply, unwrap.apply, device.apply, sampler.apply, loss.apply, rank0.apply, download.apply,
-    accumulation.apply, hand_batching.apply, header.apply,
+    accumulation.apply, hand_batching.apply, shared.apply, header.apply,
 )  # fmt: skip
 
 
@@ -80,10 +92,19 @@ def _run_rules(facts: Facts) -> PortResult:
     return PortResult(written.code, port.changes, port.not_ported)
 
 
+def rules_only(source: str, name: str) -> PortResult:
+    """Every rule on `source`, refused or not (the robustness run's way of giving the rules any file)."""
+    with _no_cyclic_gc():
+        return _run_rules(read(source, name))
+
+
 def _no_loader_note(port: Port) -> None:
     kinds = {change.kind for change in port.changes}
+    steps = port.facts.step_calls()
+    if not steps:
+        return
     if not kinds & {"sampler", "hand_batches"} and not port.loaders_not_ported:
-        step = port.facts.step_calls()[0]
+        step = steps[0]
         port.cannot(step, "no training DataLoader found for this step's data: every rank would train on the "
                     "same samples; shard them by _ddp_rank and _ddp_world")  # fmt: skip
     if "ddp_wrap" not in kinds and not any("DistributedDataParallel" in item.reason for item in port.not_ported):

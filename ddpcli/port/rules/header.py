@@ -58,6 +58,27 @@ def _ddp_shard(loader):
         prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,
     )
 '''
+SEED = '''
+
+def _ddp_seed():
+    """Under torchrun, once the first model is wrapped (DDP gave it rank 0's parameters): this rank's torch RNG
+    offset by its rank, so what the script draws per step (noise, dropout, augmentation) differs across ranks."""
+    global _ddp_seeded
+    if _ddp and not globals().get("_ddp_seeded"):
+        _ddp_seeded = True
+        torch.manual_seed(torch.initial_seed() + _ddp_rank)
+'''
+SHARED = '''
+
+def _ddp_shared(path):
+    """Under torchrun, rank 0's path for a folder every rank made for itself (a TemporaryDirectory): rank 0 writes
+    there and every rank reads what it wrote (ranks of one machine; the others' own folders stay empty)."""
+    if not _ddp:
+        return path
+    paths = [path]
+    DIST.broadcast_object_list(paths, src=0)
+    return paths[0]
+'''
 QUIET = '''
 
 def _ddp_quiet(*args, **kwargs):
@@ -136,6 +157,10 @@ def apply(port: Port) -> None:
         code += SHARD
     if "quiet" in port.needs:
         code += QUIET
+    if "seed" in port.needs:
+        code += SEED
+    if "shared" in port.needs:
+        code += SHARED
     code = code.replace("DIST.", f"{port.dist}.")
     guard = facts.main_guard()
     at_start = guard is None or port.wraps_at_module_level or not isinstance(guard.body, cst.IndentedBlock)
