@@ -425,3 +425,21 @@ def test_the_shared_path_and_seed_helpers_do_nothing_without_torchrun() -> None:
     scope["_ddp_seed"]()
     scope["_ddp_seed"]()
     assert torch.initial_seed() == 8  # once, by the rank
+
+
+def test_a_progress_bar_of_the_scripts_own_folder_that_only_prints_is_rank_zero_only(tmp_path: Path) -> None:
+    from ddpcli.port.engine import port_script
+
+    (tmp_path / "utils.py").write_text(
+        "import sys\nimport torch\n\n\ndef progress_bar(current, total, msg=None):\n"
+        "    sys.stdout.write(f' [{current}/{total}] {msg}\\n')\n\n\n"
+        "def evaluate(model):\n    print(model(torch.ones(1, 4)))\n",
+        encoding="utf-8",
+    )  # fmt: skip
+    script = tmp_path / "main.py"
+    script.write_text(DATA_PARALLEL.replace("from torch import nn\n", "from torch import nn\n\nfrom utils import "
+                      "evaluate, progress_bar\n") + "    progress_bar(1, 2, 'loss')\n    evaluate(model)\n",
+                      encoding="utf-8")  # fmt: skip
+    lines = lines_of(port_script(script))
+    assert lines[lines.index("progress_bar(1, 2, 'loss')") - 1] == "if _is_main:"
+    assert lines[lines.index("evaluate(model)") - 1] != "if _is_main:"  # it calls the model: every rank

@@ -65,6 +65,7 @@ def port_source(source: str, name: str, path: Path | None = None) -> PortResult:
 
 def _port(source: str, name: str, path: Path | None) -> PortResult:
     facts = read(source, name)
+    facts.folder = path.parent if path is not None else None
     reasons = refusals.already_parallel(facts, name)
     reasons += refusals.self_launching(facts, path, name) if path is not None else []
     if not reasons:

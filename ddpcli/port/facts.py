@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -80,6 +81,7 @@ class Facts:
 
     children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
     order: list[cst.CSTNode] = field(default_factory=list)  # every node, in source order (preorder)
+    folder: Path | None = None  # the script's folder (its own modules: utils.py), when read from a file
 
     @classmethod
     def read(cls, source: str) -> Facts:

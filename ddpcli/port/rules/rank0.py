@@ -8,6 +8,7 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, last_name, string_value
+from ddpcli.port.siblings import only_prints
 
 WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "to_csv", "to_json", "dump",
           "np.save", "np.savez", "np.savetxt", "numpy.save", "os.makedirs", "os.mkdir", "write_text", "write_bytes",
@@ -36,7 +37,9 @@ def _talks_or_writes(port: Port, call: cst.Call, writers: set[str], loggers: set
     name = port.facts.resolve(call)
     receiver = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else ""
     last = last_name(call)
-    if name == "print" or name == "tqdm.write" or name.endswith("tqdm.write"):
+    if name in ("print", "tqdm.write", "sys.stdout.write") or name.endswith("tqdm.write"):
+        return "print"
+    if "." in name and only_prints(port.facts.folder, name):  # the script's own progress_bar (utils.py)
         return "print"
     if name in WRITES or last in WRITES:
         return "write"
