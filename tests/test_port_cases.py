@@ -443,3 +443,16 @@ def test_a_progress_bar_of_the_scripts_own_folder_that_only_prints_is_rank_zero_
     lines = lines_of(port_script(script))
     assert lines[lines.index("progress_bar(1, 2, 'loss')") - 1] == "if _is_main:"
     assert lines[lines.index("evaluate(model)") - 1] != "if _is_main:"  # it calls the model: every rank
+
+
+def test_every_change_kind_a_rule_records_is_in_the_contract() -> None:
+    import re
+
+    kinds_used = set()
+    for path in (REPO / "ddpcli" / "port").rglob("*.py"):
+        kinds_used |= set(re.findall(r'\.change\(\s*[\w.\[\]]+,\s*"(\w+)"', path.read_text(encoding="utf-8")))
+    contract = (REPO / "docs" / "contracts.md").read_text(encoding="utf-8")
+    section = contract[contract.index("## `ddpcli port SCRIPT --json`") :]
+    listed = section[section.index("the rule") :].split("(`", 1)[1].split("`)")[0]
+    assert {"rng", "shared_path", "rank0", "ddp_wrap"} <= kinds_used
+    assert kinds_used <= {kind.strip() for kind in listed.replace("\n", " ").split(",")}
