@@ -4,6 +4,7 @@ an internal error ("a bug of ddpcli port"). Prints the counts, and each internal
 
     PYTHONPATH=. python benchmarks/port_robustness.py torch lightning transformers
     PYTHONPATH=. python benchmarks/port_robustness.py --files list.txt   # one path a line
+    PYTHONPATH=. python benchmarks/port_robustness.py --rules torch      # every rule on every file, refused or not
 
 Exit 1 when any file ended in an internal error.
 """
@@ -20,8 +21,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddpcli.port.engine import port_script
+from ddpcli.errors import UserError
+from ddpcli.port.engine import port_script, rules_only
 from ddpcli.port.records import PortRefused
+from ddpcli.script import source as script_source
 
 
 @dataclass
@@ -56,11 +59,20 @@ def error_class(error: BaseException) -> str:
     return f"{type(error).__name__} at {where}: {str(error)[:80]}"
 
 
-def port_one(path: Path, out: Path, tally: Tally) -> None:
+def port_one(path: Path, out: Path, tally: Tally, rules: bool = False) -> None:
+    """Port `path` (with `rules`: run every rule on it even where the port refuses it) and count how it ended."""
     try:
-        result = port_script(path)
+        if rules:
+            source = script_source.read(path)
+            script_source.parse_ast(source)
+            result = rules_only(source.text, str(path))
+        else:
+            result = port_script(path)
     except PortRefused as refused:
         tally.refused[refusal_kind(refused.reasons[0])] += 1
+        return
+    except UserError as error:  # not readable or not Python (rules mode reads the file itself)
+        tally.refused[refusal_kind(str(error))] += 1
         return
     except Exception as error:  # what `ddpcli port` reports as a bug of its own
         tally.errors[error_class(error)].append(str(path))
@@ -73,6 +85,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("packages", nargs="*", default=["torch"])
     parser.add_argument("--files", type=Path, help="a file listing the paths to port, one a line")
+    parser.add_argument("--rules", action="store_true", help="run every rule on every file, refused or not")
     args = parser.parse_args(argv)
     groups = {str(args.files): [Path(line) for line in args.files.read_text().split()]} if args.files else {
         package: package_files(package) for package in args.packages}  # fmt: skip
@@ -81,7 +94,7 @@ def main(argv: list[str]) -> int:
         for name, files in groups.items():
             tally, start = Tally(), time.perf_counter()
             for path in files:
-                port_one(path, Path(folder), tally)
+                port_one(path, Path(folder), tally, args.rules)
             errors = sum(map(len, tally.errors.values()))
             print(f"{name}: {tally.total} files in {time.perf_counter() - start:.0f} s: {tally.written} written, "
                   f"{sum(tally.refused.values())} refused with a reason, {errors} internal errors")  # fmt: skip

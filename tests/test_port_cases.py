@@ -456,3 +456,68 @@ def test_every_change_kind_a_rule_records_is_in_the_contract() -> None:
     listed = section[section.index("the rule") :].split("(`", 1)[1].split("`)")[0]
     assert {"rng", "shared_path", "rank0", "ddp_wrap"} <= kinds_used
     assert kinds_used <= {kind.strip() for kind in listed.replace("\n", " ").split(",")}
+
+
+TRANSFER_CPU = """\
+import os
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 4)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.body(x)))
+
+
+def train_model(model, optimizer, num_epochs):
+    with tempfile.TemporaryDirectory() as tempdir:
+        best_model_params_path = os.path.join(tempdir, "best_model_params.pt")
+        torch.save(model.state_dict(), best_model_params_path)
+        best = float("inf")
+        for epoch in range(num_epochs):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+            if loss.item() < best:
+                best = loss.item()
+                torch.save(model.state_dict(), best_model_params_path)
+        model.load_state_dict(torch.load(best_model_params_path, weights_only=True))
+    return model
+
+
+torch.manual_seed(0)
+train_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4, shuffle=True)
+model_conv = Net()
+for param in model_conv.parameters():
+    param.requires_grad = False
+model_conv.fc = nn.Linear(4, 2)
+optimizer_conv = torch.optim.SGD(model_conv.fc.parameters(), lr=0.1)
+model_conv = train_model(model_conv, optimizer_conv, num_epochs=3)
+sys.stderr.write(f"params {sum(float(p.sum()) for p in model_conv.parameters()):.6f}\\n")
+"""
+
+
+def test_the_transfer_learning_checkpoint_in_a_temporary_folder_works_at_two_ranks(tmp_path: Path) -> None:
+    out = tmp_path / "transfer_ddp.py"
+    out.write_text(port(TRANSFER_CPU).source, encoding="utf-8")
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    environ.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                             str(out)], capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path,
+                            env=environ)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    sums = [line for line in result.stderr.splitlines() if line.startswith("params ")]
+    assert len(sums) == 2 and sums[0] == sums[1], result.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["transfer_ddp.py"]
