@@ -421,7 +421,10 @@ def test_the_shared_path_and_seed_helpers_do_nothing_without_torchrun() -> None:
     torch.manual_seed(5)
     scope["_ddp_seed"]()
     assert torch.initial_seed() == 5 and scope["_ddp_shared"]("/tmp/x") == "/tmp/x"
-    scope["_ddp"], scope["_ddp_rank"] = True, 3
+    scope["_ddp"] = True
+    scope["_ddp_seed"]()
+    assert torch.initial_seed() == 5  # rank 0 keeps the script's stream
+    scope["_ddp_rank"] = 3
     scope["_ddp_seed"]()
     scope["_ddp_seed"]()
     assert torch.initial_seed() == 8  # once, by the rank

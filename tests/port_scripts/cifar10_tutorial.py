@@ -5,7 +5,8 @@ through the file (torch first; numpy after the loaders are built; torch.nn befor
 before the optimizer), a peek at one training batch, a loop printing the running loss every N mini-batches,
 torch.save(net.state_dict(), PATH), then a fresh Net() loading PATH for the test accuracy and per-class accuracy.
 Patched for synthetic data and CPU: a seeded TensorDataset of 3x32x32 images instead of CIFAR10 (no torchvision
-download), num_workers=0, the loss printed every 2 mini-batches instead of 2000."""
+download), num_workers=0, the loss printed every 2 mini-batches instead of 2000, the test peek's
+`range(4)` as range(batch_size) (the tutorial's hard-coded 4 fails at any other batch)."""
 import torch
 import torch.utils.data
 
@@ -100,14 +101,14 @@ torch.save(net.state_dict(), PATH)
 
 dataiter = iter(testloader)
 images, labels = next(dataiter)
-print('GroundTruth: ', ' '.join(f'{classes[labels[j]]:5s}' for j in range(4)))
+print('GroundTruth: ', ' '.join(f'{classes[labels[j]]:5s}' for j in range(batch_size)))
 
 net = Net()
 net.load_state_dict(torch.load(PATH, weights_only=True))
 
 outputs = net(images)
 _, predicted = torch.max(outputs, 1)
-print('Predicted: ', ' '.join(f'{classes[predicted[j]]:5s}' for j in range(4)))
+print('Predicted: ', ' '.join(f'{classes[predicted[j]]:5s}' for j in range(batch_size)))
 
 correct = 0
 total = 0

@@ -62,9 +62,10 @@ SEED = '''
 
 def _ddp_seed():
     """Under torchrun, once the first model is wrapped (DDP gave it rank 0's parameters): this rank's torch RNG
-    offset by its rank, so what the script draws per step (noise, dropout, augmentation) differs across ranks."""
+    offset by its rank, so what the script draws per step (noise, dropout, augmentation) differs across ranks; rank
+    0 keeps the script's own stream (one process under torchrun draws as python does)."""
     global _ddp_seeded
-    if _ddp and not globals().get("_ddp_seeded"):
+    if _ddp and _ddp_rank > 0 and not globals().get("_ddp_seeded"):
         _ddp_seeded = True
         torch.manual_seed(torch.initial_seed() + _ddp_rank)
 '''
