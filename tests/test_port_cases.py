@@ -524,3 +524,23 @@ def test_the_transfer_learning_checkpoint_in_a_temporary_folder_works_at_two_ran
     sums = [line for line in result.stderr.splitlines() if line.startswith("params ")]
     assert len(sums) == 2 and sums[0] == sums[1], result.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["transfer_ddp.py"]
+
+
+def torchrun(path: Path, nproc: int = 2) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    environ.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           str(nproc), str(path)], capture_output=True, text=True, timeout=300, check=False,
+                          cwd=path.parent, env=environ)  # fmt: skip
+
+
+def test_the_evaluate_print_factory_and_one_line_cases_run_at_two_ranks(tmp_path: Path) -> None:
+    """39 items 1, 2, 5 under torchrun: a BatchNorm model's evaluation inside a print runs on both ranks (no gloo
+    "Connection closed by peer"), the val line printed once an epoch, SAVED once, m.pt once."""
+    out = tmp_path / "train_ddp.py"
+    out.write_text(port(EVALUATE).source, encoding="utf-8")
+    two = torchrun(out)
+    assert two.returncode == 0, two.stderr[-3000:]
+    printed = [line for line in two.stdout.splitlines() if line.startswith(("val", "epoch", "SAVED"))]
+    assert [line.split()[0] for line in printed] == ["val", "epoch", "val", "epoch", "SAVED"], two.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "train_ddp.py"]
