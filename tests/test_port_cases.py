@@ -544,3 +544,42 @@ def test_the_evaluate_print_factory_and_one_line_cases_run_at_two_ranks(tmp_path
     printed = [line for line in two.stdout.splitlines() if line.startswith(("val", "epoch", "SAVED"))]
     assert [line.split()[0] for line in printed] == ["val", "epoch", "val", "epoch", "SAVED"], two.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "train_ddp.py"]
+
+
+def test_batchnorm_is_a_layer_the_script_builds_not_a_word_in_a_comment() -> None:
+    commented = DATA_PARALLEL.replace("model = nn.Linear(4, 1)\n", "# no BatchNorm here\nmodel = nn.Linear(4, 1)\n")
+    assert "convert_sync_batchnorm" not in port(commented).source
+    built = DATA_PARALLEL.replace("nn.Linear(4, 1)\n", "nn.Sequential(nn.Linear(4, 1), nn.BatchNorm1d(1))\n")
+    assert "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)" in lines_of(port(built))
+
+
+def test_the_main_guard_is_a_comparison_of_dunder_name_not_a_string_anywhere() -> None:
+    body = "".join(f"    {line}\n" for line in DATA_PARALLEL.splitlines()[2:])
+    source = f"import torch\nfrom torch import nn\nMODE = 'x'\n\n\ndef main():\n{body}\n\nif MODE == '__main__':\n"
+    source += "    print('never')\nmain()\n"
+    lines = lines_of(port(source))
+    assert lines.index("_ddp_setup()") < lines.index("def main():")  # where the script starts: MODE is no guard
+    guard = lines.index("if MODE == '__main__':")
+    assert lines[guard + 1 : guard + 3] == ["if _is_main:", "print('never')"]
+
+
+INLINE = (
+    HEAD
+    + """
+data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in DataLoader(data, batch_size=4, shuffle=True):
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+"""
+)
+
+
+def test_a_loader_built_inline_in_the_training_loop_is_sharded_with_its_epoch() -> None:
+    result = port(INLINE)
+    lines = lines_of(result)
+    assert "for x, y in _ddp_shard(DataLoader(data, batch_size=4, shuffle=True), epoch):" in lines
+    assert "sampler" in kinds(result) and not result.not_ported

@@ -115,6 +115,11 @@ SCRIPTS = {
             model(x).sum().backward()
             optimizer.step()
         print(_is_main, _ddp.sep)
+        for epoch in range(2):
+            for x in DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True):
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
         """),
 }
 

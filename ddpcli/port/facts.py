@@ -209,10 +209,22 @@ class Facts:
         return found
 
     def main_guard(self) -> cst.If | None:
+        """`if __name__ == "__main__":` (either side) at the top level of the module."""
         for statement in self.module.body:
-            if isinstance(statement, cst.If) and "__main__" in self.module.code_for_node(statement.test):
-                return statement
+            test = statement.test if isinstance(statement, cst.If) else None
+            if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+                target = test.comparisons[0]
+                sides = {dotted(test.left), dotted(target.comparator)} | {
+                    string_value(test.left) or "", string_value(target.comparator) or ""}  # fmt: skip
+                if isinstance(target.operator, cst.Equal) and {"__name__", "__main__"} <= sides:
+                    assert isinstance(statement, cst.If)
+                    return statement
         return None
+
+    def builds_layer(self, word: str) -> bool:
+        """A call of a layer class whose name holds `word` (`nn.BatchNorm2d(...)`, `SyncBatchNorm`), not the word
+        in a comment or a string."""
+        return any(word in self.resolve(call).rsplit(".", 1)[-1] for call in self.calls)
 
 
 class _Tree(cst.CSTVisitor):

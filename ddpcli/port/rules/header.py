@@ -35,9 +35,10 @@ def _unwrap(model):
 '''
 SHARD = '''
 
-def _ddp_shard(loader):
+def _ddp_shard(loader, epoch=None):
     """Under torchrun, the same DataLoader over this rank's share of each epoch: a DistributedSampler keeping the
-    loader's shuffle and drop_last; the batch stays the script's, per device."""
+    loader's shuffle and drop_last (and, for a loader built each epoch, that epoch's shuffle); the batch stays the
+    script's, per device."""
     if not _ddp:
         return loader
     data, dataset = torch.utils.data, loader.dataset
@@ -51,6 +52,8 @@ def _ddp_shard(loader):
     shuffle = isinstance(loader.sampler, (data.RandomSampler, data.SubsetRandomSampler))
     sampler = DistributedSampler(dataset, num_replicas=_ddp_world, rank=_ddp_rank, shuffle=shuffle,
                                  drop_last=loader.drop_last)
+    if epoch is not None:
+        sampler.set_epoch(epoch)
     return data.DataLoader(
         dataset, batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
         collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,

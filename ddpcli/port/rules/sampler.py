@@ -87,11 +87,51 @@ def _iterable_dataset(port: Port, call: cst.Call) -> str | None:
     return name if bases & {"IterableDataset", "IterDataPipe"} else None
 
 
+def _inline_loop(port: Port, training: Training, call: cst.CSTNode) -> cst.For | None:
+    """The stepping loop that iterates the DataLoader built in its own header (`for x, y in DataLoader(...)`, or
+    through enumerate / tqdm)."""
+    node = call
+    for _ in range(3):
+        parent = port.facts.parents.get(node)
+        if isinstance(parent, cst.For) and parent.iter is node:
+            return parent if training.steps_in(parent) else None
+        if isinstance(parent, cst.Arg):
+            node = port.facts.parents[parent]
+        else:
+            return None
+    return None
+
+
+def _shard_inline(port: Port, call: cst.Call, loop: cst.For) -> None:
+    """A loader built anew each epoch: sharded with the epoch of the loop around it (its shuffle a new one each
+    epoch, as `set_epoch` gives a kept loader), or the rounds of that loop counted."""
+    own = keyword(call, "batch_sampler") or keyword(call, "sampler")
+    if own is not None and not port.code(own.value).startswith(SHARDABLE):
+        port.loaders_not_ported = True
+        port.cannot(call, f"this DataLoader draws with its own sampler ({port.code(own.value)}): every rank would "
+                    "draw the same batches; give each rank its share by _ddp_rank and _ddp_world")  # fmt: skip
+        return
+    outer = port.facts.loops_around(loop)
+    epoch = _epoch_of(outer[0]) if outer else None
+    args = [cst.Arg(cst.Name(epoch))] if epoch else []
+    port.edits.rewrite(call, lambda node: cst.Call(
+        func=cst.Name("_ddp_shard"), args=[cst.Arg(node, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
+            " "))) if args else cst.Arg(node), *args]))  # fmt: skip
+    port.needs.add("shard")
+    each = f"with the epoch {epoch} (a new shuffle each epoch)" if epoch else "(the same shuffle each time it is built)"
+    port.change(call, "sampler", f"the DataLoader built in the training loop: a DistributedSampler under torchrun "
+                f"{each}; each rank gets its share and the batch stays the script's")  # fmt: skip
+
+
 def apply(port: Port) -> None:
     facts = port.facts
     training = Training(facts)
     for call in facts.calls:
         if facts.resolve(call).rsplit(".", 1)[-1] != "DataLoader":
+            continue
+        inline = _inline_loop(port, training, call)
+        if inline is not None:
+            _shard_inline(port, call, inline)
             continue
         sites = _factory_sites(port, call)
         if sites is None:

@@ -157,7 +157,7 @@ def _wrap_at_calls(port: Port, optimizer: cst.Call, helper: cst.FunctionDef, mod
 def _sync_batchnorm(port: Port, model: str) -> str:
     """A script with BatchNorm: on GPUs its statistics over the global batch, as one device computed them over B
     (SyncBatchNorm runs on GPUs only: on the CPU each rank keeps its own, and compare names the difference)."""
-    if "BatchNorm" not in port.facts.module.code:
+    if not port.facts.builds_layer("BatchNorm"):
         return ""
     return (f"    if torch.cuda.is_available():  # BatchNorm statistics over the global batch, as on one device\n"
             f"        {model} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model})\n")  # fmt: skip
