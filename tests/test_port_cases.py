@@ -583,3 +583,35 @@ def test_a_loader_built_inline_in_the_training_loop_is_sharded_with_its_epoch() 
     lines = lines_of(result)
     assert "for x, y in _ddp_shard(DataLoader(data, batch_size=4, shuffle=True), epoch):" in lines
     assert "sampler" in kinds(result) and not result.not_ported
+
+
+PHASES = (
+    HEAD
+    + """
+image_datasets = {x: TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))) for x in ["train", "val"]}
+dataloaders = {x: DataLoader(image_datasets[x], batch_size=4, shuffle=(x == "train")) for x in ["train", "val"]}
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for phase in ["train", "val"]:
+        model.train() if phase == "train" else model.eval()
+        for inputs, labels in dataloaders[phase]:
+            optimizer.zero_grad()
+            with torch.set_grad_enabled(phase == "train"):
+                loss = F.cross_entropy(model(inputs), labels)
+                if phase == "train":
+                    loss.backward()
+                    optimizer.step()
+"""
+)
+
+
+def test_loaders_in_a_dict_by_phase_shard_the_training_phase_only() -> None:
+    result = port(PHASES)
+    lines = lines_of(result)
+    assert ('dataloaders = {x: _ddp_shard(DataLoader(image_datasets[x], batch_size=4, shuffle=(x == "train"))) '
+            'if x == "train" else DataLoader(image_datasets[x], batch_size=4, shuffle=(x == "train")) for x in '
+            '["train", "val"]}') in lines  # fmt: skip
+    epoch = lines.index("for epoch in range(2):")
+    assert lines[epoch + 1 : epoch + 3] == ["if _ddp:", 'dataloaders["train"].sampler.set_epoch(epoch)']
+    assert not result.not_ported and {"sampler", "set_epoch"} <= set(kinds(result))

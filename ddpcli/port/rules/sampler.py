@@ -6,10 +6,12 @@ Loaders that do not train (test, validation) stay whole: every rank evaluates th
 
 from __future__ import annotations
 
+import json
+
 import libcst as cst
 
 from ddpcli.port.context import Port
-from ddpcli.port.facts import dotted, keyword
+from ddpcli.port.facts import dotted, keyword, string_value
 from ddpcli.port.rules.training import Training
 
 # Samplers `_ddp_shard` turns into a DistributedSampler (a split's indices kept); any other is the script's own.
@@ -87,6 +89,77 @@ def _iterable_dataset(port: Port, call: cst.Call) -> str | None:
     return name if bases & {"IterableDataset", "IterDataPipe"} else None
 
 
+def _shard_by_phase(port: Port, training: Training, call: cst.Call) -> bool:
+    """`loaders = {x: DataLoader(...) for x in ["train", "val"]}` iterated as `loaders[phase]` in a loop that steps
+    where `phase == "train"` (the transfer-learning tutorial): the training phase's loader sharded, the others
+    whole; set_epoch on it at the top of the loop around the phase loop."""
+    facts = port.facts
+    comp = facts.parents.get(call)
+    if not (isinstance(comp, cst.DictComp) and comp.value is call and isinstance(comp.for_in.target, cst.Name)):
+        return False
+    keys = [string_value(e.value) for e in getattr(comp.for_in.iter, "elements", ())]
+    name = _loader_name(port, comp)
+    if not name or not keys or None in keys:
+        return False
+    variable = comp.for_in.target.value
+    found = None
+    for use in training.uses(name):
+        subscript = facts.parents.get(use)
+        loop = next((a for a in facts.ancestors(use) if isinstance(a, cst.For)), None)
+        stepping = loop is not None and training.steps_in(loop)
+        if (
+            isinstance(subscript, cst.Subscript)
+            and stepping
+            and any(
+                a is loop.iter
+                for a in [subscript, *facts.ancestors(subscript)]  # type: ignore[union-attr]
+            )
+        ):
+            found = (loop, subscript)
+            break
+    if found is None:
+        return False
+    loop, subscript = found
+    index = subscript.slice[0].slice
+    phase = dotted(index.value) if isinstance(index, cst.Index) else ""
+    found_key = _stepping_key(port, loop, phase, keys)
+    if found_key is None:
+        return False
+    key = json.dumps(found_key)  # "train", as the test and the subscript spell it
+    port.edits.rewrite(call, lambda n: cst.parse_expression(
+        f"_ddp_shard({cst.Module([]).code_for_node(n)}) if {variable} == {key} else "
+        f"{cst.Module([]).code_for_node(n)}").with_changes())  # fmt: skip
+    port.needs.add("shard")
+    port.change(call, "sampler", f"{name}[{key}]: a DistributedSampler under torchrun (the phase that steps; the "
+                "other phases whole on every rank), keeping its shuffle and drop_last; the batch stays the "
+                "script's")  # fmt: skip
+    outer = [a for a in facts.loops_around(loop) if _epoch_of(a) != phase]
+    if outer and isinstance(outer[0].body, cst.IndentedBlock):
+        epoch = _epoch_of(outer[0])
+        if epoch is not None:
+            port.edits.insert_before(outer[0].body.body[0], f"if _ddp:\n    {name}[{key}].sampler.set_epoch({epoch})\n")
+            port.change(outer[0], "set_epoch", f"{name}[{key}].sampler.set_epoch({epoch}) at the top of each "
+                        "epoch: a new shuffle each epoch, the same on every rank")  # fmt: skip
+    return True
+
+
+def _stepping_key(port: Port, loop: cst.For, phase: str, keys: list[str | None]) -> str | None:
+    """The key under which the loop steps: `if phase == "train": optimizer.step()` around the step."""
+    for step in port.facts.step_calls():
+        if not any(a is loop for a in port.facts.ancestors(step)):
+            continue
+        for ancestor in port.facts.ancestors(step):
+            if ancestor is loop:
+                break
+            test = ancestor.test if isinstance(ancestor, cst.If) else None
+            if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and dotted(test.left) == phase:
+                value = string_value(test.comparisons[0].comparator)
+                if value in keys and isinstance(test.comparisons[0].operator, cst.Equal):
+                    return value
+    named = [key for key in keys if key and "train" in key.lower()]
+    return named[0] if len(named) == 1 else None
+
+
 def _inline_loop(port: Port, training: Training, call: cst.CSTNode) -> cst.For | None:
     """The stepping loop that iterates the DataLoader built in its own header (`for x, y in DataLoader(...)`, or
     through enumerate / tqdm)."""
@@ -128,6 +201,8 @@ def apply(port: Port) -> None:
     training = Training(facts)
     for call in facts.calls:
         if facts.resolve(call).rsplit(".", 1)[-1] != "DataLoader":
+            continue
+        if _shard_by_phase(port, training, call):
             continue
         inline = _inline_loop(port, training, call)
         if inline is not None:
