@@ -121,6 +121,19 @@ SCRIPTS = {
                 model(x).sum().backward()
                 optimizer.step()
         """),
+    # loaders in a dict by phase: the phase that steps sharded
+    "phases": HEAD
+    + textwrap.dedent("""\
+        loaders = {x: DataLoader(torch.randn(8, 4), batch_size=2) for x in ["train", "val"]}
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            for phase in ["train", "val"]:
+                for x in loaders[phase]:
+                    if phase == "train":
+                        model(x).sum().backward()
+                        optimizer.step()
+        """),
 }
 
 

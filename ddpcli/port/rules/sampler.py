@@ -128,7 +128,7 @@ def _shard_by_phase(port: Port, training: Training, call: cst.Call) -> bool:
     key = json.dumps(found_key)  # "train", as the test and the subscript spell it
     port.edits.rewrite(call, lambda n: cst.parse_expression(
         f"_ddp_shard({cst.Module([]).code_for_node(n)}) if {variable} == {key} else "
-        f"{cst.Module([]).code_for_node(n)}").with_changes())  # fmt: skip
+        f"{cst.Module([]).code_for_node(n)}"))  # fmt: skip
     port.needs.add("shard")
     port.change(call, "sampler", f"{name}[{key}]: a DistributedSampler under torchrun (the phase that steps; the "
                 "other phases whole on every rank), keeping its shuffle and drop_last; the batch stays the "
