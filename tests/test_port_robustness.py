@@ -85,3 +85,12 @@ def test_an_internal_error_is_counted_with_its_place() -> None:
         engine.RULES = rules
     [(kind, paths)] = tally.errors.items()
     assert kind.startswith("IndexError at engine.py:") and paths == [str(missing)]
+
+
+def test_an_empty_module_and_one_of_comments_get_the_header_alone() -> None:
+    from ddpcli.port.engine import rules_only
+
+    for source in ("", "# only a comment\n"):
+        written = rules_only(source, "empty.py").source
+        compile(written, "empty_ddp.py", "exec")
+        assert '_ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ' in written

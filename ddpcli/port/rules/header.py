@@ -8,6 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcli.port.context import Port
+from ddpcli.port.edits import statements
 from ddpcli.port.facts import import_aliases
 
 RANKS = '''
@@ -170,6 +171,10 @@ def apply(port: Port) -> None:
     at_start = guard is None or port.wraps_at_module_level or not isinstance(guard.body, cst.IndentedBlock)
     if at_start:
         code += "\n\n_ddp_setup()\n"
+    if not facts.module.body:  # nothing but comments (an empty __init__.py): the header is the whole module
+        teardown = TEARDOWN.replace("DIST.", f"{port.dist}.")
+        port.edits.rewrite(facts.module, lambda module: module.with_changes(body=statements(code + teardown)))
+        return
     if anchor is None:
         port.edits.insert_before(facts.module.body[0], code)
     else:
