@@ -83,3 +83,19 @@ def test_port_reads_a_latin1_script_and_writes_it_in_its_encoding(tmp_path: Path
     written = (tmp_path / "train_ddp.py").read_bytes()
     assert "print('fini, café')".encode("latin-1") in written and b"caf\xc3\xa9" not in written
     compile(written, "train_ddp.py", "exec")
+
+
+def test_init_reads_the_training_loaders_batch_through_the_ports_shard(tmp_path: Path) -> None:
+    """37 item 2: on a ported script, `_ddp_shard(DataLoader(..., batch_size=128))` comes before the test loader's
+    `batch_size=100` in the file, and init takes the first literal in the file's order (not the syntax tree's
+    breadth-first order, which met the unwrapped test loader first)."""
+    from ddpcli.init.script_kind import script_facts
+
+    path = tmp_path / "main_ddp.py"
+    path.write_text(
+        "import torch\n\ntrainloader = _ddp_shard(torch.utils.data.DataLoader(trainset, batch_size=128))\n"
+        "testloader = torch.utils.data.DataLoader(testset, batch_size=100)\n",
+        encoding="utf-8",
+    )
+    found = script_facts(path, {"batch_size": "per_device_batch_size"}).literals["per_device_batch_size"]
+    assert (found.value, found.line) == (128, 3)

@@ -108,7 +108,10 @@ def script_facts(path: Path, literal_names: dict[str, str], roots: tuple[Path, .
 
 def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
     aliases = _import_aliases(tree)
-    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    # In the file's order (ast.walk is breadth-first: a loader wrapped in a call, as the port's
+    # `_ddp_shard(DataLoader(...))`, came after every unwrapped one): the first literal of a role is the file's first.
+    calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call)),
+                   key=lambda node: (node.lineno, node.col_offset))  # fmt: skip
     resolved = [(node, _resolve(_dotted(node.func), aliases)) for node in calls]
     kind = next(
         (kind for kind, names in PARSER_CALLS for _, name in resolved if name in names),
