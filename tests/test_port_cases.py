@@ -615,3 +615,14 @@ def test_loaders_in_a_dict_by_phase_shard_the_training_phase_only() -> None:
     epoch = lines.index("for epoch in range(2):")
     assert lines[epoch + 1 : epoch + 3] == ["if _ddp:", 'dataloaders["train"].sampler.set_epoch(epoch)']
     assert not result.not_ported and {"sampler", "set_epoch"} <= set(kinds(result))
+
+
+def test_a_checkpoint_loaded_on_every_rank_maps_gpu_0_to_each_ranks_own() -> None:
+    source = DATA_PARALLEL + 'state = torch.load("ckpt.pt")\nother = torch.load("b.pt", map_location="cpu")\n'
+    result = port(source)
+    lines = lines_of(result)
+    assert 'state = torch.load("ckpt.pt", map_location=_ddp_map_location)' in lines
+    assert 'other = torch.load("b.pt", map_location="cpu")' in lines
+    assert '_ddp_map_location = {"cuda:0": f"cuda:{_ddp_local_rank}"} if _ddp else None  # torch.load: GPU 0\'s on ' \
+           "this rank's" in lines  # fmt: skip
+    assert "map_location" in kinds(result)

@@ -197,7 +197,7 @@ def test_a_file_opened_for_writing_is_rank_zero_only_and_a_read_back_waits_at_a_
                           'model.load_state_dict(torch.load("m.pt"))\n'))  # fmt: skip
     assert lines[lines.index('with open("log.txt", "w") as f:') - 1] == "if _is_main:"
     barrier = lines.index("dist.barrier()  # rank 0 has written it")
-    assert lines[barrier + 1] == '_unwrap(model).load_state_dict(torch.load("m.pt"))'
+    assert lines[barrier + 1] == '_unwrap(model).load_state_dict(torch.load("m.pt", map_location=_ddp_map_location))'
 
 
 def test_hand_batching_by_slices_is_sharded_by_rank() -> None:

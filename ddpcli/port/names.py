@@ -18,7 +18,8 @@ ADDED: dict[str, str | None] = {
     "DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
     "DistributedSampler": "torch.utils.data.distributed.DistributedSampler",
     **dict.fromkeys(("_ddp", "_ddp_rank", "_ddp_world", "_ddp_local_rank", "_is_main", "_ddp_setup", "_unwrap",
-                     "_ddp_shard", "_ddp_epoch", "_ddp_seed", "_ddp_seeded", "_ddp_quiet", "_ddp_shared")),
+                     "_ddp_shard", "_ddp_epoch", "_ddp_seed", "_ddp_seeded", "_ddp_quiet", "_ddp_shared",
+                     "_ddp_map_location")),
 }  # fmt: skip
 PLACEHOLDER = "__ddpcli_script_name__"
 

@@ -62,6 +62,9 @@ def _ddp_shard(loader, epoch=None):
         prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,
     )
 '''
+MAP = """
+_ddp_map_location = {"cuda:0": f"cuda:{_ddp_local_rank}"} if _ddp else None  # torch.load: GPU 0's on this rank's
+"""
 SEED = '''
 
 def _ddp_seed():
@@ -162,6 +165,8 @@ def apply(port: Port) -> None:
         code += SHARD
     if "quiet" in port.needs:
         code += QUIET
+    if "map" in port.needs:
+        code += MAP
     if "seed" in port.needs:
         code += SEED
     if "shared" in port.needs:
