@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ddpcli.port.engine import port_source
-from ddpcli.port.records import PortResult
+from ddpcli.port.records import PortRefused, PortResult
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -626,3 +626,20 @@ def test_a_checkpoint_loaded_on_every_rank_maps_gpu_0_to_each_ranks_own() -> Non
     assert '_ddp_map_location = {"cuda:0": f"cuda:{_ddp_local_rank}"} if _ddp else None  # torch.load: GPU 0\'s on ' \
            "this rank's" in lines  # fmt: skip
     assert "map_location" in kinds(result)
+
+
+@pytest.mark.parametrize(
+    "imports", ["from sentence_transformers import SentenceTransformerTrainer as Trainer", "from setfit import Trainer",
+                "from trl import SFTTrainer as Trainer", "from transformers import Trainer"],
+)  # fmt: skip
+def test_every_trainer_init_knows_is_one_the_port_refuses(imports: str, tmp_path: Path) -> None:
+    from ddpcli.port.engine import port_script
+
+    script = tmp_path / "train.py"
+    script.write_text(f"{imports}\n\ntrainer = Trainer(model=None)\ntrainer.train()\n", encoding="utf-8")
+    with pytest.raises(PortRefused) as refused:
+        port_script(script)
+    assert refused.value.reasons == [
+        f"{script}:3: written for the Hugging Face Trainer, which is data-parallel under torchrun by itself "
+        f"(TrainingArguments reads LOCAL_RANK; ddp_backend is its switch); run `ddpcli init {script}` on it as "
+        "it is"]  # fmt: skip
