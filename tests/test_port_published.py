@@ -95,9 +95,20 @@ def run_python(name: str, script: Path, workdir: Path) -> dict[str, Any]:
     probe_dir.mkdir()
     result = subprocess.run([sys.executable, str(script), *args_for(name, entry["batch"])], cwd=workdir,
                             capture_output=True, text=True, timeout=300, check=False,
-                            env=environment(probe_dir))  # fmt: skip
+                            env=environment(probe_dir, **switches_for(entry)))  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return {"dir": workdir, "files": files_in(workdir), **read_probe(probe_dir)["main"]}
+
+
+def switches_for(entry: dict[str, Any]) -> dict[str, str]:
+    """The probe's float64 and noise-off switches, alike for the python runs and both launches (a script whose
+    files depend on its numbers, a checkpoint saved when the accuracy improves, then writes the same files in all)."""
+    switches = {}
+    if entry.get("float64"):
+        switches["PORT_PROBE_FLOAT64"] = "1"
+    if entry.get("noise_off"):
+        switches["PORT_PROBE_NOISE_OFF"] = "1"
+    return switches
 
 
 def files_in(directory: Path) -> set[str]:
@@ -225,11 +236,7 @@ def launch_pair(name: str, root: Path, out: Path, half_out: Path, half: int,
     """1 x B and 2 x B/2 through `ddpcli launch`, each from a working directory of its own (the script's files)."""
     entry = MANIFEST[name]
     pairs = [("1x", out, 1, entry["batch"]), ("2x", half_out, 2, half)]
-    switches = {}
-    if entry.get("float64"):
-        switches["PORT_PROBE_FLOAT64"] = "1"
-    if entry.get("noise_off"):
-        switches["PORT_PROBE_NOISE_OFF"] = "1"
+    switches = switches_for(entry)
     runs = {}
     for label, script, nproc, batch in pairs[1:] if only_two else pairs:
         workdir = root / f"launch-{label}"

@@ -61,7 +61,8 @@ def test_the_model_is_wrapped_before_its_optimizer_and_saved_unwrapped() -> None
     lines = lines_of(port(LOOP))
     wrap = lines.index("model = DistributedDataParallel(model)")
     assert lines[wrap - 1] == "if _ddp:"
-    assert lines[wrap + 1].startswith("optimizer = torch.optim.SGD(")
+    assert lines[wrap + 1] == "_ddp_seed()"  # each rank its own randomness once the wrap made the ranks equal
+    assert lines[wrap + 2].startswith("optimizer = torch.optim.SGD(")
     assert 'torch.save(_unwrap(model).state_dict(), "m.pt")' in lines
 
 
@@ -196,7 +197,7 @@ def test_a_file_opened_for_writing_is_rank_zero_only_and_a_read_back_waits_at_a_
                           'model.load_state_dict(torch.load("m.pt"))\n'))  # fmt: skip
     assert lines[lines.index('with open("log.txt", "w") as f:') - 1] == "if _is_main:"
     barrier = lines.index("dist.barrier()  # rank 0 has written it")
-    assert lines[barrier + 1] == '_unwrap(model).load_state_dict(torch.load("m.pt"))'
+    assert lines[barrier + 1] == '_unwrap(model).load_state_dict(torch.load("m.pt", map_location=_ddp_map_location))'
 
 
 def test_hand_batching_by_slices_is_sharded_by_rank() -> None:
@@ -406,7 +407,7 @@ def test_a_model_given_to_an_optimizer_builder_is_wrapped_where_the_builder_is_c
     """)
     lines = lines_of(result)
     at = lines.index("optimizer = make_optimizer(model, 0.1)")
-    assert lines[at - 2 : at] == ["if _ddp:", "model = DistributedDataParallel(model)"]
+    assert lines[at - 3 : at] == ["if _ddp:", "model = DistributedDataParallel(model)", "_ddp_seed()"]
     assert "net = DistributedDataParallel(net)" not in lines
 
 

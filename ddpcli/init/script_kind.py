@@ -18,6 +18,7 @@ from pathlib import Path
 from ddpcli.errors import UserError
 from ddpcli.init.derived import Derivation, derivations
 from ddpcli.init.frameworks import FABRIC_CLASSES, FABRIC_SETTINGS, FRAMEWORKS, OPTIMIZER_CLASSES, TORCH_OPTIM
+from ddpcli.script.source import NotPython, parse_ast, read
 
 # A call of one of these (as its import resolves it) builds a parser; the first kind found in this order wins.
 PARSER_CALLS = (
@@ -69,18 +70,13 @@ class ScriptFacts:
 
 
 def read_source(path: Path) -> ast.Module:
-    """The syntax tree as Python builds it: from the bytes, so a UTF-8 byte order mark and an encoding cookie
-    (`# -*- coding: latin-1 -*-`) are honoured as the interpreter honours them."""
+    """The syntax tree as Python builds it (ddpcli.script.source, port's reader too): a UTF-8 byte order mark and an
+    encoding cookie (`# -*- coding: latin-1 -*-`) honoured as the interpreter honours them, a syntax error at
+    Python's line."""
     try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise UserError(f"{path}: cannot read it: {error.strerror or error}") from None
-    try:
-        return ast.parse(data, filename=str(path))
-    except (SyntaxError, ValueError) as error:  # ValueError: NUL bytes
-        if not isinstance(error, SyntaxError):
-            raise UserError(f"{path}: not valid Python ({error}), so it has no flags to read") from None
-        raise UserError(f"{path}:{error.lineno}: not valid Python ({error.msg}), so it has no flags to read") from None
+        return parse_ast(read(path))
+    except NotPython as error:
+        raise UserError(f"{error}, so it has no flags to read") from None
 
 
 def script_facts(path: Path, literal_names: dict[str, str], roots: tuple[Path, ...] = ()) -> ScriptFacts:
@@ -112,7 +108,10 @@ def script_facts(path: Path, literal_names: dict[str, str], roots: tuple[Path, .
 
 def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
     aliases = _import_aliases(tree)
-    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    # In the file's order (ast.walk is breadth-first: a loader wrapped in a call, as the port's
+    # `_ddp_shard(DataLoader(...))`, came after every unwrapped one): the first literal of a role is the file's first.
+    calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call)),
+                   key=lambda node: (node.lineno, node.col_offset))  # fmt: skip
     resolved = [(node, _resolve(_dotted(node.func), aliases)) for node in calls]
     kind = next(
         (kind for kind, names in PARSER_CALLS for _, name in resolved if name in names),

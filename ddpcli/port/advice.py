@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ddpcli.errors import UserError
 from ddpcli.port.output import default_output
+from ddpcli.script import source as script_source
 
 # The changes that make a run data-parallel, in the order a reader needs them; the rest are counted.
 PHRASES = (
@@ -25,8 +27,8 @@ def port_clause(script: str | None) -> str:
         return generic
     path = Path(script)
     try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError, ValueError):
+        source = script_source.read(path).text  # as Python reads it, as the port does
+    except UserError:
         return generic
     from ddpcli.port.engine import port_source
     from ddpcli.port.records import PortRefused

@@ -3,11 +3,12 @@ their steps, the models they train, its DataLoaders and its loops. Read once, sh
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpcli.init.frameworks import OPTIMIZER_CLASSES
 
@@ -24,6 +25,25 @@ def dotted(node: cst.CSTNode) -> str:
         return ""
     parts.append(node.value)
     return ".".join(reversed(parts))
+
+
+def dotted_module(node: cst.ImportFrom) -> str:
+    return dotted(node.module) if node.module is not None else ""
+
+
+def import_aliases(node: cst.BaseSmallStatement) -> list[tuple[str, str]]:
+    """The names an import binds and what each is: `import a.b` -> (a, a); `import a.b as c` -> (c, a.b);
+    `from a import b as c` -> (c, a.b). Relative and star imports bind nothing known."""
+    if isinstance(node, cst.Import):
+        found = []
+        for alias in node.names:
+            full = dotted(alias.name)
+            found.append((dotted(alias.asname.name), full) if alias.asname else (full.split(".")[0],) * 2)
+        return found
+    if isinstance(node, cst.ImportFrom) and node.module and not node.relative and isinstance(node.names, Sequence):
+        return [(dotted(alias.asname.name) if alias.asname else dotted(alias.name),
+                     f"{dotted(node.module)}.{dotted(alias.name)}") for alias in node.names]  # fmt: skip
+    return []
 
 
 def call_name(node: cst.Call) -> str:
@@ -59,21 +79,20 @@ class Facts:
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     calls: list[cst.Call] = field(default_factory=list)  # in source order
 
+    children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
+    order: list[cst.CSTNode] = field(default_factory=list)  # every node, in source order (preorder)
+    folder: Path | None = None  # the script's folder (its own modules: utils.py), when read from a file
+
     @classmethod
     def read(cls, source: str) -> Facts:
-        wrapper = MetadataWrapper(cst.parse_module(source))
-        facts = cls(wrapper.module, dict(wrapper.resolve(PositionProvider)), dict(wrapper.resolve(ParentNodeProvider)))
-        for node in facts.walk(facts.module):
-            if isinstance(node, cst.Import):
-                for alias in node.names:
-                    full = dotted(alias.name)
-                    local = dotted(alias.asname.name) if alias.asname else full.split(".")[0]
-                    facts.aliases[local] = full if alias.asname else local
-            elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
-                if not isinstance(node.names, cst.ImportStar):
-                    for alias in node.names:
-                        local = dotted(alias.asname.name) if alias.asname else dotted(alias.name)
-                        facts.aliases[local] = f"{dotted(node.module)}.{dotted(alias.name)}"
+        wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)  # the tree is ours: no copy
+        tree = _Tree()
+        wrapper.module.visit(tree)
+        facts = cls(wrapper.module, dict(wrapper.resolve(PositionProvider)), tree.parents)
+        facts.children, facts.order = tree.children, tree.order
+        for node in facts.order:
+            if isinstance(node, cst.Import | cst.ImportFrom):
+                facts.aliases.update(import_aliases(node))
             elif isinstance(node, cst.Name):
                 facts.names.add(node.value)
             elif isinstance(node, cst.FunctionDef):
@@ -83,9 +102,19 @@ class Facts:
         return facts
 
     def walk(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        yield node
-        for child in node.children:
-            yield from self.walk(child)
+        """`node` and everything under it, in source order (from the tree read once: libcst's `.children`
+        rebuilds a node's children each time it is asked, which made every walk cost a visit)."""
+        if node is self.module:
+            yield from self.order
+            return
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            yield current
+            below = self.children.get(current)
+            if below is None and current not in self.parents:  # a node the rules built, not the script's
+                below = list(current.children)
+            stack.extend(reversed(below or ()))
 
     def line(self, node: cst.CSTNode) -> int:
         return self.positions[node].start.line  # type: ignore[attr-defined]
@@ -180,7 +209,42 @@ class Facts:
         return found
 
     def main_guard(self) -> cst.If | None:
+        """`if __name__ == "__main__":` (either side) at the top level of the module."""
         for statement in self.module.body:
-            if isinstance(statement, cst.If) and "__main__" in self.module.code_for_node(statement.test):
-                return statement
+            test = statement.test if isinstance(statement, cst.If) else None
+            if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+                target = test.comparisons[0]
+                sides = {dotted(test.left), dotted(target.comparator)} | {
+                    string_value(test.left) or "", string_value(target.comparator) or ""}  # fmt: skip
+                if isinstance(target.operator, cst.Equal) and {"__name__", "__main__"} <= sides:
+                    assert isinstance(statement, cst.If)
+                    return statement
         return None
+
+    def builds_layer(self, word: str) -> bool:
+        """A call of a layer class whose name holds `word` (`nn.BatchNorm2d(...)`, `SyncBatchNorm`), not the word
+        in a comment or a string."""
+        return any(word in self.resolve(call).rsplit(".", 1)[-1] for call in self.calls)
+
+
+class _Tree(cst.CSTVisitor):
+    """Each node's parent and children, and every node in source order, in one visit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.children: dict[cst.CSTNode, list[cst.CSTNode]] = {}
+        self.order: list[cst.CSTNode] = []
+        self.stack: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.stack:
+            self.parents[node] = self.stack[-1]
+            self.children[self.stack[-1]].append(node)
+        self.children[node] = []
+        self.order.append(node)
+        self.stack.append(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.stack.pop()

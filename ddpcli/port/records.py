@@ -27,6 +27,7 @@ class PortResult:
     source: str  # the ported script's text
     changes: list[Change] = field(default_factory=list)
     not_ported: list[NotPorted] = field(default_factory=list)
+    encoding: str = "utf-8"  # the script's (its coding cookie, "utf-8-sig" for a byte order mark): OUT's too
 
     def as_json(self, script: str, output: str) -> dict[str, object]:
         data = {

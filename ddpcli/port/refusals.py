@@ -10,7 +10,7 @@ from pathlib import Path
 import libcst as cst
 
 from ddpcli.init.frameworks import FRAMEWORKS
-from ddpcli.init.script_kind import script_facts
+from ddpcli.init.script_kind import TRAINER_MODULES, script_facts
 from ddpcli.port.facts import Facts
 
 ALREADY = {
@@ -19,7 +19,13 @@ ALREADY = {
     "FullyShardedDataParallel": "wraps a model in FullyShardedDataParallel",
     "fully_shard": "shards a model with fully_shard (FSDP2)",
 }
-HF_TRAINERS = ("Trainer", "Seq2SeqTrainer", "SFTTrainer", "DPOTrainer", "RewardTrainer", "TrainingArguments")
+
+
+def _hf_trainer(name: str) -> bool:
+    """A Trainer of the libraries init counts as Hugging Face trainers (ddpcli.init.script_kind.TRAINER_MODULES:
+    transformers, trl, sentence_transformers, setfit), or TrainingArguments: the same list for both commands."""
+    head, last = name.split(".")[0], name.rsplit(".", 1)[-1]
+    return head in TRAINER_MODULES and (last.endswith("Trainer") or last == "TrainingArguments")
 
 
 def _switch(framework: str) -> str:
@@ -59,8 +65,7 @@ def self_launching(facts: Facts, path: Path, name: str) -> list[str]:
         reasons.append(f"{name}: written for accelerate, which launches its own processes: `accelerate launch` "
                        f"(or torchrun) runs its Accelerator data-parallel as it is; on CPU its switch is --cpu "
                        f"(ACCELERATE_USE_CPU=1); `ddpcli init {name}` wires it")  # fmt: skip
-    trainer = next((c for c in facts.calls if facts.resolve(c).rsplit(".", 1)[-1] in HF_TRAINERS
-                    and facts.resolve(c).startswith(("transformers", "trl"))), None)  # fmt: skip
+    trainer = next((c for c in facts.calls if _hf_trainer(facts.resolve(c))), None)
     if trainer is not None:
         reasons.append(f"{name}:{facts.line(trainer)}: written for the Hugging Face Trainer, which is "
                        "data-parallel under torchrun by itself (TrainingArguments reads LOCAL_RANK; "

@@ -9,22 +9,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
-from ddpcli.cli.console import error, say, user_errors, write_text, wrote
+from ddpcli.cli.console import error, say, user_errors, wrote
 from ddpcli.errors import UserError
 from ddpcli.port.engine import port_script
 from ddpcli.port.output import check_output, default_output, unified_diff
 from ddpcli.port.records import PortRefused
+from ddpcli.script import source as script_source
 
 
 @user_errors
 def port_command(
     script: Annotated[Path, typer.Argument(metavar="SCRIPT", help="Your single-device training script.")],
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="The ported script. Default: <stem>_ddp.py beside SCRIPT.")
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The ported script. Default: SCRIPT's name with _ddp before .py, beside it "
+            "(train.py -> train_ddp.py).",
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists (never SCRIPT).")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff of SCRIPT -> OUT; write nothing.")] = False,
@@ -32,6 +39,8 @@ def port_command(
 ) -> None:
     """Write the data-parallel version of a single-device training script (DDP under torchrun, unchanged under
     python), with each change and its reason."""
+    if script.is_dir():
+        raise UserError(f"{script}: a folder, not a script: name the training script in it")
     if not script.is_file():
         raise UserError(f"{script}: no such file")
     out = output if output is not None else default_output(script)
@@ -43,16 +52,20 @@ def port_command(
         for reason in refused.reasons:  # one line a reason, nothing written
             error(reason)
         raise typer.Exit(refused.exit_code) from None
+    except KeyboardInterrupt:
+        _interrupted(script)
     except Exception as bug:  # a rule that fails on an unforeseen pattern: one line, nothing written
+        if _during_interrupt(bug):  # Ctrl-C inside libcst can surface as another error (a KeyError of a node)
+            _interrupted(script)
         error(f"{script}: ddpcli port could not port it ({type(bug).__name__}: {bug}); nothing written. This is "
               "a bug of ddpcli port: please report it with the script")  # fmt: skip
         raise typer.Exit(2) from None
     if diff:
-        text = unified_diff(script.read_text(encoding="utf-8"), result.source, str(script), str(out))
+        text = unified_diff(script_source.read(script).text, result.source, str(script), str(out))
         if not as_json:
             typer.echo(text, nl=False)
     else:
-        write_text(out, result.source)
+        _write(out, result.source.encode(result.encoding))
     if as_json:
         typer.echo(json.dumps(result.as_json(str(script), str(out)), indent=2, allow_nan=False))
         return
@@ -66,3 +79,25 @@ def port_command(
     if not diff:
         wrote(out)
         say(f"next: ddpcli init {out}, then ddpcli launch (N x B/N against 1 x B proves the port)", to_stdout=True)
+
+
+def _during_interrupt(error: BaseException) -> bool:
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__context__
+    return False
+
+
+def _interrupted(script: Path) -> NoReturn:
+    error(f"{script}: interrupted; nothing written")
+    raise typer.Exit(130) from None
+
+
+def _write(path: Path, data: bytes) -> None:
+    """OUT in the script's own encoding (a coding cookie's, a byte order mark kept)."""
+    try:
+        path.write_bytes(data)
+    except OSError as problem:
+        raise UserError(f"cannot write {path}: {problem.strerror or problem}") from None

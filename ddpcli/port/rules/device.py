@@ -1,6 +1,7 @@
-"""Each rank on its own device: where the script names the GPU ("cuda", "cuda:0", `.cuda()`), the port names
-cuda:LOCAL_RANK. Without torchrun _ddp_local_rank is 0, the device the script used. (The process-group setup also
-makes LOCAL_RANK the current CUDA device, for a device chosen by a flag: `torch.device(args.device)`.)"""
+"""Each rank on its own device. The process-group setup makes LOCAL_RANK the current CUDA device, so "cuda" (and
+`torch.device("cuda")`, a flag's `torch.device(args.device)`) already names this rank's GPU and stays as the script
+wrote it: `use_amp = device == "cuda"` holds as before. Where the script names GPU 0 ("cuda:0") or calls
+`.cuda()`, the port names cuda:LOCAL_RANK; without torchrun _ddp_local_rank is 0, the device the script used."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, string_value
 
-CUDA = ("cuda", "cuda:0")
+CUDA = ("cuda:0",)  # "cuda" stays: the group's setup makes LOCAL_RANK the current device, which it names
 LOCAL = 'f"cuda:{_ddp_local_rank}"'
 
 

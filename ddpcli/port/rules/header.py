@@ -8,6 +8,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcli.port.context import Port
+from ddpcli.port.edits import statements
+from ddpcli.port.facts import import_aliases
 
 RANKS = '''
 # ddpcli port: under torchrun (RANK and WORLD_SIZE set) this script trains data-parallel; without them it runs on
@@ -34,12 +36,16 @@ def _unwrap(model):
 '''
 SHARD = '''
 
-def _ddp_shard(loader):
+def _ddp_shard(loader, epoch=None):
     """Under torchrun, the same DataLoader over this rank's share of each epoch: a DistributedSampler keeping the
-    loader's shuffle and drop_last; the batch stays the script's, per device."""
+    loader's shuffle and drop_last (and, for a loader built each epoch, that epoch's shuffle); the batch stays the
+    script's, per device."""
     if not _ddp:
         return loader
     data, dataset = torch.utils.data, loader.dataset
+    if isinstance(dataset, data.IterableDataset):
+        raise RuntimeError("ddpcli port: this DataLoader iterates an IterableDataset, which a DistributedSampler "
+                           "cannot shard; have its __iter__ yield every _ddp_world-th sample from _ddp_rank")
     if isinstance(loader.sampler, data.SubsetRandomSampler):  # a split of the data set: shard the split
         dataset = data.Subset(dataset, list(loader.sampler.indices))
     elif loader.batch_size is None or not isinstance(loader.sampler, (data.RandomSampler, data.SequentialSampler)):
@@ -47,6 +53,8 @@ def _ddp_shard(loader):
     shuffle = isinstance(loader.sampler, (data.RandomSampler, data.SubsetRandomSampler))
     sampler = DistributedSampler(dataset, num_replicas=_ddp_world, rank=_ddp_rank, shuffle=shuffle,
                                  drop_last=loader.drop_last)
+    if epoch is not None:
+        sampler.set_epoch(epoch)
     return data.DataLoader(
         dataset, batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
         collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
@@ -54,11 +62,51 @@ def _ddp_shard(loader):
         prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,
     )
 '''
+MAP = """
+_ddp_map_location = {"cuda:0": f"cuda:{_ddp_local_rank}"} if _ddp else None  # torch.load: GPU 0's on this rank's
+"""
+SEED = '''
+
+def _ddp_seed():
+    """Under torchrun, once the first model is wrapped (DDP gave it rank 0's parameters): this rank's torch RNG
+    offset by its rank, so what the script draws per step (noise, dropout, augmentation) differs across ranks; rank
+    0 keeps the script's own stream (one process under torchrun draws as python does)."""
+    global _ddp_seeded
+    if _ddp and _ddp_rank > 0 and not globals().get("_ddp_seeded"):
+        _ddp_seeded = True
+        torch.manual_seed(torch.initial_seed() + _ddp_rank)
+'''
+SHARED = '''
+
+def _ddp_shared(path):
+    """Under torchrun, rank 0's path for a folder every rank made for itself (a TemporaryDirectory): rank 0 writes
+    there and every rank reads what it wrote (ranks of one machine; the others' own folders stay empty)."""
+    if not _ddp:
+        return path
+    paths = [path]
+    DIST.broadcast_object_list(paths, src=0)
+    return paths[0]
+'''
+QUIET = '''
+
+def _ddp_quiet(*args, **kwargs):
+    """What print, a logger or a save does on the ranks but 0: nothing (their arguments were evaluated)."""
+'''
+SETUP = '(nccl with CUDA, gloo otherwise; LOCAL_RANK the current GPU, so "cuda" is each rank\'s own)'
 TEARDOWN = "if _ddp:\n    DIST.destroy_process_group()\n"
 
 
 def _binds(port: Port, name: str, origin: str) -> bool:
-    return port.facts.aliases.get(name) == origin
+    """`name` is `origin` where the header stands: imported so by a top-level import up to the header's anchor."""
+    anchor = _anchor(port)
+    if anchor is None:
+        return False
+    body = list(port.facts.module.body)
+    imported: dict[str, str] = {}
+    for statement in body[: body.index(anchor) + 1]:
+        if isinstance(statement, cst.SimpleStatementLine):
+            imported |= {local: full for small in statement.body for local, full in import_aliases(small)}
+    return imported.get(name) == origin
 
 
 def imports(port: Port) -> list[str]:
@@ -73,20 +121,38 @@ def imports(port: Port) -> list[str]:
     if "shard" in port.needs:
         wanted.append(("DistributedSampler", "from torch.utils.data.distributed import DistributedSampler",
                        "torch.utils.data.distributed.DistributedSampler"))  # fmt: skip
-    return [line for name, line, origin in wanted if line and not _binds(port, name, origin)]
+    lines = []
+    for name, line, origin in wanted:
+        if name in port.renames:  # the script's own `os` is not the module: the port's under the name renamed
+            lines.append(line if " as " in line else f"{line} as {name}")
+        elif line and not _binds(port, name, origin):
+            lines.append(line)
+    return lines
+
+
+def _is_import_line(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body
+    )
 
 
 def _anchor(port: Port) -> cst.BaseStatement | None:
-    """The last top-level import before the script's first definition or statement that does something."""
+    """Where the module starts: the last statement of its docstring, its `__future__` imports and its first block of
+    imports (comments and blank lines between them are theirs). Any later statement may use what the header
+    defines (a tutorial's module-level code between import blocks), so the header goes no further."""
     anchor = None
-    for statement in port.facts.module.body:
-        if isinstance(statement, cst.SimpleStatementLine) and all(
-            isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body
-        ):
+    for index, statement in enumerate(port.facts.module.body):
+        if (index == 0 and _is_docstring(statement)) or _is_import_line(statement):
             anchor = statement
-        elif isinstance(statement, cst.FunctionDef | cst.ClassDef | cst.If | cst.For | cst.While | cst.With):
+        else:
             break
     return anchor
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString))  # fmt: skip
 
 
 def apply(port: Port) -> None:
@@ -97,11 +163,23 @@ def apply(port: Port) -> None:
         code += UNWRAP
     if "shard" in port.needs:
         code += SHARD
+    if "quiet" in port.needs:
+        code += QUIET
+    if "map" in port.needs:
+        code += MAP
+    if "seed" in port.needs:
+        code += SEED
+    if "shared" in port.needs:
+        code += SHARED
     code = code.replace("DIST.", f"{port.dist}.")
     guard = facts.main_guard()
     at_start = guard is None or port.wraps_at_module_level or not isinstance(guard.body, cst.IndentedBlock)
     if at_start:
         code += "\n\n_ddp_setup()\n"
+    if not facts.module.body:  # nothing but comments (an empty __init__.py): the header is the whole module
+        teardown = TEARDOWN.replace("DIST.", f"{port.dist}.")
+        port.edits.rewrite(facts.module, lambda module: module.with_changes(body=statements(code + teardown)))
+        return
     if anchor is None:
         port.edits.insert_before(facts.module.body[0], code)
     else:
@@ -112,8 +190,8 @@ def apply(port: Port) -> None:
     teardown = TEARDOWN.replace("DIST.", f"{port.dist}.")
     if at_start:
         port.edits.insert_after(facts.module.body[-1], teardown)
-        port.change(line, "process_group", "one process group from env:// (nccl with CUDA, gloo otherwise) where "
-                    "the script starts; destroy_process_group at its end")  # fmt: skip
+        port.change(line, "process_group", f"one process group from env:// {SETUP} where the script starts; "
+                    "destroy_process_group at its end")  # fmt: skip
     else:
         assert guard is not None and isinstance(guard.body, cst.IndentedBlock)
         if _exits(port, guard.body.body[-1]):  # `sys.exit(main())`: the teardown in a finally
@@ -121,8 +199,8 @@ def apply(port: Port) -> None:
         else:
             port.edits.insert_before(guard.body.body[0], "_ddp_setup()\n")
             port.edits.insert_after(guard.body.body[-1], teardown)
-        port.change(guard, "process_group", "one process group from env:// (nccl with CUDA, gloo otherwise) at the "
-                    "start of the script's main; destroy_process_group at its end")  # fmt: skip
+        port.change(guard, "process_group", f"one process group from env:// {SETUP} at the start of the script's "
+                    "main; destroy_process_group at its end")  # fmt: skip
 
 
 def _exits(port: Port, statement: cst.BaseStatement) -> bool:

@@ -8,6 +8,7 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, last_name, string_value
+from ddpcli.port.siblings import only_prints
 
 WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "to_csv", "to_json", "dump",
           "np.save", "np.savez", "np.savetxt", "numpy.save", "os.makedirs", "os.mkdir", "write_text", "write_bytes",
@@ -36,7 +37,9 @@ def _talks_or_writes(port: Port, call: cst.Call, writers: set[str], loggers: set
     name = port.facts.resolve(call)
     receiver = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else ""
     last = last_name(call)
-    if name == "print" or name == "tqdm.write" or name.endswith("tqdm.write"):
+    if name in ("print", "tqdm.write", "sys.stdout.write") or name.endswith("tqdm.write"):
+        return "print"
+    if "." in name and only_prints(port.facts.folder, name):  # the script's own progress_bar (utils.py)
         return "print"
     if name in WRITES or last in WRITES:
         return "write"
@@ -56,15 +59,22 @@ def apply(port: Port) -> None:
                and isinstance(a := facts.parents.get(c), cst.Assign) for t in a.targets}  # fmt: skip
     saves = False
     for node in facts.walk(facts.module):
-        if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 and isinstance(node.body[0], cst.Expr):
-            value = node.body[0].value
-            what = _talks_or_writes(port, value, writers, loggers) if isinstance(value, cst.Call) else None
-            if what:
-                saves |= what == "write"
-                if not _inside_guard(port, node):
-                    port.edits.guard(node, "_is_main")
-                port.change(node, "rank0", f"{port.code(value.func)}(...) on rank 0 only ({what}: once, not once "
-                            "per rank)")  # fmt: skip
+        if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
+            value = node.value
+            what = _talks_or_writes(port, value, writers, loggers)
+            if not what:
+                continue
+            saves |= what == "write"
+            line = facts.parents[node]
+            if _inside_guard(port, node):
+                pass
+            elif isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and not _has_effects(port, value):
+                port.edits.guard(line, "_is_main")
+            else:  # its arguments run everywhere (a DDP forward in them), the call on rank 0; or one of a line's
+                port.edits.rewrite(value.func, _on_rank_zero)
+                port.needs.add("quiet")
+            port.change(node, "rank0", f"{port.code(value.func)}(...) on rank 0 only ({what}: once, not once "
+                        "per rank)")  # fmt: skip
         elif isinstance(node, cst.With) and any(
             isinstance(item.item, cst.Call) and _opens_for_writing(item.item) for item in node.items
         ):
@@ -91,6 +101,26 @@ def apply(port: Port) -> None:
             port.change(node, "rank0", "progress bar shown on rank 0 only")
     if saves:
         _barriers(port)
+
+
+def _on_rank_zero(func: cst.CSTNode) -> cst.CSTNode:
+    """`print` -> `(print if _is_main else _ddp_quiet)`: the call's arguments are evaluated on every rank."""
+    assert isinstance(func, cst.BaseExpression)
+    return cst.IfExp(test=cst.Name("_is_main"), body=func, orelse=cst.Name("_ddp_quiet"),
+                     lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # fmt: skip
+
+
+def _has_effects(port: Port, call: cst.Call) -> bool:
+    """An argument calls a function of the script or a trained model (`print(f"val {evaluate(model, loader)}")`):
+    under DDP such a call may be collective (a forward broadcasts BatchNorm buffers), so it runs on every rank."""
+    models = set(port.models)
+    for node in port.facts.walk(call):
+        if node is call or not isinstance(node, cst.Call):
+            continue
+        name = dotted(node.func)
+        if name in models or name.rsplit(".", 1)[-1] in port.facts.functions:
+            return True
+    return False
 
 
 def _open_on_rank_zero(port: Port, call: cst.Call) -> None:

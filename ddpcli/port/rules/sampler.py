@@ -6,10 +6,12 @@ Loaders that do not train (test, validation) stay whole: every rank evaluates th
 
 from __future__ import annotations
 
+import json
+
 import libcst as cst
 
 from ddpcli.port.context import Port
-from ddpcli.port.facts import dotted, keyword
+from ddpcli.port.facts import dotted, keyword, string_value
 from ddpcli.port.rules.training import Training
 
 # Samplers `_ddp_shard` turns into a DistributedSampler (a split's indices kept); any other is the script's own.
@@ -56,32 +58,191 @@ def _epoch_of(loop: cst.For | cst.While) -> str | None:
     return None
 
 
+def _factory_sites(port: Port, call: cst.Call) -> list[tuple[cst.Call, str]] | None:
+    """`def make_loader(...): return DataLoader(...)`: the calls of that function and the name each is bound to
+    (train and val loaders built by one factory are told apart where it is called); None for a loader not built
+    so."""
+    facts = port.facts
+    function = facts.scope(call)
+    if not isinstance(facts.parents.get(call), cst.Return) or not isinstance(function, cst.FunctionDef):
+        return None
+    calls = [other for other in facts.calls if dotted(other.func).rsplit(".", 1)[-1] == function.name.value]
+    return [(other, name) for other in calls if (name := _loader_name(port, other))]
+
+
+def _iterable_dataset(port: Port, call: cst.Call) -> str | None:
+    """The class of the loader's data set where it is a torch IterableDataset the script defines (`class
+    Stream(IterableDataset)`) and builds in place or by name: a DistributedSampler cannot shard it."""
+    facts = port.facts
+    if not call.args or call.args[0].keyword is not None:
+        return None
+    data = call.args[0].value
+    if isinstance(data, cst.Name):
+        built = [s for s in facts.assigned_in(facts.scope(call), data.value) if isinstance(s, cst.SimpleStatementLine)]
+        values = [small.value for s in built for small in s.body if isinstance(small, cst.Assign)]
+        data = values[-1] if values else data
+    name = dotted(data.func) if isinstance(data, cst.Call) else ""
+    definition = next((n for n in facts.order if isinstance(n, cst.ClassDef) and n.name.value == name), None)
+    if definition is None:
+        return None
+    bases = {facts.resolve(base.value).rsplit(".", 1)[-1] for base in definition.bases}
+    return name if bases & {"IterableDataset", "IterDataPipe"} else None
+
+
+def _shard_by_phase(port: Port, training: Training, call: cst.Call) -> bool:
+    """`loaders = {x: DataLoader(...) for x in ["train", "val"]}` iterated as `loaders[phase]` in a loop that steps
+    where `phase == "train"` (the transfer-learning tutorial): the training phase's loader sharded, the others
+    whole; set_epoch on it at the top of the loop around the phase loop."""
+    facts = port.facts
+    comp = facts.parents.get(call)
+    if not (isinstance(comp, cst.DictComp) and comp.value is call and isinstance(comp.for_in.target, cst.Name)):
+        return False
+    keys = [string_value(e.value) for e in getattr(comp.for_in.iter, "elements", ())]
+    name = _loader_name(port, comp)
+    if not name or not keys or None in keys:
+        return False
+    variable = comp.for_in.target.value
+    found = None
+    for use in training.uses(name):
+        subscript = facts.parents.get(use)
+        loop = next((a for a in facts.ancestors(use) if isinstance(a, cst.For)), None)
+        stepping = loop is not None and training.steps_in(loop)
+        if (
+            isinstance(subscript, cst.Subscript)
+            and stepping
+            and any(
+                a is loop.iter
+                for a in [subscript, *facts.ancestors(subscript)]  # type: ignore[union-attr]
+            )
+        ):
+            found = (loop, subscript)
+            break
+    if found is None:
+        return False
+    loop, subscript = found
+    index = subscript.slice[0].slice
+    phase = dotted(index.value) if isinstance(index, cst.Index) else ""
+    found_key = _stepping_key(port, loop, phase, keys)
+    if found_key is None:
+        return False
+    key = json.dumps(found_key)  # "train", as the test and the subscript spell it
+    port.edits.rewrite(call, lambda n: cst.parse_expression(
+        f"_ddp_shard({cst.Module([]).code_for_node(n)}) if {variable} == {key} else "
+        f"{cst.Module([]).code_for_node(n)}"))  # fmt: skip
+    port.needs.add("shard")
+    port.change(call, "sampler", f"{name}[{key}]: a DistributedSampler under torchrun (the phase that steps; the "
+                "other phases whole on every rank), keeping its shuffle and drop_last; the batch stays the "
+                "script's")  # fmt: skip
+    outer = [a for a in facts.loops_around(loop) if _epoch_of(a) != phase]
+    if outer and isinstance(outer[0].body, cst.IndentedBlock):
+        epoch = _epoch_of(outer[0])
+        if epoch is not None:
+            port.edits.insert_before(outer[0].body.body[0], f"if _ddp:\n    {name}[{key}].sampler.set_epoch({epoch})\n")
+            port.change(outer[0], "set_epoch", f"{name}[{key}].sampler.set_epoch({epoch}) at the top of each "
+                        "epoch: a new shuffle each epoch, the same on every rank")  # fmt: skip
+    return True
+
+
+def _stepping_key(port: Port, loop: cst.For, phase: str, keys: list[str | None]) -> str | None:
+    """The key under which the loop steps: `if phase == "train": optimizer.step()` around the step."""
+    for step in port.facts.step_calls():
+        if not any(a is loop for a in port.facts.ancestors(step)):
+            continue
+        for ancestor in port.facts.ancestors(step):
+            if ancestor is loop:
+                break
+            test = ancestor.test if isinstance(ancestor, cst.If) else None
+            if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and dotted(test.left) == phase:
+                value = string_value(test.comparisons[0].comparator)
+                if value in keys and isinstance(test.comparisons[0].operator, cst.Equal):
+                    return value
+    named = [key for key in keys if key and "train" in key.lower()]
+    return named[0] if len(named) == 1 else None
+
+
+def _inline_loop(port: Port, training: Training, call: cst.CSTNode) -> cst.For | None:
+    """The stepping loop that iterates the DataLoader built in its own header (`for x, y in DataLoader(...)`, or
+    through enumerate / tqdm)."""
+    node = call
+    for _ in range(3):
+        parent = port.facts.parents.get(node)
+        if isinstance(parent, cst.For) and parent.iter is node:
+            return parent if training.steps_in(parent) else None
+        if isinstance(parent, cst.Arg):
+            node = port.facts.parents[parent]
+        else:
+            return None
+    return None
+
+
+def _shard_inline(port: Port, call: cst.Call, loop: cst.For) -> None:
+    """A loader built anew each epoch: sharded with the epoch of the loop around it (its shuffle a new one each
+    epoch, as `set_epoch` gives a kept loader), or the rounds of that loop counted."""
+    own = keyword(call, "batch_sampler") or keyword(call, "sampler")
+    if own is not None and not port.code(own.value).startswith(SHARDABLE):
+        port.loaders_not_ported = True
+        port.cannot(call, f"this DataLoader draws with its own sampler ({port.code(own.value)}): every rank would "
+                    "draw the same batches; give each rank its share by _ddp_rank and _ddp_world")  # fmt: skip
+        return
+    outer = port.facts.loops_around(loop)
+    epoch = _epoch_of(outer[0]) if outer else None
+    args = [cst.Arg(cst.Name(epoch))] if epoch else []
+    port.edits.rewrite(call, lambda node: cst.Call(
+        func=cst.Name("_ddp_shard"), args=[cst.Arg(node, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
+            " "))) if args else cst.Arg(node), *args]))  # fmt: skip
+    port.needs.add("shard")
+    each = f"with the epoch {epoch} (a new shuffle each epoch)" if epoch else "(the same shuffle each time it is built)"
+    port.change(call, "sampler", f"the DataLoader built in the training loop: a DistributedSampler under torchrun "
+                f"{each}; each rank gets its share and the batch stays the script's")  # fmt: skip
+
+
 def apply(port: Port) -> None:
     facts = port.facts
     training = Training(facts)
     for call in facts.calls:
         if facts.resolve(call).rsplit(".", 1)[-1] != "DataLoader":
             continue
-        names = _loader_names(port, call)
-        name = names[0] if names else ""
-        loops = [found for each in names for found in training.batch_loops(each)]
-        trains = bool(loops) or any("train" in each.lower() for each in names)
-        if not trains:
+        if _shard_by_phase(port, training, call):
             continue
+        inline = _inline_loop(port, training, call)
+        if inline is not None:
+            _shard_inline(port, call, inline)
+            continue
+        sites = _factory_sites(port, call)
+        if sites is None:
+            names = _loader_names(port, call)
+            sites = [(call, name) for name in names[:1]] or [(call, "")]
+        shard = []
+        for site, name in sites:
+            loops = training.batch_loops(name) if name else []
+            if loops or "train" in name.lower():
+                shard.append((site, name, loops))
+        if not shard:
+            continue
+        name = shard[0][1]
         own = keyword(call, "batch_sampler") or keyword(call, "sampler")
         if own is not None and not port.code(own.value).startswith(SHARDABLE):
+            port.loaders_not_ported = True
             port.cannot(call, f"{name or 'this DataLoader'} draws with its own sampler ({port.code(own.value)}): "
                         "every rank would draw the same batches; give each rank its share by _ddp_rank and "
                         "_ddp_world")  # fmt: skip
             continue
-        port.edits.rewrite(call, lambda node: cst.Call(func=cst.Name("_ddp_shard"), args=[cst.Arg(node)]))
-        port.needs.add("shard")
+        iterable = _iterable_dataset(port, call)
+        if iterable is not None:
+            port.loaders_not_ported = True
+            port.cannot(call, f"{name or 'this DataLoader'} iterates an IterableDataset ({iterable}): a "
+                        "DistributedSampler cannot shard it, so every rank would train on the same samples; "
+                        "have its __iter__ yield every _ddp_world-th sample from _ddp_rank")  # fmt: skip
+            continue
         batch = keyword(call, "batch_size")
         per_device = f" ({port.code(batch.value)} per device)" if batch is not None else ""
-        port.change(call, "sampler", f"{name or 'the DataLoader'}: a DistributedSampler under torchrun, keeping its "
-                    f"shuffle and drop_last; each rank gets its share of every epoch and the batch stays the "
-                    f"script's{per_device}, so the global batch is world size x it")  # fmt: skip
-        _set_epochs(port, name, loops, global_loader=isinstance(port.facts.scope(call), cst.Module))
+        for site, name, loops in shard:
+            port.edits.rewrite(site, lambda node: cst.Call(func=cst.Name("_ddp_shard"), args=[cst.Arg(node)]))
+            port.needs.add("shard")
+            port.change(site, "sampler", f"{name or 'the DataLoader'}: a DistributedSampler under torchrun, keeping "
+                        f"its shuffle and drop_last; each rank gets its share of every epoch and the batch stays the "
+                        f"script's{per_device}, so the global batch is world size x it")  # fmt: skip
+            _set_epochs(port, name, loops, global_loader=isinstance(port.facts.scope(site), cst.Module))
 
 
 def _epoch_loops(port: Port, at: cst.CSTNode, reachable: bool) -> list[cst.For | cst.While]:

@@ -37,11 +37,19 @@ def trained_models(port: Port, optimizer: cst.Call) -> list[str]:
                 isinstance(node, cst.Call)
                 and isinstance(node.func, cst.Attribute)
                 and node.func.attr.value in PARAMETER_METHODS
-                and (name := dotted(node.func.value))
+                and (name := _model_object(dotted(node.func.value)))
                 and name not in found
             ):
                 found.append(name)
     return found
+
+
+def _model_object(name: str) -> str:
+    """The model itself where the optimizer takes a submodule's parameters (`model_conv.fc.parameters()`, the
+    transfer-learning tutorial's fixed feature extractor): DDP wraps the module that is called, never a part of it
+    (its frozen parameters are not all-reduced: DDP syncs those that require grad). `self.model.fc` -> `self.model`."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "self" and len(parts) > 1 else parts[0]
 
 
 def _parameters_of(scope: cst.CSTNode) -> set[str]:
@@ -106,7 +114,19 @@ def _wrapping(port: Port, statement: cst.BaseStatement, model: str) -> str:
     port.needs_group_here(statement)
     if model not in port.models:
         port.models.append(model)
-    return f"if _ddp:\n{_sync_batchnorm(port, model)}    {model} = DistributedDataParallel({model})\n"
+    return _wrap_code(port, statement, model)
+
+
+def _wrap_code(port: Port, statement: cst.CSTNode, model: str) -> str:
+    """`if _ddp: model = DistributedDataParallel(model)`, then each rank's randomness its own (once per script)."""
+    code = f"if _ddp:\n{_sync_batchnorm(port, model)}    {model} = DistributedDataParallel({model})\n_ddp_seed()\n"
+    port.needs.add("seed")
+    if not any(change.kind == "rng" for change in port.changes):
+        port.change(statement, "rng", "after the DDP wrap has given every rank rank 0's parameters, each rank's torch "
+                    "RNG is offset by its rank under torchrun (torch.manual_seed(initial seed + rank) on ranks but 0, "
+                    "once): noise, dropout and augmentation drawn per step differ across ranks, as each of N "
+                    "devices' samples would; rank 0 and python keep the script's RNG stream")  # fmt: skip
+    return code
 
 
 def _builder(port: Port, optimizer: cst.Call, model: str) -> cst.FunctionDef | None:
@@ -137,7 +157,7 @@ def _wrap_at_calls(port: Port, optimizer: cst.Call, helper: cst.FunctionDef, mod
 def _sync_batchnorm(port: Port, model: str) -> str:
     """A script with BatchNorm: on GPUs its statistics over the global batch, as one device computed them over B
     (SyncBatchNorm runs on GPUs only: on the CPU each rank keeps its own, and compare names the difference)."""
-    if "BatchNorm" not in port.facts.module.code:
+    if not port.facts.builds_layer("BatchNorm"):
         return ""
     return (f"    if torch.cuda.is_available():  # BatchNorm statistics over the global batch, as on one device\n"
             f"        {model} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model})\n")  # fmt: skip
@@ -167,7 +187,7 @@ def apply(port: Port) -> None:
                             "in DistributedDataParallel yourself after it is on its device")  # fmt: skip
                 continue
             statement, after = point
-            code = f"if _ddp:\n{_sync_batchnorm(port, model)}    {model} = DistributedDataParallel({model})\n"
+            code = _wrap_code(port, statement, model)
             (port.edits.insert_after if after else port.edits.insert_before)(statement, code)
             port.needs.add("ddp")
             port.needs_group_here(statement)
@@ -181,9 +201,6 @@ def apply(port: Port) -> None:
         if name.rsplit(".", 1)[-1] == "DataParallel" and call.args:
             inner = port.code(call.args[0].value)
             port.edits.rewrite(call, lambda node, inner=inner: cst.IfExp(
-                test=expression("_ddp"), body=expression(inner), orelse=node,
-                whitespace_before_test=cst.SimpleWhitespace(" "), whitespace_after_test=cst.SimpleWhitespace(" "),
-                whitespace_before_else=cst.SimpleWhitespace(" "), whitespace_after_else=cst.SimpleWhitespace(" "),
-            ))  # fmt: skip
+                test=expression("_ddp"), body=expression(inner), orelse=node))  # fmt: skip
             port.change(call, "data_parallel", "nn.DataParallel skipped under torchrun: each process drives one "
                         "device and DistributedDataParallel replaces it")  # fmt: skip

@@ -77,8 +77,15 @@ if os.environ.get("PORT_PROBE_DIR"):
     def _record_save(obj, f, *args, **kwargs):
         path = os.fspath(f) if isinstance(f, (str, os.PathLike)) else type(f).__name__
         if not (_RUN_DIR and path.startswith(_RUN_DIR)):  # ddpcli's observer writing final_params.pt
-            _saves.append(path)
+            _saves.append(_temporary(path))
         return _save(obj, f, *args, **kwargs)
+
+    def _temporary(path):
+        """A file in a TemporaryDirectory (/tmp/tmpXXXX/best.pt) as <tmp>/best.pt: its folder's name is random."""
+        import tempfile
+
+        parts = os.path.relpath(path, tempfile.gettempdir()).split(os.sep) if os.path.isabs(path) else [".."]
+        return os.path.join("<tmp>", *parts[1:]) if parts[0].startswith("tmp") and len(parts) > 1 else path
 
     torch.save = _record_save
 

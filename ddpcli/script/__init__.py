@@ -1,0 +1,1 @@
+"""Reading a user's script, shared by `ddpcli init` and `ddpcli port`."""

@@ -1,0 +1,645 @@
+"""`ddpcli port` on the cases of issues 37 and 39: each a snippet, what the port writes, and that the single-device
+path is the script's (every edit under `_ddp` / `_is_main`, or the identity with one process)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddpcli.port.engine import port_source
+from ddpcli.port.records import PortRefused, PortResult
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def port(source: str, name: str = "train.py") -> PortResult:
+    result = port_source(textwrap.dedent(source), name)
+    compile(result.source, "train_ddp.py", "exec")
+    return result
+
+
+def lines_of(result: PortResult) -> list[str]:
+    return [line.strip() for line in result.source.splitlines()]
+
+
+def kinds(result: PortResult) -> list[str]:
+    return [change.kind for change in result.changes]
+
+
+def run(path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python PATH` with this checkout first on the path and no torchrun variables."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+                   OMP_NUM_THREADS="1", **env)  # fmt: skip
+    return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=300,
+                          check=False, cwd=path.parent, env=environ)  # fmt: skip
+
+
+DATA_PARALLEL = """\
+import torch
+from torch import nn
+model = nn.Linear(4, 1)
+model = nn.DataParallel(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in [torch.randn(2, 4)]:
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_data_parallel_is_skipped_under_torchrun_and_kept_under_python() -> None:
+    result = port(DATA_PARALLEL)
+    lines = lines_of(result)
+    assert "model = model if _ddp else nn.DataParallel(model)" in lines
+    assert "data_parallel" in kinds(result)
+    wrap = lines.index("model = DistributedDataParallel(model)")
+    assert lines.index("model = model if _ddp else nn.DataParallel(model)") < wrap
+
+
+SPREAD_IMPORTS = '''\
+# -*- coding: utf-8 -*-
+"""Training a Classifier: imports spread through the file (pytorch/tutorials' cifar10_tutorial)."""
+from __future__ import annotations
+import torch
+import torch.utils.data
+
+data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+trainloader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
+
+import numpy as np
+import torch.nn as nn
+
+net = nn.Linear(4, 1)
+
+import torch.optim as optim
+
+optimizer = optim.SGD(net.parameters(), lr=0.01)
+for epoch in range(2):
+    for inputs, labels in trainloader:
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(net(inputs), labels)
+        loss.backward()
+        optimizer.step()
+print("Finished Training", np.float64(loss.item()) > 0)
+'''
+
+
+def test_the_header_goes_after_the_first_import_block_before_any_use(tmp_path: Path) -> None:
+    lines = lines_of(port(SPREAD_IMPORTS))
+    header = lines.index('_ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ')
+    assert lines.index("import torch.utils.data") < header < lines.index("import numpy as np")
+    assert header < next(i for i, line in enumerate(lines) if "_ddp_shard(" in line and "def" not in line)
+    assert lines.index("from __future__ import annotations") < lines.index("import os") < header
+    out = tmp_path / "train_ddp.py"
+    out.write_text(port(SPREAD_IMPORTS).source, encoding="utf-8")
+    result = run(out)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Finished Training True\n"
+
+
+def test_the_header_imports_torch_itself_when_the_script_imports_it_only_later() -> None:
+    source = "import numpy as np\n\nx = np.zeros(3)\n" + SPREAD_IMPORTS.split("from __future__ import annotations\n")[1]
+    lines = lines_of(port(source))
+    assert lines[:4] == ["import numpy as np", "import os", "import torch", "import torch.distributed as dist"]
+
+
+TAKEN = """\
+import torch
+from torch import nn
+
+_is_main = "the script's own"
+dist = 3.0
+
+
+def _unwrap(x):
+    return x
+
+
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in [torch.randn(2, 4)]:
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+print(_is_main, dist, _unwrap(1), model.weight.shape)
+torch.save(model.state_dict(), "m.pt")
+"""
+
+
+def test_names_the_port_adds_are_renamed_where_the_script_binds_them(tmp_path: Path) -> None:
+    result = port(TAKEN)
+    lines = lines_of(result)
+    assert "_is_main_ = _ddp_rank == 0  # rank 0 alone prints, logs and writes files" in lines
+    assert "import torch.distributed as dist_" in lines
+    assert "def _unwrap_(model):" in lines
+    assert "(print if _is_main_ else _ddp_quiet)(_is_main, dist, _unwrap(1), _unwrap_(model).weight.shape)" in lines
+    assert 'torch.save(_unwrap_(model).state_dict(), "m.pt")' in lines
+    assert '_is_main = "the script\'s own"' in lines and "dist = 3.0" in lines and "def _unwrap(x):" in lines
+    out = tmp_path / "train_ddp.py"
+    out.write_text(result.source, encoding="utf-8")
+    ran = run(out)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "the script's own 3.0 1 torch.Size([1, 4])\n"
+
+
+def test_a_script_binding_os_gets_the_ports_os_under_another_name() -> None:
+    source = TAKEN.replace("dist = 3.0\n", 'os = "not the module"\n').replace("dist, ", "os, ")
+    lines = lines_of(port(source))
+    assert "import os as os_" in lines
+    assert '_ddp = "RANK" in os_.environ and "WORLD_SIZE" in os_.environ' in lines
+    assert 'os = "not the module"' in lines
+
+
+def cli(*args: object) -> Any:
+    from typer.testing import CliRunner
+
+    from ddpcli.cli.app import app
+
+    return CliRunner().invoke(app, ["port", *map(str, args)])
+
+
+def test_ctrl_c_while_porting_exits_130_nothing_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddpcli.port import engine
+
+    script = tmp_path / "dp.py"
+    script.write_text(DATA_PARALLEL, encoding="utf-8")
+
+    def interrupted(port: object) -> None:
+        raise KeyboardInterrupt
+
+    def interrupted_inside_libcst(port: object) -> None:  # a KeyError raised while the interrupt unwinds
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise KeyError("IndentedBlock(...)")
+
+    for rule in (interrupted, interrupted_inside_libcst):
+        monkeypatch.setattr(engine, "RULES", (rule,))
+        result = cli(script)
+        assert result.exit_code == 130, result.output
+        assert result.stderr == f"error: {script}: interrupted; nothing written\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["dp.py"]
+
+
+def test_ctrl_c_on_a_long_port_exits_130(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from port_speed import script
+
+    path = tmp_path / "long.py"
+    path.write_text(script(10000), encoding="utf-8")
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen([sys.executable, "-m", "ddpcli", "port", str(path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=environ)  # fmt: skip
+    time.sleep(3)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err[-3000:]
+    assert err == f"error: {path}: interrupted; nothing written\n" and out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.py"]
+
+
+def test_a_folder_is_said_to_be_a_folder_and_help_shows_the_default_name(tmp_path: Path) -> None:
+    result = cli(tmp_path)
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {tmp_path}: a folder, not a script: name the training script in it\n"
+    assert cli(tmp_path / "nope.py").stderr == f"error: {tmp_path / 'nope.py'}: no such file\n"
+    text = " ".join(cli("--help").stdout.split())
+    assert "Default: SCRIPT's name with _ddp before .py, beside it (train.py -> train_ddp.py)." in " ".join(
+        text.replace("│", " ").split())  # fmt: skip
+
+
+HEAD = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+"""
+EVALUATE = (
+    HEAD
+    + """
+def evaluate(model, loader):
+    with torch.no_grad():
+        return sum(F.mse_loss(model(x), y).item() for x, y in loader)
+
+
+def make_loader(data, shuffle):
+    return DataLoader(data, batch_size=4, shuffle=shuffle)
+
+
+train_loader = make_loader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), True)
+val_loader = make_loader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), False)
+model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+    print(f"val {evaluate(model, val_loader):.4f}")
+    print(f"epoch {epoch}")
+print("SAVED"); torch.save(model.state_dict(), "m.pt")
+"""
+)
+
+
+def test_a_print_of_a_call_with_effects_runs_the_call_on_every_rank_and_prints_on_rank_zero() -> None:
+    lines = lines_of(port(EVALUATE))
+    assert '(print if _is_main else _ddp_quiet)(f"val {evaluate(model, val_loader):.4f}")' in lines
+    assert lines[lines.index('print(f"epoch {epoch}")') - 1] == "if _is_main:"
+    assert "def _ddp_quiet(*args, **kwargs):" in lines
+
+
+def test_two_statements_on_one_line_are_each_rank_zero_only() -> None:
+    result = port(EVALUATE)
+    assert '(print if _is_main else _ddp_quiet)("SAVED"); (torch.save if _is_main else _ddp_quiet)(_unwrap(model)' \
+           '.state_dict(), "m.pt")' in lines_of(result)  # fmt: skip
+    assert [c.line for c in result.changes if c.kind == "rank0"] == [24, 25, 26, 26]
+
+
+def test_loaders_built_by_one_factory_are_sharded_at_the_training_call_site() -> None:
+    result = port(EVALUATE)
+    lines = lines_of(result)
+    assert "return DataLoader(data, batch_size=4, shuffle=shuffle)" in lines
+    assert (
+        "train_loader = _ddp_shard(make_loader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), True))" in lines
+    )
+    assert "val_loader = make_loader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), False)" in lines
+    assert [c.line for c in result.changes if c.kind == "sampler"] == [15]
+
+
+ITERABLE = (
+    HEAD
+    + """
+class Stream(IterableDataset):
+    def __iter__(self):
+        for _ in range(8):
+            yield torch.randn(4), torch.randn(1)
+
+
+train_loader = DataLoader(Stream(), batch_size=4)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in train_loader:
+    optimizer.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    optimizer.step()
+"""
+)
+
+
+def test_a_loader_over_an_iterable_dataset_is_said_not_ported_at_port_time() -> None:
+    result = port(ITERABLE)
+    assert "train_loader = DataLoader(Stream(), batch_size=4)" in lines_of(result)
+    assert [(n.line, n.reason.split(":")[0]) for n in result.not_ported] == [
+        (12, "train_loader iterates an IterableDataset (Stream)")]  # fmt: skip
+    assert "its own sampler" not in " ".join(n.reason for n in result.not_ported)
+
+
+def test_a_cuda_device_string_stays_the_scripts_so_comparisons_with_it_hold() -> None:
+    source = (
+        HEAD
+        + """
+device = "cuda" if torch.cuda.is_available() else "cpu"
+use_amp = device == "cuda"
+model = nn.Linear(4, 1).to(device)
+scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4):
+    optimizer.zero_grad()
+    F.mse_loss(model(x.to(device)), y.to(device)).backward()
+    optimizer.step()
+"""
+    )
+    result = port(source)
+    lines = lines_of(result)
+    assert 'device = "cuda" if torch.cuda.is_available() else "cpu"' in lines
+    assert 'use_amp = device == "cuda"' in lines
+    assert "torch.cuda.set_device(_ddp_local_rank)" in lines  # "cuda" is this rank's GPU once the group is set up
+    assert "device" not in kinds(result)
+
+
+def test_the_shard_helper_names_an_iterable_dataset_it_meets_at_run_time() -> None:
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    source = port(EVALUATE).source
+    helper = source[source.index("def _ddp_shard(") : source.index("def _ddp_quiet(")]
+    scope: dict[str, Any] = {"torch": torch, "_ddp": True, "_ddp_rank": 0, "_ddp_world": 2}
+    exec(compile(helper, "train_ddp.py", "exec"), scope)
+
+    class Stream(IterableDataset):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            return iter(range(4))
+
+    with pytest.raises(RuntimeError, match="this DataLoader iterates an IterableDataset, which a DistributedSampler"):
+        scope["_ddp_shard"](DataLoader(Stream(), batch_size=2))
+
+
+TRANSFER = (
+    HEAD
+    + """
+import os
+import tempfile
+
+import torchvision
+
+
+def train_model(model, optimizer, num_epochs):
+    with tempfile.TemporaryDirectory() as tempdir:
+        best_model_params_path = os.path.join(tempdir, "best_model_params.pt")
+        torch.save(model.state_dict(), best_model_params_path)
+        for epoch in range(num_epochs):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            torch.save(model.state_dict(), best_model_params_path)
+        model.load_state_dict(torch.load(best_model_params_path, weights_only=True))
+    return model
+
+
+train_loader = DataLoader(TensorDataset(torch.randn(8, 3, 8, 8), torch.randint(0, 2, (8,))), batch_size=4)
+model_conv = torchvision.models.resnet18(num_classes=2)
+for param in model_conv.parameters():
+    param.requires_grad = False
+model_conv.fc = nn.Linear(model_conv.fc.in_features, 2)
+optimizer_conv = torch.optim.SGD(model_conv.fc.parameters(), lr=0.01)
+model_conv = train_model(model_conv, optimizer_conv, num_epochs=1)
+"""
+)
+
+
+def test_the_model_is_wrapped_not_the_submodule_its_optimizer_steps() -> None:
+    result = port(TRANSFER)
+    lines = lines_of(result)
+    assert "model_conv = DistributedDataParallel(model_conv)" in lines
+    assert "model_conv.fc = DistributedDataParallel(model_conv.fc)" not in lines
+    assert lines.index("model_conv = DistributedDataParallel(model_conv)") < lines.index(
+        "optimizer_conv = torch.optim.SGD(_unwrap(model_conv).fc.parameters(), lr=0.01)")  # fmt: skip
+
+
+def test_a_temporary_folder_rank_zero_writes_is_the_folder_every_rank_reads() -> None:
+    result = port(TRANSFER)
+    lines = lines_of(result)
+    start = lines.index("with tempfile.TemporaryDirectory() as tempdir:")
+    assert lines[start + 1 : start + 3] == ["if _ddp:", "tempdir = _ddp_shared(tempdir)"]
+    end = lines.index("return model")
+    assert lines[end - 2 : end] == [
+        "if _ddp:",
+        "dist.barrier()  # every rank has read rank 0's files: it may remove them",
+    ]
+    assert "shared_path" in kinds(result)
+    assert "def _ddp_shared(path):" in lines
+
+
+def test_each_rank_draws_its_own_randomness_after_the_wrap_under_torchrun_only() -> None:
+    result = port(TRANSFER)
+    lines = lines_of(result)
+    wrap = lines.index("model_conv = DistributedDataParallel(model_conv)")
+    assert lines[wrap + 1] == "_ddp_seed()"
+    assert "torch.manual_seed(torch.initial_seed() + _ddp_rank)" in lines
+    assert [c.kind for c in result.changes].count("rng") == 1
+
+
+def test_the_shared_path_and_seed_helpers_do_nothing_without_torchrun() -> None:
+    import torch
+
+    source = port(TRANSFER).source
+    helpers = source[source.index("def _ddp_seed(") : source.index("_ddp_setup()\n")]
+    scope: dict[str, Any] = {"torch": torch, "_ddp": False, "_ddp_rank": 0}
+    exec(compile(helpers, "train_ddp.py", "exec"), scope)
+    torch.manual_seed(5)
+    scope["_ddp_seed"]()
+    assert torch.initial_seed() == 5 and scope["_ddp_shared"]("/tmp/x") == "/tmp/x"
+    scope["_ddp"] = True
+    scope["_ddp_seed"]()
+    assert torch.initial_seed() == 5  # rank 0 keeps the script's stream
+    scope["_ddp_rank"] = 3
+    scope["_ddp_seed"]()
+    scope["_ddp_seed"]()
+    assert torch.initial_seed() == 8  # once, by the rank
+
+
+def test_a_progress_bar_of_the_scripts_own_folder_that_only_prints_is_rank_zero_only(tmp_path: Path) -> None:
+    from ddpcli.port.engine import port_script
+
+    (tmp_path / "utils.py").write_text(
+        "import sys\nimport torch\n\n\ndef progress_bar(current, total, msg=None):\n"
+        "    sys.stdout.write(f' [{current}/{total}] {msg}\\n')\n\n\n"
+        "def evaluate(model):\n    print(model(torch.ones(1, 4)))\n",
+        encoding="utf-8",
+    )  # fmt: skip
+    script = tmp_path / "main.py"
+    script.write_text(DATA_PARALLEL.replace("from torch import nn\n", "from torch import nn\n\nfrom utils import "
+                      "evaluate, progress_bar\n") + "    progress_bar(1, 2, 'loss')\n    evaluate(model)\n",
+                      encoding="utf-8")  # fmt: skip
+    lines = lines_of(port_script(script))
+    assert lines[lines.index("progress_bar(1, 2, 'loss')") - 1] == "if _is_main:"
+    assert lines[lines.index("evaluate(model)") - 1] != "if _is_main:"  # it calls the model: every rank
+
+
+def test_every_change_kind_a_rule_records_is_in_the_contract() -> None:
+    import re
+
+    kinds_used = set()
+    for path in (REPO / "ddpcli" / "port").rglob("*.py"):
+        kinds_used |= set(re.findall(r'\.change\(\s*[\w.\[\]]+,\s*"(\w+)"', path.read_text(encoding="utf-8")))
+    contract = (REPO / "docs" / "contracts.md").read_text(encoding="utf-8")
+    section = contract[contract.index("## `ddpcli port SCRIPT --json`") :]
+    listed = section[section.index("the rule") :].split("(`", 1)[1].split("`)")[0]
+    assert {"rng", "shared_path", "rank0", "ddp_wrap"} <= kinds_used
+    assert kinds_used <= {kind.strip() for kind in listed.replace("\n", " ").split(",")}
+
+
+TRANSFER_CPU = """\
+import os
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 4)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.body(x)))
+
+
+def train_model(model, optimizer, num_epochs):
+    with tempfile.TemporaryDirectory() as tempdir:
+        best_model_params_path = os.path.join(tempdir, "best_model_params.pt")
+        torch.save(model.state_dict(), best_model_params_path)
+        best = float("inf")
+        for epoch in range(num_epochs):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+            if loss.item() < best:
+                best = loss.item()
+                torch.save(model.state_dict(), best_model_params_path)
+        model.load_state_dict(torch.load(best_model_params_path, weights_only=True))
+    return model
+
+
+torch.manual_seed(0)
+train_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4, shuffle=True)
+model_conv = Net()
+for param in model_conv.parameters():
+    param.requires_grad = False
+model_conv.fc = nn.Linear(4, 2)
+optimizer_conv = torch.optim.SGD(model_conv.fc.parameters(), lr=0.1)
+model_conv = train_model(model_conv, optimizer_conv, num_epochs=3)
+sys.stderr.write(f"params {sum(float(p.sum()) for p in model_conv.parameters()):.6f}\\n")
+"""
+
+
+def test_the_transfer_learning_checkpoint_in_a_temporary_folder_works_at_two_ranks(tmp_path: Path) -> None:
+    out = tmp_path / "transfer_ddp.py"
+    out.write_text(port(TRANSFER_CPU).source, encoding="utf-8")
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    environ.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                             str(out)], capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path,
+                            env=environ)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    sums = [line for line in result.stderr.splitlines() if line.startswith("params ")]
+    assert len(sums) == 2 and sums[0] == sums[1], result.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["transfer_ddp.py"]
+
+
+def torchrun(path: Path, nproc: int = 2) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    environ.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           str(nproc), str(path)], capture_output=True, text=True, timeout=300, check=False,
+                          cwd=path.parent, env=environ)  # fmt: skip
+
+
+def test_the_evaluate_print_factory_and_one_line_cases_run_at_two_ranks(tmp_path: Path) -> None:
+    """39 items 1, 2, 5 under torchrun: a BatchNorm model's evaluation inside a print runs on both ranks (no gloo
+    "Connection closed by peer"), the val line printed once an epoch, SAVED once, m.pt once."""
+    out = tmp_path / "train_ddp.py"
+    out.write_text(port(EVALUATE).source, encoding="utf-8")
+    two = torchrun(out)
+    assert two.returncode == 0, two.stderr[-3000:]
+    printed = [line for line in two.stdout.splitlines() if line.startswith(("val", "epoch", "SAVED"))]
+    assert [line.split()[0] for line in printed] == ["val", "epoch", "val", "epoch", "SAVED"], two.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "train_ddp.py"]
+
+
+def test_batchnorm_is_a_layer_the_script_builds_not_a_word_in_a_comment() -> None:
+    commented = DATA_PARALLEL.replace("model = nn.Linear(4, 1)\n", "# no BatchNorm here\nmodel = nn.Linear(4, 1)\n")
+    assert "convert_sync_batchnorm" not in port(commented).source
+    built = DATA_PARALLEL.replace("nn.Linear(4, 1)\n", "nn.Sequential(nn.Linear(4, 1), nn.BatchNorm1d(1))\n")
+    assert "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)" in lines_of(port(built))
+
+
+def test_the_main_guard_is_a_comparison_of_dunder_name_not_a_string_anywhere() -> None:
+    body = "".join(f"    {line}\n" for line in DATA_PARALLEL.splitlines()[2:])
+    source = f"import torch\nfrom torch import nn\nMODE = 'x'\n\n\ndef main():\n{body}\n\nif MODE == '__main__':\n"
+    source += "    print('never')\nmain()\n"
+    lines = lines_of(port(source))
+    assert lines.index("_ddp_setup()") < lines.index("def main():")  # where the script starts: MODE is no guard
+    guard = lines.index("if MODE == '__main__':")
+    assert lines[guard + 1 : guard + 3] == ["if _is_main:", "print('never')"]
+
+
+INLINE = (
+    HEAD
+    + """
+data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in DataLoader(data, batch_size=4, shuffle=True):
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+"""
+)
+
+
+def test_a_loader_built_inline_in_the_training_loop_is_sharded_with_its_epoch() -> None:
+    result = port(INLINE)
+    lines = lines_of(result)
+    assert "for x, y in _ddp_shard(DataLoader(data, batch_size=4, shuffle=True), epoch):" in lines
+    assert "sampler" in kinds(result) and not result.not_ported
+
+
+PHASES = (
+    HEAD
+    + """
+image_datasets = {x: TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))) for x in ["train", "val"]}
+dataloaders = {x: DataLoader(image_datasets[x], batch_size=4, shuffle=(x == "train")) for x in ["train", "val"]}
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for phase in ["train", "val"]:
+        model.train() if phase == "train" else model.eval()
+        for inputs, labels in dataloaders[phase]:
+            optimizer.zero_grad()
+            with torch.set_grad_enabled(phase == "train"):
+                loss = F.cross_entropy(model(inputs), labels)
+                if phase == "train":
+                    loss.backward()
+                    optimizer.step()
+"""
+)
+
+
+def test_loaders_in_a_dict_by_phase_shard_the_training_phase_only() -> None:
+    result = port(PHASES)
+    lines = lines_of(result)
+    assert ('dataloaders = {x: _ddp_shard(DataLoader(image_datasets[x], batch_size=4, shuffle=(x == "train"))) '
+            'if x == "train" else DataLoader(image_datasets[x], batch_size=4, shuffle=(x == "train")) for x in '
+            '["train", "val"]}') in lines  # fmt: skip
+    epoch = lines.index("for epoch in range(2):")
+    assert lines[epoch + 1 : epoch + 3] == ["if _ddp:", 'dataloaders["train"].sampler.set_epoch(epoch)']
+    assert not result.not_ported and {"sampler", "set_epoch"} <= set(kinds(result))
+
+
+def test_a_checkpoint_loaded_on_every_rank_maps_gpu_0_to_each_ranks_own() -> None:
+    source = DATA_PARALLEL + 'state = torch.load("ckpt.pt")\nother = torch.load("b.pt", map_location="cpu")\n'
+    result = port(source)
+    lines = lines_of(result)
+    assert 'state = torch.load("ckpt.pt", map_location=_ddp_map_location)' in lines
+    assert 'other = torch.load("b.pt", map_location="cpu")' in lines
+    assert '_ddp_map_location = {"cuda:0": f"cuda:{_ddp_local_rank}"} if _ddp else None  # torch.load: GPU 0\'s on ' \
+           "this rank's" in lines  # fmt: skip
+    assert "map_location" in kinds(result)
+
+
+@pytest.mark.parametrize(
+    "imports", ["from sentence_transformers import SentenceTransformerTrainer as Trainer", "from setfit import Trainer",
+                "from trl import SFTTrainer as Trainer", "from transformers import Trainer"],
+)  # fmt: skip
+def test_every_trainer_init_knows_is_one_the_port_refuses(imports: str, tmp_path: Path) -> None:
+    from ddpcli.port.engine import port_script
+
+    script = tmp_path / "train.py"
+    script.write_text(f"{imports}\n\ntrainer = Trainer(model=None)\ntrainer.train()\n", encoding="utf-8")
+    with pytest.raises(PortRefused) as refused:
+        port_script(script)
+    assert refused.value.reasons == [
+        f"{script}:3: written for the Hugging Face Trainer, which is data-parallel under torchrun by itself "
+        f"(TrainingArguments reads LOCAL_RANK; ddp_backend is its switch); run `ddpcli init {script}` on it as "
+        "it is"]  # fmt: skip

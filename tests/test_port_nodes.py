@@ -1,0 +1,161 @@
+"""Every libcst node the port builds is a node libcst can build: each `cst.X(...)` in ddpcli/port names only X's
+fields (libcst renames them between versions: IfExp's `whitespace_before_test` became `whitespace_before_if`), each
+`.with_changes(...)` only fields some node has, and each construction runs while porting the scripts below, so a
+wrong field is an error of this test, not of a user's port."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import sys
+import textwrap
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import libcst as cst
+
+from ddpcli.port.engine import rules_only
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCES = sorted((REPO / "ddpcli" / "port").rglob("*.py"))
+NODE_CLASSES = {name: getattr(cst, name) for name in dir(cst) if dataclasses.is_dataclass(getattr(cst, name))}
+ALL_FIELDS = {f.name for node in NODE_CLASSES.values() for f in dataclasses.fields(node)}
+
+
+def constructions() -> list[tuple[Path, int, ast.Call]]:
+    """Each `cst.X(...)` of a node class and each `.with_changes(...)` in the port's source."""
+    found = []
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                func = node.func
+                builds = isinstance(func.value, ast.Name) and func.value.id == "cst" and func.attr in NODE_CLASSES
+                if builds or func.attr == "with_changes":
+                    found.append((path, node.lineno, node))
+    return found
+
+
+def test_each_construction_names_only_fields_of_its_node() -> None:
+    wrong = []
+    for path, line, call in constructions():
+        assert isinstance(call.func, ast.Attribute)
+        if call.func.attr == "with_changes":
+            allowed = ALL_FIELDS
+        else:
+            fields = [f.name for f in dataclasses.fields(NODE_CLASSES[call.func.attr])]
+            allowed = set(fields)
+            if len(call.args) > len(fields):
+                wrong.append(f"{path.name}:{line}: {call.func.attr} takes {len(fields)} fields")
+        wrong += [f"{path.name}:{line}: {call.func.attr}({k.arg}=)" for k in call.keywords
+                  if k.arg is not None and k.arg not in allowed]  # fmt: skip
+    assert wrong == []
+
+
+def test_the_checker_sees_a_wrong_field() -> None:
+    call = ast.parse("cst.IfExp(test=a, body=b, orelse=c, whitespace_before_test=d)").body[0].value  # type: ignore[attr-defined]
+    fields = {f.name for f in dataclasses.fields(NODE_CLASSES[call.func.attr])}
+    assert [k.arg for k in call.keywords if k.arg not in fields] == ["whitespace_before_test"]
+
+
+HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
+SCRIPTS = {
+    # wrap, unwrap, sampler, rank0 (print, save, writer, tqdm, open outside a with), DataParallel, .cuda(), device
+    "many": HEAD
+    + textwrap.dedent("""\
+        from torch.utils.tensorboard import SummaryWriter
+        from tqdm import tqdm
+        writer = SummaryWriter()
+        log = open("log.txt", "w")
+        device = torch.device("cuda")
+        model = nn.DataParallel(nn.Linear(4, 1))
+        model.cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_loader = DataLoader(torch.randn(8, 4), batch_size=2)
+        for epoch in range(2):
+            for x in tqdm(train_loader):
+                optimizer.zero_grad()
+                loss = F.mse_loss(model(x), x[:, :1], reduction="sum")
+                loss.backward()
+                optimizer.step()
+            print(epoch, len(train_loader), model(x).sum())
+        torch.save(model.state_dict(), "m.pt")
+        model.load_state_dict(torch.load("m.pt"))
+        """),
+    # accumulation, hand batching by slices, batchify by column, a main that exits (teardown in a finally)
+    "by_hand": HEAD
+    + textwrap.dedent("""\
+        import sys
+        def batchify(data, bsz):
+            nbatch = data.size(0) // bsz
+            return data[: nbatch * bsz].view(bsz, -1).t().contiguous()
+        def main():
+            model = nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            train_data = batchify(torch.randn(64), 4)
+            x = torch.randn(64, 4)
+            for i in range(0, len(x), 8):
+                loss = model(x[i:i + 8]).sum() / 2
+                loss.backward()
+                if (i + 1) % 2 == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            return 0
+        if __name__ == "__main__":
+            sys.exit(main())
+        """),
+    # names the port adds that the script takes: renamed in the port's code, the script's own kept
+    "taken": HEAD
+    + textwrap.dedent("""\
+        from os import path as _ddp
+        _is_main = dict(dist=1)
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in [torch.randn(2, 4)]:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+        print(_is_main, _ddp.sep)
+        for epoch in range(2):
+            for x in DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True):
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+        """),
+    # loaders in a dict by phase: the phase that steps sharded
+    "phases": HEAD
+    + textwrap.dedent("""\
+        loaders = {x: DataLoader(torch.randn(8, 4), batch_size=2) for x in ["train", "val"]}
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            for phase in ["train", "val"]:
+                for x in loaders[phase]:
+                    if phase == "train":
+                        model(x).sum().backward()
+                        optimizer.step()
+        """),
+    "empty": "# nothing but a comment\n",  # the header alone (the rules run on it as the robustness run does)
+}
+
+
+def test_every_construction_is_built_while_porting() -> None:
+    wanted = {(str(path), line) for path, line, _ in constructions()}
+    ran: set[tuple[str, int]] = set()
+    files = {str(path) for path in SOURCES}
+
+    def trace(frame: FrameType, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename not in files:
+            return None
+        if event == "line":
+            ran.add((frame.f_code.co_filename, frame.f_lineno))
+        return trace
+
+    sys.settrace(trace)
+    try:
+        for name, source in SCRIPTS.items():
+            compile(rules_only(source, f"{name}.py").source, name, "exec")
+    finally:
+        sys.settrace(None)
+    missing = sorted(f"{Path(path).relative_to(REPO)}:{line}" for path, line in wanted - ran)
+    assert missing == []
