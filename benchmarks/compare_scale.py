@@ -5,13 +5,14 @@ measured side by side (interleaved rounds after one warm-up, which also writes e
                                        [--keep DIR] [--against DIR]
 
 The runs are synthesized from one finished run directory (--from: a real one, e.g. runs/<name>/<run_id> of the
-bundled sweep; default: one generated as compare_bench.py writes them, run.json as `ddpcli launch` writes it): copied
-N times, each copy's run.json edited to a distinct name and run_id and a world size of 1, 2, 4 or 8 (so compare
-keeps every one and pairs the multi-process runs with single-process ones), its metrics rows at its own global
-batch; --record gives the template another run.json (an observed one: what compare reads of a real run). Prints the medians and ratios, and each
-command's peak memory (ru_maxrss of one more run), first without summaries (cold: every metrics.jsonl parsed) and
-then with them; every command at COLUMNS=200 (the table fits one line a run). --against DIR times another
-checkout's compare (e.g. `git archive e13c9bc | tar -x -C DIR`) in the same rounds, over copies of the same runs.
+bundled sweep; default: one generated as compare_bench.py writes them, run.json as `ddpcli launch` writes it):
+copied N times, each copy's run.json edited to a distinct name and run_id and a world size of 1, 2, 4 or 8 (so
+compare keeps every one and pairs the multi-process runs with single-process ones), its metrics rows at its own
+global batch; --record gives the template another run.json (an observed one: what compare reads of a real run).
+Prints the medians and ratios, and each command's peak memory (ru_maxrss of one more run), first without summaries
+(cold: every metrics.jsonl parsed) and then with them; every command at COLUMNS=200 (the table fits one line a run).
+--against DIR times another checkout's compare (e.g. `git archive e13c9bc | tar -x -C DIR`) in the same rounds, over
+copies of the same runs.
 
 Measured on the 2-core machine, 100 rows a run, 3 interleaved repetitions (medians), this version and e13c9bc
 (--against: before the rows streamed, the index and the schedule check's early stop) side by side, each checkout
