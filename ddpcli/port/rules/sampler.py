@@ -125,7 +125,7 @@ def _shard_by_phase(port: Port, training: Training, call: cst.Call) -> bool:
     found_key = _stepping_key(port, loop, phase, keys)
     if found_key is None:
         return False
-    key = json.dumps(found_key)  # "train", as the test and the subscript spell it
+    key = json.dumps(found_key, allow_nan=False)  # "train", as the test and the subscript spell it
     port.edits.rewrite(call, lambda n: cst.parse_expression(
         f"_ddp_shard({cst.Module([]).code_for_node(n)}) if {variable} == {key} else "
         f"{cst.Module([]).code_for_node(n)}"))  # fmt: skip
