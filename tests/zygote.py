@@ -82,10 +82,10 @@ def _server(env: Mapping[str, str]) -> subprocess.Popen[str]:
         _SERVER = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    text=True, env=server_env)  # fmt: skip
         _STARTED_WITH = wanted
-        atexit.register(_stop)
     return _SERVER
 
 
+@atexit.register
 def _stop() -> None:
     global _SERVER
     if _SERVER is not None:

@@ -155,22 +155,15 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
             and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString))  # fmt: skip
 
 
+# The helpers the rules may need (port.needs), in the order the header defines them.
+_HELPERS = (("unwrap", UNWRAP), ("shard", SHARD), ("quiet", QUIET), ("map", MAP), ("seed", SEED), ("shared", SHARED))
+
+
 def apply(port: Port) -> None:
     facts = port.facts
     anchor = _anchor(port)
     code = "\n".join(imports(port)) + "\n" + RANKS
-    if "unwrap" in port.needs:
-        code += UNWRAP
-    if "shard" in port.needs:
-        code += SHARD
-    if "quiet" in port.needs:
-        code += QUIET
-    if "map" in port.needs:
-        code += MAP
-    if "seed" in port.needs:
-        code += SEED
-    if "shared" in port.needs:
-        code += SHARED
+    code += "".join(helper for need, helper in _HELPERS if need in port.needs)
     code = code.replace("DIST.", f"{port.dist}.")
     guard = facts.main_guard()
     at_start = guard is None or port.wraps_at_module_level or not isinstance(guard.body, cst.IndentedBlock)
