@@ -24,9 +24,15 @@ _is_main = _ddp_rank == 0  # rank 0 alone prints, logs and writes files
 def _ddp_setup():
     """One process group from env:// (nccl with CUDA, gloo otherwise), each rank on its own GPU."""
     if _ddp and not DIST.is_initialized():
+        # gloo can abort at exit ("terminate called without an active exception") when a model that outlives the
+        # script frees the group while the interpreter ends: torch's collectives imported before the group exists
+        # do not keep it, and one reference let go at exit, from Python, means the model's is never the last
+        import atexit, gc, torch.distributed.nn.functional  # noqa: E401, F401
         if torch.cuda.is_available():
             torch.cuda.set_device(_ddp_local_rank)
         DIST.init_process_group("nccl" if torch.cuda.is_available() else "gloo", init_method="env://")
+        held = [DIST.group.WORLD]
+        atexit.register(lambda: (gc.collect(), held.clear()))
 '''
 UNWRAP = '''
 
