@@ -33,6 +33,7 @@ NEVER_IN_PURE = ("torch", "numpy", "matplotlib", "rich", "typer", "click")
 WORKER_SIDE = ("ddpcli.worker", "ddpcli.runtime", "ddpcli.examples")
 FEATURES = (
     "ddpcli.errors",
+    "ddpcli.arithmetic",
     "ddpcli.jsonvalues",
     "ddpcli.noise_scale",
     "ddpcli.experiment",

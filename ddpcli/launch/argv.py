@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddpcli.arithmetic import ExpressionError, evaluate, is_expression
 from ddpcli.errors import ConfigError, UserError
 from ddpcli.experiment.resolved import LaunchSettings, ResolvedRun, RunPlan
-from ddpcli.launch.arithmetic import ExpressionError, evaluate, is_expression
 from ddpcli.rundir.layout import LOGS_DIR
 
 # With --max-restarts, gloo workers of a restarted group can fail or hang in init_process_group on stale
