@@ -36,6 +36,7 @@ FEATURES = (
     "ddpcli.arithmetic",
     "ddpcli.jsonvalues",
     "ddpcli.noise_scale",
+    "ddpcli.prediction",
     "ddpcli.experiment",
     "ddpcli.init",
     "ddpcli.launch",
@@ -224,7 +225,7 @@ def test_no_cycle_hides_behind_an_import_inside_a_function() -> None:
 
 def test_no_cycle_hides_behind_type_checking() -> None:
     """A type-only import still says which module depends on which: the types that modules share live below them
-    (predict_comm and predict_contention once took Target back from predict, which imports them)."""
+    (prediction.comm and .contention once took Target back from predict, which imports them)."""
     assert find_cycle(import_graph(include_deferred=True, include_type_only=True)) is None
 
 
