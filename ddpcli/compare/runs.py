@@ -157,7 +157,7 @@ class ComparedRun:
         return bool(self.flags & SYNC_BN_FLAGS)
 
 
-# What to do with a lost run's record before showing it (the compare command passes ddpcli.compare.lost's merge).
+# What to do with a lost run's record before showing it (the compare command passes ddpcli.launch.lost's merge).
 FinishLost = Callable[[run_record.RunRecord, Path], run_record.RunRecord]
 
 
@@ -166,7 +166,7 @@ def read_run_record(run_dir: Path, finish_lost: FinishLost | None = None) -> Com
 
     A run whose record still says `running` while the ddpcli process that watched it is gone (on this host) is
     shown as `lost`: its launcher was killed, and nothing will ever record its end; what its observers wrote is
-    merged in by `finish_lost` (ddpcli.compare.lost.with_observations, which reads /proc: a host module)."""
+    merged in by `finish_lost` (ddpcli.launch.lost.with_observations, which reads /proc: a host module)."""
     try:
         record = run_record.RunRecord.load_tolerant(run_dir)
     except (OSError, ValueError) as error:

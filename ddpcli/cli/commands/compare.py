@@ -16,10 +16,10 @@ from ddpcli.cli.render.fast_table import fitted_compact_tables, print_notes, pri
 from ddpcli.cli.render.layout import print_bullets
 from ddpcli.cli.render.table_rows import TableRows
 from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, collect_runs
-from ddpcli.compare.lost import with_observations
 from ddpcli.compare.row import json_list
 from ddpcli.compare.table import ComparisonHead, ComparisonStream
 from ddpcli.errors import UserError
+from ddpcli.launch.lost import with_observations
 from ddpcli.rundir.params import param_diff
 
 

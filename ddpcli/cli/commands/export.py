@@ -66,7 +66,7 @@ def export_command(
     try:
         exporter = Exporter(viewer.value, to, notify=say)  # may wait for another export holding a SQLite store
         target = exporter.target
-        from ddpcli.compare.lost import with_observations
+        from ddpcli.launch.lost import with_observations
         from ddpcli.rundir.params import param_diff
 
         runs, warnings = export_runs(paths or [default_runs_root()], include_all=include_all, baseline=baseline,

@@ -4,6 +4,9 @@ what they wrote: steps, samples, loss and findings, never as unobserved.
 Its record is finished in passing (observed, findings and metrics.jsonl written, the status left `running`, which
 compare shows as `lost`: nobody knows how it ended) once no process of the run is left on this host; while some
 are (workers orphaned by an older ddpcli), the merge is shown but nothing is written under their feet.
+
+Launch's: it finishes what a launch could not, and which processes are still the run's is the supervisor's
+knowledge. compare and export get it from the command (`finish_lost`), so compare reaches into no launch module.
 """
 
 from __future__ import annotations
