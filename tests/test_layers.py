@@ -38,6 +38,7 @@ FEATURES = (
     "ddpcli.noise_scale",
     "ddpcli.prediction",
     "ddpcli.experiment",
+    "ddpcli.diagnosis",
     "ddpcli.init",
     "ddpcli.launch",
     "ddpcli.rundir",

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddpcli.rundir.findings import plan_mismatches, run_findings
+from ddpcli.diagnosis.findings import plan_mismatches, run_findings
 from ddpcli.rundir.layout import METRICS_FILE
 from ddpcli.rundir.merge import summarize
 from ddpcli.rundir.merged_rows import merged_metrics

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ddpcli.diagnosis.findings import run_findings
 from ddpcli.noise_scale import simple_noise_scale
-from ddpcli.rundir.findings import run_findings
 from ddpcli.rundir.merge import summarize
 from ddpcli.rundir.merged_rows import merged_metrics, observed_noise
 from ddpcli.rundir.observations import read_observations

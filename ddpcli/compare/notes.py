@@ -14,8 +14,8 @@ from ddpcli.compare.run_checks import separate_models_note
 from ddpcli.compare.runs import NO_FILE, ComparedRun, status_reason
 from ddpcli.compare.script_notes import beta2_note
 from ddpcli.compare.throughput import throughput_row_notes
+from ddpcli.diagnosis.findings import explaining
 from ddpcli.experiment.outlook import far_above_critical
-from ddpcli.rundir.findings import explaining
 from ddpcli.rundir.record import Finding
 
 STATUS_WORDS = {

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddpcli.rundir.constant_loss import LossWatch
-from ddpcli.rundir.findings import run_findings
+from ddpcli.diagnosis.constant_loss import LossWatch
+from ddpcli.diagnosis.findings import run_findings
+from ddpcli.diagnosis.nonfinite import NonFiniteWatch
 from ddpcli.rundir.layout import METRICS_FILE
 from ddpcli.rundir.merge import summarize
 from ddpcli.rundir.merged_rows import iter_merged_metrics
 from ddpcli.rundir.metrics import write_metrics
-from ddpcli.rundir.nonfinite import NonFiniteWatch
 from ddpcli.rundir.observations import main_rank, read_observations
 from ddpcli.rundir.parallel import check_run, trained_together
 from ddpcli.rundir.record import Finding, RunRecord

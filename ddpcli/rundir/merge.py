@@ -2,7 +2,7 @@
 
 Pure: reads JSON lines, returns numbers. Once torchrun has ended, `ddpcli launch` calls ddpcli.rundir.finish, which
 reads the ranks' files (ddpcli.rundir.observations), summarises them here, writes metrics.jsonl from the merged
-steps (ddpcli.rundir.merged_rows) and adds the findings (ddpcli.rundir.findings).
+steps (ddpcli.rundir.merged_rows) and adds the findings (ddpcli.diagnosis.findings).
 
 Streaming: step and log rows are never all in memory (ddpcli.rundir.timeline keeps where they are and reads them
 back in step order), so the merge of a million steps needs about as much memory as that of ten. Every value is
