@@ -13,12 +13,12 @@ from ddpcli.diagnosis.advice import batchnorm_fix
 from ddpcli.diagnosis.causes import loss_scale_findings, script_findings, with_causes
 from ddpcli.diagnosis.script_io import same_file_findings, spawn_findings
 from ddpcli.diagnosis.slowness import slowness_findings
+from ddpcli.diagnosis.steps import step_findings
 from ddpcli.jsonvalues import finite_or_none
 from ddpcli.rundir.merge import training_loader
 from ddpcli.rundir.observations import RankObservation, main_rank
 from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, parallel_findings, trained_together
 from ddpcli.rundir.record import Finding, Observed
-from ddpcli.rundir.steps import step_findings
 
 # (field of the plan, field of Observed, words)
 COMPARED = (

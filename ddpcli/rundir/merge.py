@@ -18,12 +18,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpcli.jsonvalues import text_or_none, whole_or_none
+from ddpcli.jsonvalues import finite_or_none, text_or_none, whole_or_none
 from ddpcli.rundir.framework_advice import frameworks_row, numerics_row
 from ddpcli.rundir.observations import RankObservation, lr_of, main_rank
 from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, initial_fingerprint, trained_together
 from ddpcli.rundir.record import Observed
-from ddpcli.rundir.steps import base_lr
 from ddpcli.rundir.timeline import ascending
 from ddpcli.rundir.timing import model_state, time_breakdown
 from ddpcli.rundir.tokens import token_counts
@@ -91,6 +90,16 @@ def step_totals(ranks: dict[int, RankObservation]) -> StepTotals:
 
 def _tagged(rank: int, rows: Mapping[int, dict[str, Any]]) -> Iterator[tuple[int, int, dict[str, Any]]]:
     return ((step, rank, row) for step, row in ascending(rows))
+
+
+def base_lr(end: dict[str, Any], lrs: list[float]) -> float | None:
+    """The first param group's base lr: `initial_lr` where a scheduler set it (the main rank's end row), else the
+    peak of the lrs its steps ran (without a scheduler the lr starts at its base, or a warmup written by hand
+    rises to it)."""
+    initial = end.get("initial_lr")
+    if isinstance(initial, list) and initial and (value := finite_or_none(initial[0])) is not None:
+        return value
+    return max(lrs) if lrs else None
 
 
 def distinct_samples(ranks: dict[int, RankObservation]) -> bool | None:
