@@ -7,8 +7,8 @@ from __future__ import annotations
 from ddpcli.compare.metrics import RunSummary
 from ddpcli.compare.runs import ComparedRun
 from ddpcli.compare.schedule import ScheduleMismatch, compare_schedules, points
+from ddpcli.diagnosis.framework_advice import scheduler_per_process_cause, schedulers_seen
 from ddpcli.jsonvalues import finite_or_none, whole_or_none
-from ddpcli.rundir.framework_advice import scheduler_per_process_cause, schedulers_seen
 from ddpcli.rundir.record import Finding
 
 LR_SCHEDULE_MISMATCH = "lr_schedule_mismatch"

@@ -21,8 +21,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ddpcli.diagnosis.framework_advice import find_unused_off
 from ddpcli.rundir.cpu_list import parse_cpu_list
-from ddpcli.rundir.framework_advice import find_unused_off
 from ddpcli.rundir.record import Finding, Observed
 from ddpcli.rundir.timing import RankTime, TimeBreakdown
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpcli.jsonvalues import finite_or_none, text_or_none, whole_or_none
-from ddpcli.rundir.framework_advice import frameworks_row, numerics_row
+from ddpcli.rundir.frameworks import frameworks_row, numerics_row
 from ddpcli.rundir.observations import RankObservation, lr_of, main_rank
 from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, initial_fingerprint, trained_together
 from ddpcli.rundir.record import Observed
