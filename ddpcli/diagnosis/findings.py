@@ -36,7 +36,7 @@ def run_findings(
     observed: Observed,
     ranks: dict[int, RankObservation],
     completed: bool,
-    parallel_check: ParallelCheck | None = None,  # the run's (ddpcli.rundir.finish makes it once)
+    parallel_check: ParallelCheck | None = None,  # the run's (ddpcli.diagnosis.finish makes it once)
     script: Any = None,  # the script (or module) launched, for the pointer to `ddpcli port`
     launch_args: list[str] | None = None,  # run.json's launch args, placeholders kept: which values a flag sets
 ) -> list[Finding]:

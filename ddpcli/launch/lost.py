@@ -23,8 +23,8 @@ def with_observations(record: RunRecord, run_dir: Path) -> RunRecord:
     if record.observed is not None or not (run_dir / OBSERVED_DIR).is_dir():
         return record
     # Imported here: most compares meet no lost run, and the merge's modules cost start-up time.
+    from ddpcli.diagnosis.finish import observe, observe_or_say_why
     from ddpcli.launch.supervisor import run_dir_marker, worker_pids
-    from ddpcli.rundir.finish import observe, observe_or_say_why
 
     if worker_pids(run_dir_marker(run_dir)):
         try:

@@ -20,12 +20,12 @@ from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 
+from ddpcli.diagnosis.finish import observe_or_say_why, one_line, with_finding
 from ddpcli.errors import UserError
 from ddpcli.experiment.resolved import LaunchSettings, Plan, ResolvedRun, RunPlan
 from ddpcli.launch.argv import LaunchSpec, Rendezvous, build_launch
 from ddpcli.launch.forecast import Forecast
 from ddpcli.launch.supervisor import Outcome, StopRequest, run_dir_marker, run_to_end, worker_pids
-from ddpcli.rundir.finish import observe_or_say_why, one_line, with_finding
 from ddpcli.rundir.layout import PARAMS_FILE, RUN_FILE, new_run_id, utc_now
 from ddpcli.rundir.record import FailedRank, RunRecord, validation_message
 

@@ -1,6 +1,6 @@
 """What a run really did (run.json's `observed`), summarised from every rank's observations.
 
-Pure: reads JSON lines, returns numbers. Once torchrun has ended, `ddpcli launch` calls ddpcli.rundir.finish, which
+Pure: reads JSON lines, returns numbers. Once torchrun has ended, `ddpcli launch` calls ddpcli.diagnosis.finish, which
 reads the ranks' files (ddpcli.rundir.observations), summarises them here, writes metrics.jsonl from the merged
 steps (ddpcli.rundir.merged_rows) and adds the findings (ddpcli.diagnosis.findings).
 
@@ -149,7 +149,7 @@ def summarize(ranks: dict[int, RankObservation], parallel: ParallelCheck | None 
     norms = whole_or_none(main.run.get("batchnorm_layers"))
     synchronised = whole_or_none(main.run.get("batchnorm_synchronized"))
     world = whole_or_none(main.run.get("world_size"))
-    parallel = check_data_parallel(ranks, world) if parallel is None else parallel  # the run's (rundir.finish)
+    parallel = check_data_parallel(ranks, world) if parallel is None else parallel  # the run's (diagnosis.finish)
     ranges = {
         name: [counted.low, counted.high]
         for name, counted in (("per_device_batch_size", per_device), ("grad_accum_steps", accumulation),

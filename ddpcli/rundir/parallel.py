@@ -53,7 +53,7 @@ class ParallelCheck:
 
 
 def check_run(ranks: dict[int, Any]) -> ParallelCheck:
-    """The run's check, made once (ddpcli.rundir.finish) for the merge, rank 0's metrics and the findings: the ranks
+    """The run's check, made once (ddpcli.diagnosis.finish) for the merge, rank 0's metrics and the findings: the ranks
     against the world size torch gave rank 0, as its observer recorded it."""
     main = main_rank(ranks)
     return check_data_parallel(ranks, whole_or_none(main.run.get("world_size")) if main is not None else None)
