@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ddpcli.diagnosis.parallel import parallel_findings
 from ddpcli.rundir.observations import RankObservation
-from ddpcli.rundir.parallel import check_data_parallel, parallel_findings
+from ddpcli.rundir.parallel import check_data_parallel
 
 
 def rank(number: int, samples: list[float] | None, *, at: str = "end", group: bool = True, **run: Any) -> Any:

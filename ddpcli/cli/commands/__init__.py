@@ -19,6 +19,15 @@ def default_runs_root() -> Path:
     return Path("runs")
 
 
+def port_advice(script: str | None) -> str:
+    """How `ddpcli port SCRIPT` would make a script with no DDP data-parallel, in the port's own words (it runs its
+    rules on the script; ddpcli.port.advice): what launch, compare and export hand the diagnosis of the runs they
+    finish, which imports no command. Imported when a finding needs it: the port's modules cost start-up time."""
+    from ddpcli.port.advice import port_clause
+
+    return port_clause(script)
+
+
 # The experiment file argument that plan and slurm share (launch defaults it explicitly to the same file).
 ExperimentFileArgument = Annotated[
     Path | None, typer.Argument(help="Experiment file (TOML). Default: ./experiments.toml.", show_default=False)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any
 
 import typer
 
-from ddpcli.cli.commands import default_runs_root
+from ddpcli.cli.commands import default_runs_root, port_advice
 from ddpcli.cli.console import stdout, user_errors, warning, wrote
 from ddpcli.cli.render.compare import COLUMNS, CsvRows, LossCurve, _caption, _cells, loss_figure, tables_of, title
 from ddpcli.cli.render.fast_table import fitted_compact_tables, print_notes, print_tables
@@ -70,7 +71,8 @@ def compare_command(
             raise UserError(f"{path}: {path.parent} is a file, not a directory")
         if path is not None and not path.parent.exists():
             raise UserError(f"{path}: its directory {path.parent} does not exist")
-    records, warnings = collect_runs(paths or [default_runs_root()], include_all, finish_lost=with_observations)
+    finish_lost = partial(with_observations, port_advice=port_advice)
+    records, warnings = collect_runs(paths or [default_runs_root()], include_all, finish_lost=finish_lost)
     for message in warnings:
         warning(message)
     stream = ComparisonStream(

@@ -4,12 +4,13 @@ ddpcli.export, prints one line a run."""
 from __future__ import annotations
 
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 
-from ddpcli.cli.commands import default_runs_root
+from ddpcli.cli.commands import default_runs_root, port_advice
 from ddpcli.cli.console import say, user_errors, warning
 from ddpcli.errors import UserError
 from ddpcli.export.exporter import Exporter, Outcome
@@ -70,7 +71,8 @@ def export_command(
         from ddpcli.rundir.params import param_diff
 
         runs, warnings = export_runs(paths or [default_runs_root()], include_all=include_all, baseline=baseline,
-                                     param_diff=param_diff, finish_lost=with_observations)  # fmt: skip
+                                     param_diff=param_diff,
+                                     finish_lost=partial(with_observations, port_advice=port_advice))  # fmt: skip
         total = len(runs)
         for message in warnings:
             warning(message)
