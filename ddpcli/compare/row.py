@@ -11,8 +11,8 @@ from typing import Any
 
 from ddpcli.compare.equivalence import ParamDiff
 from ddpcli.compare.metrics import RunSummary
-from ddpcli.compare.run_checks import MARKED_CODES, per_model
 from ddpcli.diagnosis.prediction import PredictionScore, score
+from ddpcli.diagnosis.run_checks import MARKED_CODES, per_model
 from ddpcli.rundir.record import Finding
 
 # The keys of one row of `ddpcli compare --json` and --csv, in order. People's scripts read these names.

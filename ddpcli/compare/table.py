@@ -14,9 +14,9 @@ from ddpcli.compare.equivalence import DEFAULT_ATOL, ParamDiffFn, compare_params
 from ddpcli.compare.metrics import MetricsSummary, RunSummary, summarize_run
 from ddpcli.compare.notes import ComparisonNotes
 from ddpcli.compare.row import ComparisonRow
-from ddpcli.compare.run_checks import per_model, schedule_findings, separate_models
 from ddpcli.compare.runs import NO_FILE, ComparedRun, size_key
 from ddpcli.compare.throughput import speed_unreliable
+from ddpcli.diagnosis.run_checks import per_model, schedule_findings, separate_models
 from ddpcli.experiment.outlook import BatchOutlook
 from ddpcli.jsonvalues import finite_or_none
 
