@@ -23,7 +23,7 @@ Definitions (the numbers people quote, so they are fixed here and documented in 
   steady training throughput. The first logged step is left out because its `time` (seconds since
   `runtime.init()`) carries the one-off costs that do not scale (process-group set-up, data loading start, the
   first forward/backward, DDP's bucket building); `wall_time_s` (run.json) includes everything. With a single
-  row it is null (so are speedup and prediction error), and a note says why (compare.throughput).
+  row it is null (so are speedup and prediction error), and a note says why (diagnosis.throughput).
 - speedup = samples_per_s / the baseline's samples_per_s.
 - scaling_efficiency = speedup / (world_size / the baseline's world_size): 1.0 is perfect linear scaling.
 - loss_at_baseline_samples: the run's loss linearly interpolated (on samples seen) at the baseline's final sample

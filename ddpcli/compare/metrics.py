@@ -62,7 +62,7 @@ class MetricsSummary:
         first_samples, first_time = self.first_samples, self.first_time
         if self.rows >= 2 and first_samples is not None and first_time is not None and self.last_time > first_time:
             return finite_or_none((self.samples_seen - first_samples) / (self.last_time - first_time))
-        return None  # one row: its time holds the start-up, no steady throughput (compare.throughput notes it)
+        return None  # one row: its time holds the start-up, no steady throughput (diagnosis.throughput notes it)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from ddpcli.compare.equivalence import DIVERGED
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.runs import NO_FILE, ComparedRun, status_reason
-from ddpcli.compare.throughput import throughput_row_notes
 from ddpcli.diagnosis.findings import explaining
 from ddpcli.diagnosis.initial import initial_params_cause
 from ddpcli.diagnosis.numerics import numeric_regime
 from ddpcli.diagnosis.prediction import prediction_note
 from ddpcli.diagnosis.run_checks import separate_models_note
 from ddpcli.diagnosis.script_notes import beta2_note
+from ddpcli.diagnosis.throughput import throughput_row_notes
 from ddpcli.experiment.outlook import far_above_critical
 from ddpcli.rundir.record import Finding
 

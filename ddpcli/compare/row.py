@@ -48,7 +48,7 @@ class ComparisonRow:
     predicted_step_speedup: float | None = None
     data_efficiency: float | None = None
     compare_findings: tuple[Finding, ...] = ()  # found between runs (lr_schedule_mismatch), not in run.json
-    speed_unreliable: bool = False  # the run or its baseline was starved of CPU (compare.throughput): marked ?
+    speed_unreliable: bool = False  # the run or its baseline was starved of CPU (diagnosis.throughput): marked ?
     spark: str | None = None  # the sparkline, drawn before compare_runs drops the loss points (None: draw it)
 
     @property

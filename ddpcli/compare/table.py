@@ -15,8 +15,8 @@ from ddpcli.compare.metrics import MetricsSummary, RunSummary, summarize_run
 from ddpcli.compare.notes import ComparisonNotes
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.runs import NO_FILE, ComparedRun, size_key
-from ddpcli.compare.throughput import speed_unreliable
 from ddpcli.diagnosis.run_checks import per_model, schedule_findings, separate_models
+from ddpcli.diagnosis.throughput import speed_unreliable
 from ddpcli.experiment.outlook import BatchOutlook
 from ddpcli.jsonvalues import finite_or_none
 
