@@ -21,7 +21,6 @@ from ddpcli.compare.metrics import resolve_restarts
 from ddpcli.jsonvalues import finite_or_none, number_or_none, whole_or_none
 
 LOSS, LR, SAMPLES_PER_S, STEP_TIME, OPTIMIZER_STEP = "loss", "lr", "samples_per_s", "step_time_s", "optimizer_step"
-SCALARS = (LOSS, LR, SAMPLES_PER_S, STEP_TIME, OPTIMIZER_STEP)
 
 
 @dataclass(frozen=True)

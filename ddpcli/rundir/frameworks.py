@@ -8,8 +8,6 @@ from typing import Any
 
 from ddpcli.jsonvalues import text_or_none, whole_or_none
 
-STACK_KEYS = ("imported", "optimizer_stepped_by", "schedulers")
-
 
 def frameworks_row(end: dict[str, Any]) -> dict[str, Any] | None:
     """observed.frameworks: the end row's `stacks`, with only well-formed values."""

@@ -17,7 +17,6 @@ from ddpcli.rundir.layout import RUN_FILE
 from ddpcli.rundir.timing import ModelState, TimeBreakdown
 
 SCHEMA_VERSION = 2
-STATUSES = ("running", "completed", "failed", "interrupted", "timed_out")  # `lost` is derived, never written
 Severity = Literal["error", "warning", "info"]
 
 
