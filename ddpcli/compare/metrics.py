@@ -17,10 +17,11 @@ from typing import Any
 
 from ddpcli.compare import summary_cache
 from ddpcli.compare.curve import Curve, LazyCurve, NeedsFullParse, ParsedCurve, Row, loss_at, resample, rows_at
-from ddpcli.compare.runs import LOST, ComparedRun, read_run_record
+from ddpcli.compare.runs import ComparedRun, read_run_record
 from ddpcli.diagnosis.schedule import Point, points
 from ddpcli.jsonvalues import finite_or_none, loads_json, number_or_none, whole_or_none
 from ddpcli.rundir.metrics import noise_scale_reading, read_metrics, unreadable
+from ddpcli.rundir.record import LOST
 
 SPARK_POINTS = 64  # loss read at this many evenly spaced sample counts for the sparkline, 4 per character
 PLOT_POINTS = 2000  # and at this many for --plot: plenty for a figure, cheap to find

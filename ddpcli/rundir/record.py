@@ -18,6 +18,8 @@ from ddpcli.rundir.timing import ModelState, TimeBreakdown
 
 SCHEMA_VERSION = 2
 Severity = Literal["error", "warning", "info"]
+# The status compare shows for a run whose launcher is gone while run.json says running: derived, never written.
+LOST = "lost"
 
 
 class _Record(BaseModel):
