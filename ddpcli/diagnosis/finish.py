@@ -63,6 +63,12 @@ def observe(
     return record.model_copy(update={"observed": observed, "findings": findings, "metrics_from_observations": written})
 
 
+def not_written(record: RunRecord, path: Path, error: OSError) -> RunRecord:
+    """The record whose final run.json could not be written (a full disk), with a `record_not_written` finding: the
+    run's result still reaches the user (the file stays as written at the start: `running`)."""
+    return with_finding(record, "record_not_written", "error", f"{path} could not be written: {one_line(error)}")
+
+
 def with_finding(record: RunRecord, code: str, severity: str, message: str) -> RunRecord:
     finding = Finding(code=code, severity=severity, message=message)  # type: ignore[arg-type]
     return record.model_copy(update={"findings": [*record.findings, finding]})

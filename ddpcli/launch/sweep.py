@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 
-from ddpcli.diagnosis.finish import observe_or_say_why, one_line, with_finding
+from ddpcli.diagnosis.finish import not_written, observe_or_say_why
 from ddpcli.diagnosis.parallel import PortAdvice, plain_port_clause
 from ddpcli.errors import UserError
 from ddpcli.experiment.resolved import LaunchSettings, Plan, ResolvedRun, RunPlan
@@ -224,8 +224,7 @@ class RecordWriter:
         try:
             self.finish(record, group_rank)
         except OSError as error:
-            return with_finding(record, "record_not_written", "error",
-                                f"{self.run_dir / RUN_FILE} could not be written: {one_line(error)}")  # fmt: skip
+            return not_written(record, self.run_dir / RUN_FILE, error)
         return record
 
     def finish(self, record: RunRecord, group_rank: int | None) -> None:
