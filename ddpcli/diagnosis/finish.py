@@ -18,7 +18,7 @@ from ddpcli.rundir.merge import summarize
 from ddpcli.rundir.merged_rows import iter_merged_metrics
 from ddpcli.rundir.metrics import write_metrics
 from ddpcli.rundir.observations import main_rank, read_observations
-from ddpcli.rundir.parallel import check_run, trained_together
+from ddpcli.rundir.parallel import check_run
 from ddpcli.rundir.record import Finding, RunRecord
 from ddpcli.rundir.timeline import ascending
 
@@ -50,7 +50,7 @@ def observe(
     written = write and ours and main is not None and bool(main.logs or main.steps)
     loss, finite = LossWatch(), NonFiniteWatch()
     if written:
-        rows = iter_merged_metrics(trained_together(ranks, parallel))  # rank 0's model's
+        rows = iter_merged_metrics(ranks, parallel)  # rank 0's model's
         write_metrics(metrics, finite.watch(loss.watch(rows)))
     elif main is not None:
         finite.scan(ascending(main.steps))
