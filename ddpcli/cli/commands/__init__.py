@@ -32,3 +32,19 @@ def port_advice(script: str | None) -> str:
 ExperimentFileArgument = Annotated[
     Path | None, typer.Argument(help="Experiment file (TOML). Default: ./experiments.toml.", show_default=False)
 ]
+
+# The runs compare and export read (collect_runs), and the run they measure the others against (choose_baseline).
+RunsArgument = Annotated[
+    list[Path] | None,
+    typer.Argument(
+        help="Run directories or runs roots. Default: runs_dir of ./experiments.toml if it exists, else ./runs.",
+        metavar="RUNS",
+        show_default=False,
+    ),
+]
+AllRunsOption = Annotated[
+    bool, typer.Option("--all", help="Every run under a root, not just the newest of each name.")
+]
+BaselineOption = Annotated[
+    str | None, typer.Option(help="Name of the run to measure against. Default: the experiment file's baseline.")
+]

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ddpcli.cli.commands import default_runs_root, port_advice
+from ddpcli.cli.commands import AllRunsOption, BaselineOption, RunsArgument, default_runs_root, port_advice
 from ddpcli.cli.console import stdout, user_errors, warning, wrote
 from ddpcli.cli.render.compare import COLUMNS, CsvRows, LossCurve, _caption, _cells, loss_figure, tables_of, title
 from ddpcli.cli.render.fast_table import fitted_compact_tables, print_notes, print_tables
@@ -26,21 +26,9 @@ from ddpcli.rundir.params import param_diff
 
 @user_errors
 def compare_command(
-    paths: Annotated[
-        list[Path] | None,
-        typer.Argument(
-            help="Run directories or runs roots. Default: runs_dir of ./experiments.toml if it exists, else ./runs.",
-            metavar="PATH",
-            show_default=False,
-        ),
-    ] = None,
-    include_all: Annotated[
-        bool, typer.Option("--all", help="Every run under a root, not just the newest of each name.")
-    ] = False,
-    baseline: Annotated[
-        str | None,
-        typer.Option(help="Name of the run to measure against. Default: the experiment file's baseline."),
-    ] = None,
+    paths: RunsArgument = None,
+    include_all: AllRunsOption = False,
+    baseline: BaselineOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of rows instead of the table.")] = False,
     csv_path: Annotated[
         Path | None, typer.Option("--csv", help="Also write the rows to this CSV file.", dir_okay=False)
