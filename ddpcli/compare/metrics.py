@@ -144,7 +144,7 @@ def summarize_metrics(
         except NeedsFullParse:
             pass
     read = read_metrics(path)
-    rows = resolve_restarts(_with_samples(row, global_batch_size) for row in read.rows)
+    rows = resolve_restarts(read.rows, global_batch_size)
     if not rows:
         return MetricsSummary(skipped=list(read.skipped), full_parse=True)
     return _summarize(ParsedCurve(rows), len(rows), target_samples, plot_points, list(read.skipped), True)
@@ -217,14 +217,17 @@ def _with_samples(row: Row, global_batch_size: int | None) -> Row:
     return {**row, "samples": step * global_batch_size}
 
 
-def resolve_restarts(rows: Iterable[Row]) -> list[Row]:
-    """Rows with numeric samples, in strictly increasing samples order, the latest attempt winning.
+def resolve_restarts(rows: Iterable[Row], global_batch_size: int | None = None) -> list[Row]:
+    """Rows with numeric samples, in strictly increasing samples order, the latest attempt winning; a row without
+    `samples` (a script that logged without knowing its global batch) gets step x `global_batch_size`. What compare
+    reads a curve from, and export too (ddpcli.export.points).
 
     A restarted worker group starts logging again from an earlier step; its rows replace those of the attempt
     that failed from that point on, as its parameters are the ones that end up in final_params.pt.
     """
     kept: list[Row] = []
     for row in rows:
+        row = _with_samples(row, global_batch_size)
         samples = finite_or_none(row.get("samples"))
         if samples is None:
             continue
