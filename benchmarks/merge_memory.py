@@ -4,7 +4,7 @@
 
 Writes observed/rank-<r>.jsonl as the observer does (one step row per optimizer step: micro_batches, samples,
 loss, lr per group, time, and the noise-scale norms), then runs what `ddpcli launch` runs when torchrun ends
-(`ddpcli.rundir.finish.observe`: read the rank files, summarize, write metrics.jsonl, findings) in a fresh
+(`ddpcli.diagnosis.finish.observe`: read the rank files, summarize, write metrics.jsonl, findings) in a fresh
 interpreter per checkout and prints its peak resident memory (VmHWM) and time. The floor (the same interpreter
 having imported the launcher's modules, before merging) is printed alongside.
 """
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 CHILD = """
 import sys, time
 from pathlib import Path
-from ddpcli.rundir.finish import observe
+from ddpcli.diagnosis.finish import observe
 from ddpcli.rundir.record import RunRecord
 
 def peak_mb():

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from ddpcli import compare as cmp
-from ddpcli.experiment.predict import (
+from ddpcli.launch.argv import LaunchSpec
+from ddpcli.prediction.predict import (
     Baseline,
     Target,
     baseline_from,
 )
-from ddpcli.launch.argv import LaunchSpec
 from ddpcli.rundir.record import Observed, RunRecord
 from ddpcli.rundir.timing import model_state, time_breakdown
 

@@ -91,10 +91,10 @@ def merge_observations(run_dir: Path) -> list[dict]:
     """What `ddpcli launch` does after a run, for tests that start a script themselves: metrics.jsonl merged from
     every rank's observation file (returned, and written where ddpcli would write it)."""
     from ddpcli.rundir.layout import METRICS_FILE
-    from ddpcli.rundir.merged_rows import merged_metrics
+    from ddpcli.rundir.merged_rows import iter_merged_metrics
     from ddpcli.rundir.metrics import write_metrics
     from ddpcli.rundir.observations import read_observations
 
-    rows = merged_metrics(read_observations(run_dir))
+    rows = list(iter_merged_metrics(read_observations(run_dir)))
     write_metrics(run_dir / METRICS_FILE, rows)
     return rows

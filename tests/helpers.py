@@ -164,5 +164,5 @@ HOST_MODULES = (
     "ddpcli.rundir.params",
     "ddpcli.init.script_help",
     "ddpcli.init.inspect_script",
-    "ddpcli.compare.lost",
+    "ddpcli.launch.lost",
 )

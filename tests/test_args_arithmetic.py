@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ddpcli.arithmetic import ExpressionError, evaluate
 from ddpcli.errors import ConfigError
+from ddpcli.experiment.placeholders import fill_placeholders
 from ddpcli.experiment.planning import load_plan
-from ddpcli.launch.argv import build_launch, fill_placeholders
-from ddpcli.launch.arithmetic import ExpressionError, evaluate
+from ddpcli.launch.argv import build_launch
 
 VALUES = {"grad_accum_steps": 5, "world_size": 4, "total_steps": 100, "lr": 6e-4, "name": "4x8", "dataset_size": None}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpcli.rundir.slowness import SLOWNESS_CODES
+from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ddpcli.compare.initial import initial_params_cause
-from ddpcli.compare.script_notes import beta2_note
-from ddpcli.rundir.causes import script_findings, with_causes
-from ddpcli.rundir.findings import plan_mismatches
+from ddpcli.diagnosis.causes import script_findings, with_causes
+from ddpcli.diagnosis.findings import plan_mismatches
+from ddpcli.diagnosis.initial import initial_params_cause
+from ddpcli.diagnosis.script_io import spawn_findings
+from ddpcli.diagnosis.script_notes import beta2_note
 from ddpcli.rundir.observations import RankObservation
 from ddpcli.rundir.record import Finding, Observed, RunRecord
-from ddpcli.rundir.script_io import spawn_findings
 from ddpcli.worker.observer.loads import loaded_file
 
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpcli.rundir import finish
-from ddpcli.rundir.constant_loss import MIN_STEPS, LossWatch
+from ddpcli.diagnosis import finish
+from ddpcli.diagnosis.constant_loss import MIN_STEPS, LossWatch
 from ddpcli.rundir.record import RunRecord
 from tests.builders import end, run_rows, steps, write_rank
 

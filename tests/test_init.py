@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
+from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from ddpcli.errors import UserError
 from ddpcli.experiment.loading import parse_experiment_text
 from ddpcli.experiment.planning import load_plan, resolve_plan
@@ -22,7 +23,6 @@ from ddpcli.experiment.resolved import Plan
 from ddpcli.init.help_text import parse_help
 from ddpcli.init.roles import find_flags
 from ddpcli.init.scaffold import InitRequest, build_experiment, default_world_sizes, keep_global_batch
-from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.conftest import REPO
 from tests.init_helpers import SCRIPTS, dry_run, init, launch_and_read, script_args
 

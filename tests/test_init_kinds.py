@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from ddpcli.experiment.planning import load_plan
 from ddpcli.experiment.resolved import Plan
 from ddpcli.init.fixed_args import split_fixed, unwired
 from ddpcli.init.help_text import HelpOption
 from ddpcli.init.roles import LITERAL_NAMES
 from ddpcli.init.script_kind import script_facts
-from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.init_helpers import SCRIPTS, dry_run, init, launch_and_read, script_args
 
 LIGHTNING_HELP_S = "120"  # importing lightning takes 5-15 s on the loaded 2-core machine

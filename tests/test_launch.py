@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
 from ddpcli.errors import ConfigError, UserError
+from ddpcli.experiment.placeholders import fill_placeholders
 from ddpcli.experiment.planning import load_plan
-from ddpcli.launch.argv import Rendezvous, build_launch, fill_placeholders
+from ddpcli.launch.argv import Rendezvous, build_launch
 from ddpcli.launch.sweep import create_run_dir
 from tests.conftest import write_toml
 

@@ -1,7 +1,15 @@
-"""The layers of ddpcli/ hold: each module's imports (module-level and inside functions), read with `ast`.
+"""The layers of ddpcli/ hold: each module's imports (module-level, inside functions and under TYPE_CHECKING), read
+with `ast`.
 
-The package is cut by feature (experiment, init, launch, rundir, compare, slurm, cli, worker); inside each feature a
-module is one of four kinds:
+The package is cut by feature, and the features are in an order (ORDER; docs/architecture.md): a feature imports
+only its own modules and the features below it, never one above it or beside it:
+    cli > the commands' features (export and port build on compare's and init's reading: they sit one step above
+    init, launch, compare and slurm) > diagnosis > experiment > rundir > leaves.
+Leaves import only leaves (errors, jsonvalues, arithmetic, noise_scale, prediction, script, and the run
+directory's names and CPU-list format, which the worker writes by). The worker side (ddpcli.worker, ddpcli.runtime,
+ddpcli.examples) imports only itself and leaves. A failure names the import: module, line, what it imports.
+
+Inside each feature a module is one of four kinds:
     pure    the logic: experiment files, planning, run records, the merge, findings, comparison, sbatch text. Never
             torch, numpy, matplotlib, rich, typer or click, and no host, cli or worker module.
     host    runs or reads things on the launching machine (torchrun, a script's --help, parameter files): imports
@@ -31,19 +39,31 @@ from tests.helpers import HOST_MODULES
 PACKAGE = REPO / "ddpcli"
 NEVER_IN_PURE = ("torch", "numpy", "matplotlib", "rich", "typer", "click")
 WORKER_SIDE = ("ddpcli.worker", "ddpcli.runtime", "ddpcli.examples")
-FEATURES = (
+LEAVES = (
     "ddpcli.errors",
     "ddpcli.jsonvalues",
+    "ddpcli.arithmetic",
     "ddpcli.noise_scale",
-    "ddpcli.experiment",
-    "ddpcli.init",
-    "ddpcli.launch",
-    "ddpcli.rundir",
-    "ddpcli.compare",
-    "ddpcli.slurm",
-    "ddpcli.export",
-    "ddpcli.port",
+    "ddpcli.prediction",
+    "ddpcli.script",
+    "ddpcli.rundir.layout",  # the run directory's names: the worker writes by them, every feature reads by them
+    "ddpcli.rundir.cpu_list",  # the CPU-list text of a rank's `timing` row: written by the worker, read by diagnosis
 )
+ORDER = (  # top to bottom; a feature of a tier imports the tiers below its own
+    ("ddpcli.cli",),
+    ("ddpcli.export", "ddpcli.port"),  # export reads runs as compare does; port reads a script as init does
+    ("ddpcli.init", "ddpcli.launch", "ddpcli.compare", "ddpcli.slurm"),
+    ("ddpcli.diagnosis",),
+    ("ddpcli.experiment",),
+    ("ddpcli.rundir",),
+    LEAVES,
+)
+# Imports against the order, each allowed until the issue named removes it (test_every_exception_is_still_taken).
+EXCEPTIONS = {
+    ("ddpcli.diagnosis.framework_advice", "ddpcli.init.frameworks"): "issue 37: the script reader moves the "
+    "frameworks table to ddpcli.script.frameworks, a leaf",
+}
+FEATURES = tuple(feature for tier in ORDER[1:] for feature in tier)  # the pure kind's, and the host modules'
 
 
 @dataclass(frozen=True)
@@ -52,6 +72,7 @@ class Import:
     target: str  # the module imported (for `from a import b`: a.b when that is a module, else a)
     in_function: bool  # inside a def or lambda: runs only when called
     type_only: bool  # under `if TYPE_CHECKING:`: never runs
+    line: int = 0  # where, in the importer's file
 
 
 def module_name(path: Path) -> str:
@@ -81,12 +102,13 @@ def imports_of(module: str) -> Iterator[Import]:
     def visit(node: ast.AST, in_function: bool, type_only: bool) -> Iterator[Import]:
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield Import(module, alias.name, in_function, type_only)
+                yield Import(module, alias.name, in_function, type_only, node.lineno)
         elif isinstance(node, ast.ImportFrom):
             source = _absolute(module, node, is_package)
             for alias in node.names:
                 submodule = f"{source}.{alias.name}"
-                yield Import(module, submodule if submodule in MODULES else source, in_function, type_only)
+                target = submodule if submodule in MODULES else source
+                yield Import(module, target, in_function, type_only, node.lineno)
         for child in ast.iter_child_nodes(node):
             nested = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
             typed = type_only or (isinstance(node, ast.If) and _is_type_checking(node) and child in node.body)
@@ -180,6 +202,87 @@ def test_host_and_cli_may_import_torch_inside_functions() -> None:
     assert violation(Import("ddpcli.cli.commands.compare", "torch", True, False)) is None
 
 
+def feature_of(module: str) -> str | None:
+    """The feature a module belongs to: the longest name in ORDER or WORKER_SIDE it is within (None: the door)."""
+    names = [name for tier in ORDER for name in tier] + list(WORKER_SIDE)
+    return max((name for name in names if _within(module, name)), key=len, default=None)
+
+
+def tier_of(feature: str) -> int:
+    return next(index for index, tier in enumerate(ORDER) if feature in tier)
+
+
+def where(found: Import) -> str:
+    path = MODULES[found.importer].relative_to(REPO) if found.importer in MODULES else found.importer
+    how = " (inside a function)" if found.in_function else " (under TYPE_CHECKING)" if found.type_only else ""
+    return f"{path}:{found.line}: {found.importer} imports {found.target}{how}"
+
+
+def order_violation(found: Import) -> str | None:
+    """Why this import goes against the order of features, or None."""
+    if not _within(found.target, "ddpcli") or found.target == "ddpcli":  # another package; the door's __version__
+        return None
+    mine, theirs = feature_of(found.importer), feature_of(found.target)
+    if mine is None or mine == theirs or (found.importer, found.target) in EXCEPTIONS:
+        return None
+    order = " > ".join(", ".join(name.removeprefix("ddpcli.") for name in tier) for tier in ORDER)
+    if mine in WORKER_SIDE:
+        if theirs in WORKER_SIDE or theirs in LEAVES:
+            return None
+        return f"{where(found)}: the worker side imports only itself and leaves ({', '.join(LEAVES)})"
+    if theirs is None or theirs in WORKER_SIDE:
+        return f"{where(found)}: the host side imports neither the worker side nor the package's door"
+    if tier_of(theirs) > tier_of(mine) or (mine in LEAVES and theirs in LEAVES):
+        return None
+    side = "beside" if tier_of(theirs) == tier_of(mine) else "above"
+    return (
+        f"{where(found)}: {theirs} is {side} {mine}, which imports only what is below it. The order, top to bottom: "
+        f"{order} (tests/test_layers.py ORDER; docs/architecture.md)"
+    )
+
+
+def test_every_module_has_a_place_in_the_order() -> None:
+    """A new package must be placed in ORDER (or be the worker side's) before the order can say anything of it."""
+    placed = {module for module in MODULES if feature_of(module) is not None}
+    assert set(MODULES) - placed == {"ddpcli", "ddpcli.__main__"}
+
+
+def test_no_feature_imports_above_or_beside_itself() -> None:
+    problems = [problem for found in ALL_IMPORTS if (problem := order_violation(found))]
+    assert problems == [], "\n".join(problems)
+
+
+def test_every_exception_is_still_taken() -> None:
+    """An exception whose import is gone (its issue done) is removed from EXCEPTIONS, so the list stays short."""
+    taken = {(found.importer, found.target) for found in ALL_IMPORTS}
+    assert [pair for pair in EXCEPTIONS if pair not in taken] == []
+
+
+@pytest.mark.parametrize(
+    ("found", "expected"),
+    [
+        (Import("ddpcli.rundir.merge", "ddpcli.diagnosis.parallel", True, False, 7), "is above ddpcli.rundir"),
+        (Import("ddpcli.experiment.planning", "ddpcli.launch.argv", False, False), "launch is above ddpcli.experiment"),
+        (Import("ddpcli.compare.lost", "ddpcli.launch.supervisor", True, False), "launch is beside ddpcli.compare"),
+        (Import("ddpcli.diagnosis.notes", "ddpcli.compare.row", False, True), "compare is above ddpcli.diagnosis"),
+        (Import("ddpcli.rundir.record", "ddpcli.rundir.layout", False, False), None),
+        (Import("ddpcli.errors", "ddpcli.rundir.record", False, False), "rundir is above ddpcli.errors"),
+        (Import("ddpcli.worker.allreduce_probe", "ddpcli.experiment.predict", False, False), "the worker side imports"),
+        (Import("ddpcli.worker.stream", "ddpcli.rundir.layout", False, False), None),
+        (Import("ddpcli.launch.sweep", "ddpcli.worker.stream", True, False), "imports neither the worker side"),
+        (Import("ddpcli.export.runs", "ddpcli.compare.row", False, False), None),
+        (Import("ddpcli.script.source", "ddpcli.errors", False, False), None),
+    ],
+)
+def test_the_order_catches_what_it_forbids(found: Import, expected: str | None) -> None:
+    problem = order_violation(found)
+    if expected is None:
+        assert problem is None
+    else:
+        assert problem is not None and expected in problem
+        assert f":{found.line}: {found.importer} imports {found.target}" in problem  # where, and what
+
+
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One cycle of the graph as a path [a, b, ..., a], or None (depth-first search with three colours)."""
     state: dict[str, str] = {}
@@ -223,7 +326,7 @@ def test_no_cycle_hides_behind_an_import_inside_a_function() -> None:
 
 def test_no_cycle_hides_behind_type_checking() -> None:
     """A type-only import still says which module depends on which: the types that modules share live below them
-    (predict_comm and predict_contention once took Target back from predict, which imports them)."""
+    (prediction.comm and .contention once took Target back from predict, which imports them)."""
     assert find_cycle(import_graph(include_deferred=True, include_type_only=True)) is None
 
 

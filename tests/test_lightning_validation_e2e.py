@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ddpcli.rundir.slowness import SLOWNESS_CODES
+from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from tests.helpers import codes, launch
 from tests.sweeps import FRAMEWORKS
 

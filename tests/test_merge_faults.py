@@ -20,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ddpcli.diagnosis.finish import observe
 from ddpcli.experiment.planning import load_plan
 from ddpcli.jsonvalues import read_json
 from ddpcli.launch.argv import LaunchSpec
 from ddpcli.launch.supervisor import StopRequest
 from ddpcli.launch.sweep import SweepOptions, prepare, run_sweep
-from ddpcli.rundir.finish import observe
 from ddpcli.rundir.record import RunRecord
 from tests.builders import WRITER, Reporter
 from tests.conftest import REPO, write_toml

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddpcli.rundir.merge import summarize
-from ddpcli.rundir.merged_rows import merged_metrics
+from ddpcli.rundir.merged_rows import iter_merged_metrics
 from ddpcli.rundir.observations import read_observations, read_rank_file
 
 
@@ -78,7 +78,7 @@ def test_two_ranks_merge_step_by_step(tmp_path: Path) -> None:
     for rank, rows in ((0, rank0), (1, rank1)):
         (folder / f"rank-{rank}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     ranks = read_observations(tmp_path)
-    rows = merged_metrics(ranks)
+    rows = list(iter_merged_metrics(ranks))
     assert [(row["step"], row["samples"], row["loss"]) for row in rows] == [(1, 8, 2.0), (2, 12, 1.0), (3, 20, 3.0)]
     observed = summarize(ranks)
     assert observed is not None

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddpcli.rundir.findings import plan_mismatches, run_findings
+from ddpcli.diagnosis.findings import plan_mismatches, run_findings
 from ddpcli.rundir.layout import METRICS_FILE
 from ddpcli.rundir.merge import summarize
-from ddpcli.rundir.merged_rows import merged_metrics
+from ddpcli.rundir.merged_rows import iter_merged_metrics
 from ddpcli.rundir.metrics import write_metrics
 from ddpcli.rundir.observations import read_observations
 from ddpcli.rundir.record import Observed
@@ -46,7 +46,7 @@ def test_summary_is_what_most_steps_did(two_ranks: Path) -> None:
 
 
 def test_metrics_are_cumulative_samples_and_the_mean_loss_over_ranks(two_ranks: Path) -> None:
-    rows = merged_metrics(read_observations(two_ranks))
+    rows = list(iter_merged_metrics(read_observations(two_ranks)))
     assert [row["step"] for row in rows] == [1, 2, 3, 4]
     assert [row["samples"] for row in rows] == [32, 64, 96, 128]
     assert rows[0]["loss"] == pytest.approx((1.0 + 2.0) / 2) and rows[1]["loss"] == pytest.approx(0.75)
@@ -117,7 +117,7 @@ def test_a_resume_replaces_the_steps_after_its_checkpoint(tmp_path: Path) -> Non
     first = steps(5, per_device=4, loss=1.0)
     second = [{"kind": "start", "rank": 0}, {"kind": "resume", "step": 3}, *steps(1, per_device=4, loss=9.0, first=4)]
     write_rank(tmp_path, 0, [*first, *second])
-    rows = merged_metrics(read_observations(tmp_path))
+    rows = list(iter_merged_metrics(read_observations(tmp_path)))
     assert [row["step"] for row in rows] == [1, 2, 3, 4]
     assert rows[-1]["loss"] == pytest.approx(9.0 / 4)  # the resumed attempt's step 4
 
@@ -127,7 +127,7 @@ def test_runtime_logs_are_the_rows_and_noise_is_averaged_over_ranks(tmp_path: Pa
         logs = [{"kind": "log", "step": step, "time": step / 10, "loss": 1.0 + rank, "lr": 0.1, "grad_sq_small": small,
                  "grad_sq_big": 8.0, "noise_batches": [8, 16]} for step in (2, 4)]  # fmt: skip
         write_rank(tmp_path, rank, [*steps(4, per_device=8), *logs])
-    rows = merged_metrics(read_observations(tmp_path))
+    rows = list(iter_merged_metrics(read_observations(tmp_path)))
     assert [(row["step"], row["samples"], row["loss"]) for row in rows] == [(2, 32, 1.5), (4, 64, 1.5)]
     # |G_8|^2 = 12 (the mean over ranks), |G_16|^2 = 8: |G|^2 = (16*8 - 8*12)/8 = 4, tr(S) = (12-8)/(1/8-1/16) = 64
     assert rows[0]["grad_sq_small"] == 12.0 and rows[0]["noise_scale"] == pytest.approx(64 / 4)
@@ -136,7 +136,7 @@ def test_runtime_logs_are_the_rows_and_noise_is_averaged_over_ranks(tmp_path: Pa
 def test_a_nan_loss_is_written_as_nan_never_hidden(tmp_path: Path) -> None:
     write_rank(tmp_path, 0, [*steps(1, per_device=4), {**steps(1, per_device=4, first=2)[0], "loss": "nan"}])
     write_rank(tmp_path, 1, steps(2, per_device=4))
-    rows = merged_metrics(read_observations(tmp_path))
+    rows = list(iter_merged_metrics(read_observations(tmp_path)))
     write_metrics(tmp_path / METRICS_FILE, rows)
     last = json.loads((tmp_path / METRICS_FILE).read_text().splitlines()[-1])
     assert last["loss"] == "nan"
@@ -154,9 +154,9 @@ def test_damaged_observation_lines_never_break_the_merge(lines: list[bytes | str
         ranks = read_observations(run_dir)
         observed = summarize(ranks)
         assert observed is not None and observed.optimizer_steps >= 1
-        json.dumps([row for row in merged_metrics(ranks)], allow_nan=False)
+        json.dumps(list(iter_merged_metrics(ranks)), allow_nan=False)
         run_findings({}, observed, ranks, completed=True)
 
 
 def test_not_observed_is_none(tmp_path: Path) -> None:
-    assert summarize(read_observations(tmp_path)) is None and merged_metrics({}) == []
+    assert summarize(read_observations(tmp_path)) is None and list(iter_merged_metrics({})) == []

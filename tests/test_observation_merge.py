@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ddpcli.diagnosis.findings import run_findings
 from ddpcli.noise_scale import simple_noise_scale
-from ddpcli.rundir.findings import run_findings
 from ddpcli.rundir.merge import summarize
-from ddpcli.rundir.merged_rows import merged_metrics, observed_noise
+from ddpcli.rundir.merged_rows import iter_merged_metrics
 from ddpcli.rundir.observations import read_observations
 
 
@@ -64,7 +64,7 @@ def test_exact_norms_give_the_exact_noise_scale(
     small, big = grad_sq + trace / batch, grad_sq + trace / (batch * world)
     write_ranks(run_dir, {rank: [step(n, batch, sq_small=small, sq_big=big) for n in range(1, steps + 1)]
                           for rank in range(world)})  # fmt: skip
-    rows = merged_metrics(read_observations(run_dir))
+    rows = list(iter_merged_metrics(read_observations(run_dir)))
     assert len(rows) == steps
     assert rows[-1]["noise_scale"] == pytest.approx(trace / grad_sq, rel=1e-6)
     assert rows[-1]["grad_sq_small"] == pytest.approx(small)
@@ -77,7 +77,7 @@ def test_small_norms_are_averaged_over_ranks_and_batches_come_from_the_samples(t
         0: [step(1, samples=16, micro=2, sq_small=3.0, sq_big=2.5)],
         1: [step(1, samples=16, micro=2, sq_small=5.0, sq_big=2.5)],
     })  # fmt: skip
-    [row] = merged_metrics(read_observations(tmp_path))
+    [row] = list(iter_merged_metrics(read_observations(tmp_path)))
     assert row["grad_sq_small"] == pytest.approx(4.0)
     assert row["noise_scale"] == pytest.approx(simple_noise_scale(4.0, 2.5, 16, 32)) == pytest.approx(48.0)
     assert row["samples"] == 32
@@ -88,9 +88,8 @@ def test_a_step_a_rank_did_not_measure_is_left_out(tmp_path: Path) -> None:
         0: [step(1, sq_small=3.0, sq_big=2.0), step(2, sq_small=3.0, sq_big=2.0), step(3, sq_small=9.0, sq_big=1.0)],
         1: [step(1, sq_small=3.0, sq_big=2.0), step(2), step(3, sq_small="nan", sq_big=1.0)],
     })  # fmt: skip
-    noise = observed_noise(read_observations(tmp_path))
-    assert sorted(noise) == [1]
-    rows = merged_metrics(read_observations(tmp_path))
+    rows = list(iter_merged_metrics(read_observations(tmp_path)))
+    assert ["grad_sq_small" in row for row in rows] == [True, False, False]  # the EMAs leave steps 2 and 3 out
     assert "noise_scale" in rows[0] and "noise_scale" not in rows[1] and "noise_scale" not in rows[2]
     assert all(math.isfinite(row["loss"]) for row in rows)
 
@@ -98,7 +97,7 @@ def test_a_step_a_rank_did_not_measure_is_left_out(tmp_path: Path) -> None:
 def test_one_process_has_no_noise_scale(tmp_path: Path) -> None:
     """B_small = B_big: the two sizes that the estimate needs are not there."""
     write_ranks(tmp_path, {0: [step(n, sq_small=3.0, sq_big=3.0) for n in (1, 2)]})
-    rows = merged_metrics(read_observations(tmp_path))
+    rows = list(iter_merged_metrics(read_observations(tmp_path)))
     assert "noise_scale" not in rows[-1] and rows[-1]["grad_sq_small"] == pytest.approx(3.0)
 
 
@@ -110,8 +109,11 @@ def test_logged_rows_carry_the_observers_noise_scale_over_every_step(tmp_path: P
     write_ranks(tmp_path, {
         rank: [*[step(n, sq_small=small, sq_big=big) for n, (small, big) in norms.items()], *logs] for rank in (0, 1)
     })  # fmt: skip
-    rows = merged_metrics(read_observations(tmp_path))
-    every_step = observed_noise(read_observations(tmp_path))
+    rows = list(iter_merged_metrics(read_observations(tmp_path)))
+    unlogged = tmp_path / "unlogged"  # the same steps without the helper's rows: a row for every step
+    write_ranks(unlogged, {rank: [step(n, sq_small=small, sq_big=big) for n, (small, big) in norms.items()]
+                           for rank in (0, 1)})  # fmt: skip
+    every_step = {row["step"]: row for row in iter_merged_metrics(read_observations(unlogged))}
     assert [row["step"] for row in rows] == [2, 4]
     assert [row["samples"] for row in rows] == [32, 64]
     for row in rows:
@@ -122,7 +124,7 @@ def test_logged_rows_carry_the_observers_noise_scale_over_every_step(tmp_path: P
 
 def test_a_logged_row_without_a_loss_takes_the_observed_one(tmp_path: Path) -> None:
     write_ranks(tmp_path, {0: [step(1), {"kind": "log", "step": 1, "time": 0.5, "acc": 0.75}]})
-    [row] = merged_metrics(read_observations(tmp_path))
+    [row] = list(iter_merged_metrics(read_observations(tmp_path)))
     assert (row["loss"], row["lr"], row["acc"], row["samples"]) == (1.0, 0.1, 0.75, 8)
 
 
@@ -130,7 +132,7 @@ def test_logs_without_any_observed_step_are_the_rows(tmp_path: Path) -> None:
     """A script run under plain torchrun with a run directory: only the helper's rows, its own samples count."""
     logs = [{"kind": "log", "step": n, "time": n, "samples": 16 * n, "loss": 1.0 / n} for n in (1, 2)]
     write_ranks(tmp_path, {0: logs})
-    rows = merged_metrics(read_observations(tmp_path))
+    rows = list(iter_merged_metrics(read_observations(tmp_path)))
     assert rows == [{"step": n, "samples": 16 * n, "time": n, "loss": 1.0 / n} for n in (1, 2)]
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from ddpcli.rundir.observations import read_observations
-from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.conftest import final_params
 from tests.helpers import OBSERVE_SCRIPTS, codes, compare_json, launch
 from tests.sweeps import FRAMEWORK_RUNS, FRAMEWORK_STEPS, FRAMEWORKS

@@ -189,7 +189,7 @@ def test_a_file_that_cannot_be_written_never_changes_the_exit_code(tmp_path: Pat
 
 def test_a_script_that_spawns_its_own_processes_is_told_so(tmp_path: Path) -> None:
     """Item 13: training ran in a child process the observer never saw; "optimizer steps 0" and no hint."""
-    from ddpcli.rundir.findings import run_findings
+    from ddpcli.diagnosis.findings import run_findings
 
     code, ranks, _ = observed_unchanged(tmp_path, "spawn")
     observed = summarize(ranks)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpcli.rundir.findings import run_findings
+from ddpcli.diagnosis.findings import run_findings
 from ddpcli.rundir.merge import summarize
 from ddpcli.rundir.observations import read_observations
 from ddpcli.rundir.record import Finding

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ddpcli.diagnosis.parallel import parallel_findings
 from ddpcli.rundir.observations import RankObservation
-from ddpcli.rundir.parallel import check_data_parallel, parallel_findings
+from ddpcli.rundir.parallel import check_data_parallel
 
 
 def rank(number: int, samples: list[float] | None, *, at: str = "end", group: bool = True, **run: Any) -> Any:
@@ -104,7 +105,8 @@ def test_ranks_on_other_nodes_are_taken_at_torchs_word() -> None:
 def test_a_runs_check_is_made_once_for_its_summary_metrics_and_findings(tmp_path: Path, monkeypatch: Any) -> None:
     """finish.observe judges data parallelism once and hands the result to the merge, rank 0's metrics and the
     findings: two ranks that drifted apart are one verdict everywhere (size 1, only rank 0's samples, an error)."""
-    from ddpcli.rundir import findings, finish, merge, parallel
+    from ddpcli.diagnosis import findings, finish
+    from ddpcli.rundir import merge, parallel
     from ddpcli.rundir.record import RunRecord
     from tests.builders import end, run_rows, steps, write_rank
 

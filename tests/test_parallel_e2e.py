@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ddpcli.rundir.slowness import SLOWNESS_CODES
+from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from tests.helpers import OBSERVE_SCRIPTS as SCRIPTS
 from tests.helpers import codes, compare_json, launch
 

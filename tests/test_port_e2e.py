@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddpcli.rundir.slowness import SLOWNESS_CODES
+from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e

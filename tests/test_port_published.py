@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import tomllib
 
-from ddpcli.rundir.slowness import SLOWNESS_CODES
+from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e

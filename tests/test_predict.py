@@ -1,4 +1,4 @@
-"""The cost model of `ddpcli plan --predict-from` (ddpcli.experiment.predict) on hand-made baselines, and the
+"""The cost model of `ddpcli plan --predict-from` (ddpcli.prediction.predict) on hand-made baselines, and the
 command on a run directory written here (--link-gbps: no probe)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
-from ddpcli.experiment.predict import (
+from ddpcli.prediction.predict import (
     ddp_bucket_sizes,
     expected_max,
     predict,
@@ -142,7 +142,7 @@ def test_ranks_wait_for_the_slowest_compute() -> None:
 def test_a_sharded_run_is_no_baseline_for_a_ddp_prediction() -> None:
     """FSDP's ranks hold shards (model_state.full_param_bytes beside the shard's): the cost model's one all-reduce
     of the full gradients and full parameters per device would print DDP numbers for it."""
-    from ddpcli.experiment.predict_baseline import NoBaseline
+    from ddpcli.prediction.baseline import NoBaseline
 
     with pytest.raises(NoBaseline, match=r"sharded run .* predictions model DDP"):
         baseline(full_param_bytes=2 * PARAMS)

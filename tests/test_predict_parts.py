@@ -1,6 +1,6 @@
 """The parts of the cost model: the wait for the slowest rank from the baseline's own steps, the robust step scale,
 the compute line fitted to several runs, CPU contention measured by the busy-loop probe, and `plan` with several
-`--predict-from` runs (ddpcli.experiment.predict_*, ddpcli.launch.cpu_probe)."""
+`--predict-from` runs (ddpcli.prediction, ddpcli.launch.cpu_probe)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
-from ddpcli.experiment.predict import HostNow, compute_model, excess_of_max, expected_max, predict
-from ddpcli.experiment.predict_baseline import steady_durations
-from ddpcli.experiment.predict_compute import least_squares
 from ddpcli.launch import cpu_probe
 from ddpcli.launch.probe import host_now
+from ddpcli.prediction.baseline import steady_durations
+from ddpcli.prediction.compute import least_squares
+from ddpcli.prediction.predict import HostNow, compute_model, excess_of_max, expected_max, predict
 from ddpcli.rundir.record import RunRecord
 from tests.builders import PARAMS, baseline, observed_of, target, timing_row
 from tests.conftest import write_toml

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ddpcli.compare.prediction import prediction_note, score
+from ddpcli.diagnosis.prediction import prediction_note, score
 from ddpcli.rundir.record import Observed, RunRecord
 from ddpcli.rundir.timing import StepTime, TimeBreakdown
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from ddpcli.jsonvalues import read_json
 from ddpcli.rundir.metrics import read_metrics
-from ddpcli.rundir.slowness import SLOWNESS_CODES
 from tests.conftest import final_params, max_abs_diff, write_toml
 
 pytestmark = pytest.mark.e2e

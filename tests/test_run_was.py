@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpcli.rundir.nonfinite import NonFiniteWatch
+from ddpcli.diagnosis.nonfinite import NonFiniteWatch
 from ddpcli.rundir.timing import rank_time, time_breakdown
 from tests.builders import ddp, row
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpcli.compare import schedule
-from ddpcli.compare.schedule import Point, ScheduleMismatch, compare_schedules, points
+from ddpcli.diagnosis import schedule
+from ddpcli.diagnosis.schedule import Point, ScheduleMismatch, compare_schedules, points
 
 TOTAL = 512  # samples every run trains on
 Schedule = Callable[[float], float]  # progress in [0, 1) -> lr multiplier

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ddpcli.rundir.advice import batchnorm_fix
-from ddpcli.rundir.findings import plan_mismatches, run_findings
+from ddpcli.diagnosis.advice import batchnorm_fix
+from ddpcli.diagnosis.findings import plan_mismatches, run_findings
 from ddpcli.rundir.merge import summarize
 from ddpcli.rundir.observations import read_observations
 from ddpcli.rundir.record import Observed

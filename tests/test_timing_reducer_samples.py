@@ -1,6 +1,6 @@
 """The exposed communication of the timing window from the DDP reducer's sampled iterations (ddpcli.rundir.timing,
 ddpcli.worker.observer.reducer_samples), and what the all-reduce probe's cost model takes (ddpcli.launch.probe,
-ddpcli.experiment.predict_comm.probe_work_s), on hand-written values."""
+ddpcli.prediction.comm.probe_work_s), on hand-written values."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from ddpcli.errors import UserError
-from ddpcli.experiment.predict_comm import probe_work_s
 from ddpcli.launch.probe import AllReduceProbe, measured_allreduce
+from ddpcli.prediction.comm import probe_work_s
 from ddpcli.rundir.timing import exposed_comm_in_window, rank_time, time_breakdown
 from ddpcli.worker.observer.reducer_samples import MAX_SAMPLES, ReducerSamples
 from tests.builders import MS, ddp, row

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ddpcli.diagnosis.slowness import slowness_findings
 from ddpcli.rundir.cpu_list import format_cpu_list, parse_cpu_list
 from ddpcli.rundir.record import Observed
-from ddpcli.rundir.slowness import slowness_findings
 from ddpcli.rundir.timing import model_state, rank_time, time_breakdown
 from tests.builders import ddp, row
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ddpcli.rundir.slowness import SLOWNESS_CODES
+from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from tests.helpers import codes, compare_json, launch
 from tests.sweeps import KNOB_ARGS, KNOB_SCRIPT
 

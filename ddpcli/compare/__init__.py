@@ -8,22 +8,23 @@ Modules, in the order they build on each other:
 - run_keys: RunKeys, what a run is sorted, paired and chosen by (kept in summary.json: a later compare parses
   each run.json once, for its row).
 - runs: ComparedRun (a run's keys, its directory, and its record read when asked and let go after its row),
-  finding run directories, the newest run of each name, why a run did not complete.
+  finding run directories, the newest run of each name.
 - baseline: choosing the run the others are measured against.
 - curve: a loss curve read lazily or from parsed rows; loss at a sample count, evenly spaced points.
 - metrics: MetricsSummary of a metrics.jsonl (the fast reader and its careful fallback), RunSummary.
-- equivalence: ParamDiff, the single-process partner of a multi-process run, the verdict.
+- equivalence: the single-process partner of a multi-process run, their parameters compared (ParamDiff).
 - row: ComparisonRow (ROW_KEYS of --json and --csv) and its sparkline.
-- notes: the plain-word notes under the table.
 - table: ComparisonStream (the rows one at a time, what `ddpcli compare` prints from: memory does not grow by a
   record a run), Comparison and compare_runs (every row held), speedup and scaling efficiency.
+What the comparison concludes (the notes under the table and their causes, lr_schedule_mismatch, the verdict's
+words, the `!` and `?` marks, a prediction's score, why a run did not complete) is ddpcli.diagnosis's.
 
 Definitions (the numbers people quote, so they are fixed here and documented in `ddpcli compare --help`):
 - samples_per_s = (samples of the last row - samples of the first) / (time of the last - time of the first):
   steady training throughput. The first logged step is left out because its `time` (seconds since
   `runtime.init()`) carries the one-off costs that do not scale (process-group set-up, data loading start, the
   first forward/backward, DDP's bucket building); `wall_time_s` (run.json) includes everything. With a single
-  row it is null (so are speedup and prediction error), and a note says why (compare.throughput).
+  row it is null (so are speedup and prediction error), and a note says why (diagnosis.throughput).
 - speedup = samples_per_s / the baseline's samples_per_s.
 - scaling_efficiency = speedup / (world_size / the baseline's world_size): 1.0 is perfect linear scaling.
 - loss_at_baseline_samples: the run's loss linearly interpolated (on samples seen) at the baseline's final sample
@@ -34,12 +35,14 @@ Definitions (the numbers people quote, so they are fixed here and documented in 
 """
 
 from ddpcli.compare.baseline import choose_baseline
-from ddpcli.compare.equivalence import DEFAULT_ATOL, DIVERGED, EQUIVALENT, ParamDiff, find_partner, verdict
+from ddpcli.compare.equivalence import DEFAULT_ATOL, ParamDiff, find_partner
 from ddpcli.compare.metrics import PLOT_POINTS, SPARK_POINTS, MetricsSummary, load_run, summarize_metrics
-from ddpcli.compare.notes import divergence_causes
 from ddpcli.compare.row import ROW_KEYS, SPARK_WIDTH, ComparisonRow, sparkline
-from ddpcli.compare.runs import ComparedRun, collect_runs, read_run_record, status_reason
+from ddpcli.compare.runs import ComparedRun, collect_runs, read_run_record
 from ddpcli.compare.table import Comparison, ComparisonStream, compare_runs, scaling_efficiency, speedup
+from ddpcli.diagnosis.equivalence import DIVERGED, EQUIVALENT, verdict
+from ddpcli.diagnosis.notes import divergence_causes
+from ddpcli.diagnosis.status import status_reason
 
 # What the CLI, the tests and the benchmarks use; anything else is imported from its module.
 __all__ = [

@@ -1,6 +1,7 @@
-"""Parameter equivalence: which single-process run a multi-process run must match, and the verdict on their final
-parameters. Parameter files need torch, so the core never reads them: the caller passes the reader
-(`ddpcli.rundir.params.param_diff`, which imports torch only when two files really have to be compared)."""
+"""Parameter equivalence: which single-process run a multi-process run must match, and the difference between their
+final parameters (the verdict on it is ddpcli.diagnosis.equivalence's). Parameter files need torch, so the core
+never reads them: the caller passes the reader (`ddpcli.rundir.params.param_diff`, which imports torch only when two
+files really have to be compared)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,7 @@ from ddpcli.compare.runs import ComparedRun
 from ddpcli.rundir.layout import PARAMS_FILE
 from ddpcli.rundir.param_diff import ParamDiff, ParamDiffFn
 
-EQUIVALENT, DIVERGED = "equivalent", "diverged"
 DEFAULT_ATOL = 1e-5
-
-
-def verdict(diff: ParamDiff | None, atol: float) -> str | None:
-    if diff is None or diff.error is not None:
-        return None
-    if diff.mismatch is not None or diff.max_abs_diff is None:
-        return DIVERGED
-    return EQUIVALENT if diff.max_abs_diff <= atol else DIVERGED
 
 
 def find_partner(run: RunSummary, others: Sequence[RunSummary]) -> RunSummary | None:

@@ -17,14 +17,15 @@ from typing import Any
 
 from ddpcli.compare import summary_cache
 from ddpcli.compare.curve import Curve, LazyCurve, NeedsFullParse, ParsedCurve, Row, loss_at, resample, rows_at
-from ddpcli.compare.runs import LOST, ComparedRun, read_run_record
-from ddpcli.compare.schedule import Point, points
+from ddpcli.compare.runs import ComparedRun, read_run_record
+from ddpcli.diagnosis.schedule import Point, points
 from ddpcli.jsonvalues import finite_or_none, loads_json, number_or_none, whole_or_none
 from ddpcli.rundir.metrics import noise_scale_reading, read_metrics, unreadable
+from ddpcli.rundir.record import LOST
 
 SPARK_POINTS = 64  # loss read at this many evenly spaced sample counts for the sparkline, 4 per character
 PLOT_POINTS = 2000  # and at this many for --plot: plenty for a figure, cheap to find
-# Rows read for the lr schedule (ddpcli.compare.schedule): every row of a run this long, evenly spaced rows of a
+# Rows read for the lr schedule (ddpcli.diagnosis.schedule): every row of a run this long, evenly spaced rows of a
 # longer one (steps between them are counted from their step numbers). The sparkline's rows: parsed once for both.
 SCHEDULE_POINTS = SPARK_POINTS
 UNFINISHED = ("running", LOST)  # their files still change: derived each time, never kept (summary_cache)
@@ -62,7 +63,7 @@ class MetricsSummary:
         first_samples, first_time = self.first_samples, self.first_time
         if self.rows >= 2 and first_samples is not None and first_time is not None and self.last_time > first_time:
             return finite_or_none((self.samples_seen - first_samples) / (self.last_time - first_time))
-        return None  # one row: its time holds the start-up, no steady throughput (compare.throughput notes it)
+        return None  # one row: its time holds the start-up, no steady throughput (diagnosis.throughput notes it)
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ def summarize_metrics(
         except NeedsFullParse:
             pass
     read = read_metrics(path)
-    rows = resolve_restarts(_with_samples(row, global_batch_size) for row in read.rows)
+    rows = resolve_restarts(read.rows, global_batch_size)
     if not rows:
         return MetricsSummary(skipped=list(read.skipped), full_parse=True)
     return _summarize(ParsedCurve(rows), len(rows), target_samples, plot_points, list(read.skipped), True)
@@ -216,14 +217,17 @@ def _with_samples(row: Row, global_batch_size: int | None) -> Row:
     return {**row, "samples": step * global_batch_size}
 
 
-def resolve_restarts(rows: Iterable[Row]) -> list[Row]:
-    """Rows with numeric samples, in strictly increasing samples order, the latest attempt winning.
+def resolve_restarts(rows: Iterable[Row], global_batch_size: int | None = None) -> list[Row]:
+    """Rows with numeric samples, in strictly increasing samples order, the latest attempt winning; a row without
+    `samples` (a script that logged without knowing its global batch) gets step x `global_batch_size`. What compare
+    reads a curve from, and export too (ddpcli.export.points).
 
     A restarted worker group starts logging again from an earlier step; its rows replace those of the attempt
     that failed from that point on, as its parameters are the ones that end up in final_params.pt.
     """
     kept: list[Row] = []
     for row in rows:
+        row = _with_samples(row, global_batch_size)
         samples = finite_or_none(row.get("samples"))
         if samples is None:
             continue

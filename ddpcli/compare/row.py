@@ -11,8 +11,8 @@ from typing import Any
 
 from ddpcli.compare.equivalence import ParamDiff
 from ddpcli.compare.metrics import RunSummary
-from ddpcli.compare.prediction import PredictionScore, score
-from ddpcli.compare.run_checks import MARKED_CODES, per_model
+from ddpcli.diagnosis.prediction import PredictionScore, score
+from ddpcli.diagnosis.run_checks import MARKED_CODES, per_model
 from ddpcli.rundir.record import Finding
 
 # The keys of one row of `ddpcli compare --json` and --csv, in order. People's scripts read these names.
@@ -48,7 +48,7 @@ class ComparisonRow:
     predicted_step_speedup: float | None = None
     data_efficiency: float | None = None
     compare_findings: tuple[Finding, ...] = ()  # found between runs (lr_schedule_mismatch), not in run.json
-    speed_unreliable: bool = False  # the run or its baseline was starved of CPU (compare.throughput): marked ?
+    speed_unreliable: bool = False  # the run or its baseline was starved of CPU (diagnosis.throughput): marked ?
     spark: str | None = None  # the sparkline, drawn before compare_runs drops the loss points (None: draw it)
 
     @property

@@ -1,5 +1,5 @@
-"""Runs as run.json describes them: reading the record, finding run directories, keeping the newest of each name,
-and saying in one line why a run did not complete."""
+"""Runs as run.json describes them: reading the record, finding run directories, keeping the newest of each name
+(why a run did not complete, in one line, is ddpcli.diagnosis.status's)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ from ddpcli.errors import UserError
 from ddpcli.jsonvalues import text_or_none
 from ddpcli.rundir import record as run_record
 from ddpcli.rundir.layout import METRICS_FILE, PARAMS_FILE, RUN_FILE, find_run_dirs, is_run_dir
+from ddpcli.rundir.record import LOST
 
-NO_FILE = "(no experiment file)"
 BATCHNORM_FLAGS = frozenset({"--batchnorm", "--batch-norm", "--bn"})
 SYNC_BN_FLAGS = frozenset({"--sync-bn", "--sync-batchnorm", "--syncbn", "--sync-batch-norm"})
-LOST = "lost"
 RUNNING = "running"
 
 
@@ -157,7 +156,7 @@ class ComparedRun:
         return bool(self.flags & SYNC_BN_FLAGS)
 
 
-# What to do with a lost run's record before showing it (the compare command passes ddpcli.compare.lost's merge).
+# What to do with a lost run's record before showing it (the compare command passes ddpcli.launch.lost's merge).
 FinishLost = Callable[[run_record.RunRecord, Path], run_record.RunRecord]
 
 
@@ -166,7 +165,7 @@ def read_run_record(run_dir: Path, finish_lost: FinishLost | None = None) -> Com
 
     A run whose record still says `running` while the ddpcli process that watched it is gone (on this host) is
     shown as `lost`: its launcher was killed, and nothing will ever record its end; what its observers wrote is
-    merged in by `finish_lost` (ddpcli.compare.lost.with_observations, which reads /proc: a host module)."""
+    merged in by `finish_lost` (ddpcli.launch.lost.with_observations, which reads /proc: a host module)."""
     try:
         record = run_record.RunRecord.load_tolerant(run_dir)
     except (OSError, ValueError) as error:
@@ -216,41 +215,6 @@ def _supervisor_gone(record: run_record.RunRecord) -> bool:
 def size_key(record: ComparedRun, unknown: float = 0) -> tuple[Any, ...]:
     """Sort key: world size, then global batch (`unknown` stands in for a missing one), then name and run_id."""
     return (record.world_size or unknown, record.global_batch_size or unknown, record.name, record.run_id)
-
-
-def status_reason(record: run_record.RunRecord) -> str | None:
-    """Why a run did not complete, in one line, from what the launcher recorded (failed ranks, exit code)."""
-    if record.status == "completed":
-        return None
-    if record.failed_ranks:
-        first = record.failed_ranks[0]
-        ranks = ", ".join(_or_unknown(entry.rank) for entry in record.failed_ranks)
-        prefix = f"rank {ranks}" if len(record.failed_ranks) == 1 else f"ranks {ranks} failed; rank {first.rank}"
-        detail = f"{prefix} exited with code {_or_unknown(first.exit_code)}"
-        error = _nonblank_line(first.error, 0) or _nonblank_line(first.log_tail, -1)
-        return f"{detail}: {error}" if error else detail
-    if record.status == "timed_out":
-        after = f" after {record.wall_time_s:.0f} s" if record.wall_time_s is not None else ""
-        return f"stopped: past its timeout{after}"
-    if record.status == "running" and record.supervisor_pid is None:
-        return "no end recorded: still running, or the launcher itself was killed"
-    if record.status == "running":
-        return "no end recorded: still running (its launcher is alive, or on another host)"
-    if record.status == LOST:
-        return "its launcher is gone and nothing recorded an end: it was killed (e.g. its terminal closed)"
-    if record.exit_code is not None:
-        return f"exit code {record.exit_code}"
-    return None
-
-
-def _or_unknown(value: int | None) -> str:
-    return "?" if value is None else str(value)
-
-
-def _nonblank_line(value: Any, index: int, limit: int = 200) -> str | None:
-    """The `index`-th non-blank line of a text (0: the first, -1: the last), stripped and cut to `limit`."""
-    lines = [line.strip() for line in str(value).splitlines() if line.strip()] if value else []
-    return lines[index][:limit] if lines else None
 
 
 def collect_runs(

@@ -125,7 +125,6 @@ def write_summary(
 
 # json.loads makes exactly these types (no subclass but bool, which is its own type): a type test is exact here,
 # and several times faster than isinstance over the ~260 numbers of a summary (5,000 summaries a compare).
-NUMBERS = frozenset({int, float})
 OPTIONAL_NUMBERS = frozenset({int, float, type(None)})
 OPTIONAL_INT = frozenset({int, type(None)})
 

@@ -10,13 +10,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ddpcli.compare.baseline import choose_baseline
-from ddpcli.compare.equivalence import DEFAULT_ATOL, ParamDiffFn, compare_params, find_partner, verdict
+from ddpcli.compare.equivalence import DEFAULT_ATOL, ParamDiffFn, compare_params, find_partner
 from ddpcli.compare.metrics import MetricsSummary, RunSummary, summarize_run
-from ddpcli.compare.notes import ComparisonNotes
 from ddpcli.compare.row import ComparisonRow
-from ddpcli.compare.run_checks import per_model, schedule_findings, separate_models
-from ddpcli.compare.runs import NO_FILE, ComparedRun, size_key
-from ddpcli.compare.throughput import speed_unreliable
+from ddpcli.compare.runs import ComparedRun, size_key
+from ddpcli.diagnosis.equivalence import verdict
+from ddpcli.diagnosis.notes import NO_FILE, ComparisonNotes
+from ddpcli.diagnosis.run_checks import per_model, schedule_findings, separate_models
+from ddpcli.diagnosis.throughput import speed_unreliable
 from ddpcli.experiment.outlook import BatchOutlook
 from ddpcli.jsonvalues import finite_or_none
 

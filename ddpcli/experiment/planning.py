@@ -15,6 +15,7 @@ from typing import Any
 from ddpcli.errors import ConfigError, OptionError
 from ddpcli.experiment.loading import load_experiment_file, validate_experiment_data
 from ddpcli.experiment.notes import run_notes
+from ddpcli.experiment.placeholders import check_placeholders
 from ddpcli.experiment.resolved import LaunchSettings, Plan, ResolvedRun, RunPlan, samples_kept_warmup
 from ddpcli.experiment.schema import (
     BATCH_FIELDS,
@@ -25,7 +26,6 @@ from ddpcli.experiment.schema import (
     RunFields,
     nnodes_problem,
 )
-from ddpcli.launch.argv import check_placeholders
 
 EXCLUSIVE = {"module": "script", "script": "module", "epochs": "max_steps", "max_steps": "epochs"}
 

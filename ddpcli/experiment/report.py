@@ -12,7 +12,7 @@ from ddpcli.experiment.outlook import BatchOutlook, batch_outlook, outlook_note
 from ddpcli.experiment.resolved import Plan, ResolvedRun
 
 if TYPE_CHECKING:
-    from ddpcli.experiment.predict import Prediction
+    from ddpcli.prediction.predict import Prediction
 
 NO_ENDPOINT_NOTE = (
     "No rendezvous endpoint is known yet, which planning does not need but a launch does: `ddpcli launch` takes "

@@ -21,7 +21,6 @@ from ddpcli.compare.metrics import resolve_restarts
 from ddpcli.jsonvalues import finite_or_none, number_or_none, whole_or_none
 
 LOSS, LR, SAMPLES_PER_S, STEP_TIME, OPTIMIZER_STEP = "loss", "lr", "samples_per_s", "step_time_s", "optimizer_step"
-SCALARS = (LOSS, LR, SAMPLES_PER_S, STEP_TIME, OPTIMIZER_STEP)
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ def points(rows: Iterable[dict[str, Any]], *, started_at: float, global_batch_si
     """Every usable row once, in samples order; a restarted attempt's rows replace the failed one's from where it
     started again (compare's own rule, ddpcli.compare.metrics.resolve_restarts). Rows without `samples` (a script
     that logged without knowing its batch) get step x global batch, as compare gives them."""
-    kept = resolve_restarts(_with_samples(row, global_batch_size) for row in rows)
+    kept = resolve_restarts(rows, global_batch_size)
     result: list[Point] = []
     previous: dict[str, Any] | None = None
     for row in kept:
@@ -97,13 +96,6 @@ def epoch_seconds(iso: str | None) -> float | None:
 def after(found: Sequence[Point], samples: float | None) -> list[Point]:
     """The points past `samples`: what an earlier export (which wrote up to `samples`) has not written yet."""
     return list(found) if samples is None else [point for point in found if point.samples > samples]
-
-
-def _with_samples(row: dict[str, Any], global_batch_size: int | None) -> dict[str, Any]:
-    step = finite_or_none(row.get("step"))
-    if "samples" in row or step is None or not global_batch_size:
-        return row
-    return {**row, "samples": step * global_batch_size}
 
 
 def _whole(samples: float) -> int:

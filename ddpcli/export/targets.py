@@ -15,7 +15,6 @@ from pathlib import Path
 from ddpcli.errors import UserError
 
 TENSORBOARD, MLFLOW, WANDB = "tensorboard", "mlflow", "wandb"
-VIEWERS = (TENSORBOARD, MLFLOW, WANDB)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddpcli.arithmetic import ExpressionError, evaluate
 from ddpcli.init.help_text import HelpOption
-from ddpcli.launch.arithmetic import ExpressionError, evaluate
 
 
 @dataclass

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ddpcli.launch.arithmetic import ExpressionError, evaluate
+from ddpcli.arithmetic import ExpressionError, evaluate
 
 BATCH_WORDS = ("batch", "bsz", "bs")
 ACCUM_WORDS = ("accum", "grad_acc")

@@ -1,12 +1,12 @@
 """`ddpcli launch` records, in each run's run.json, what the baseline predicted for it before it ran.
 
 Once the plan's baseline has completed (in this sweep, or earlier: the newest completed run of its name under the
-runs directory), every later run of the sweep gets `prediction` (ddpcli.experiment.predict's keys, the model term by
+runs directory), every later run of the sweep gets `prediction` (ddpcli.prediction.predict's keys, the model term by
 term) written before it starts, so `ddpcli compare` can score the prediction against what the run measured. A
 prediction that cannot be made (the baseline was not observed, the probe failed) is left out, with its reason.
 
 A later run of the sweep of the baseline's kind (same device, world size, processes per node and threads) with
-another per-device batch measures a second point of the compute line (ddpcli.experiment.predict_compute): once it
+another per-device batch measures a second point of the compute line (ddpcli.prediction.compute): once it
 has completed, the runs that have not started yet are predicted again from both (`other_run_dirs`), so the fixed
 cost per micro-batch comes from a measurement instead of being left out.
 """
@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ddpcli.errors import UserError
-from ddpcli.experiment.predict import Baseline
-from ddpcli.experiment.predict_compute import same_kind
 from ddpcli.experiment.resolved import Plan, ResolvedRun
 from ddpcli.launch.argv import LaunchSpec
 from ddpcli.launch.probe import predict_runs, read_baseline
+from ddpcli.prediction.compute import same_kind
+from ddpcli.prediction.predict import Baseline
 from ddpcli.rundir.layout import RUN_FILE
 from ddpcli.rundir.record import RunRecord
 

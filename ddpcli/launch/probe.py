@@ -3,7 +3,7 @@ timed by a short torchrun job on this machine (ddpcli.worker.allreduce_probe) as
 CPU work, from the last rank's arrival; on CUDA idle), cached per version, backend, world size, size, host and
 work in <cache>/allreduce.json (DDPCLI_CACHE_DIR, else $XDG_CACHE_HOME/ddpcli, else ~/.cache/ddpcli). Version 2:
 the keys of version 1 (idle rounds from a barrier, 2.6 ms where a busy step saw 4.5 ms) are not reused. Then the
-prediction of each planned run from a finished baseline (ddpcli.experiment.predict). No torch imported here.
+prediction of each planned run from a finished baseline (ddpcli.prediction.predict). No torch imported here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpcli.errors import UserError
-from ddpcli.experiment.predict import (
+from ddpcli.experiment.resolved import ResolvedRun
+from ddpcli.jsonvalues import read_json, write_json_atomic
+from ddpcli.launch import cpu_probe
+from ddpcli.launch.probe_run import run_probe
+from ddpcli.prediction.comm import work_before
+from ddpcli.prediction.contention import target_threads
+from ddpcli.prediction.predict import (
     Baseline,
     HostNow,
     NoBaseline,
@@ -32,12 +38,6 @@ from ddpcli.experiment.predict import (
     predict,
     ring_allreduce_s,
 )
-from ddpcli.experiment.predict_comm import work_before
-from ddpcli.experiment.predict_contention import target_threads
-from ddpcli.experiment.resolved import ResolvedRun
-from ddpcli.jsonvalues import read_json, write_json_atomic
-from ddpcli.launch import cpu_probe
-from ddpcli.launch.probe_run import run_probe
 from ddpcli.rundir.observations import RankObservation, main_rank, read_observations
 from ddpcli.rundir.record import RunRecord
 
@@ -178,7 +178,7 @@ def read_baseline(run_dir: Path) -> Baseline:
 
 def read_baselines(run_dirs: Sequence[Path]) -> tuple[Baseline, list[Baseline]]:
     """The first run directory is the baseline; the others add points to its compute line (same kind of run,
-    other per-device batches: ddpcli.experiment.predict_compute)."""
+    other per-device batches: ddpcli.prediction.compute)."""
     return read_baseline(run_dirs[0]), [read_baseline(run_dir) for run_dir in run_dirs[1:]]
 
 

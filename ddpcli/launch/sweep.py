@@ -20,12 +20,13 @@ from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 
+from ddpcli.diagnosis.finish import not_written, observe_or_say_why
+from ddpcli.diagnosis.parallel import PortAdvice, plain_port_clause
 from ddpcli.errors import UserError
 from ddpcli.experiment.resolved import LaunchSettings, Plan, ResolvedRun, RunPlan
 from ddpcli.launch.argv import LaunchSpec, Rendezvous, build_launch
 from ddpcli.launch.forecast import Forecast
 from ddpcli.launch.supervisor import Outcome, StopRequest, run_dir_marker, run_to_end, worker_pids
-from ddpcli.rundir.finish import observe_or_say_why, one_line, with_finding
 from ddpcli.rundir.layout import PARAMS_FILE, RUN_FILE, new_run_id, utc_now
 from ddpcli.rundir.record import FailedRank, RunRecord, validation_message
 
@@ -54,6 +55,9 @@ class SweepOptions:
     rendezvous: Rendezvous | None = None
     # --rdzv-id given on the command line names single-node run directories too (ddpcli slurm relies on it).
     name_by_rdzv_id: bool = False
+    # How `ddpcli port` would make a script with no DDP data-parallel, for the findings (the command passes the
+    # port's own words; diagnosis imports no command).
+    port_advice: PortAdvice = plain_port_clause
 
 
 def prepare(plan: Plan, runs: Sequence[ResolvedRun], options: SweepOptions) -> list[LaunchSpec]:
@@ -117,7 +121,7 @@ def run_one(
     record = finish_record(record, outcome)
     stop.merging = True  # a stop signal now ends the merge at once (a million steps take minutes)
     try:
-        record = observe_or_say_why(record, spec.run_dir)
+        record = observe_or_say_why(record, spec.run_dir, options.port_advice)
     finally:
         stop.merging = False
     record = writer.finish_or_say_why(record, outcome.group_rank)
@@ -220,8 +224,7 @@ class RecordWriter:
         try:
             self.finish(record, group_rank)
         except OSError as error:
-            return with_finding(record, "record_not_written", "error",
-                                f"{self.run_dir / RUN_FILE} could not be written: {one_line(error)}")  # fmt: skip
+            return not_written(record, self.run_dir / RUN_FILE, error)
         return record
 
     def finish(self, record: RunRecord, group_rank: int | None) -> None:

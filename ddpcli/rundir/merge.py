@@ -1,8 +1,8 @@
 """What a run really did (run.json's `observed`), summarised from every rank's observations.
 
-Pure: reads JSON lines, returns numbers. Once torchrun has ended, `ddpcli launch` calls ddpcli.rundir.finish, which
+Pure: reads JSON lines, returns numbers. Once torchrun has ended, `ddpcli launch` calls ddpcli.diagnosis.finish, which
 reads the ranks' files (ddpcli.rundir.observations), summarises them here, writes metrics.jsonl from the merged
-steps (ddpcli.rundir.merged_rows) and adds the findings (ddpcli.rundir.findings).
+steps (ddpcli.rundir.merged_rows) and adds the findings (ddpcli.diagnosis.findings).
 
 Streaming: step and log rows are never all in memory (ddpcli.rundir.timeline keeps where they are and reads them
 back in step order), so the merge of a million steps needs about as much memory as that of ten. Every value is
@@ -18,12 +18,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpcli.jsonvalues import text_or_none, whole_or_none
-from ddpcli.rundir.framework_advice import frameworks_row, numerics_row
+from ddpcli.jsonvalues import finite_or_none, text_or_none, whole_or_none
+from ddpcli.rundir.frameworks import frameworks_row, numerics_row
 from ddpcli.rundir.observations import RankObservation, lr_of, main_rank
 from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, initial_fingerprint, trained_together
 from ddpcli.rundir.record import Observed
-from ddpcli.rundir.steps import base_lr
 from ddpcli.rundir.timeline import ascending
 from ddpcli.rundir.timing import model_state, time_breakdown
 from ddpcli.rundir.tokens import token_counts
@@ -93,6 +92,16 @@ def _tagged(rank: int, rows: Mapping[int, dict[str, Any]]) -> Iterator[tuple[int
     return ((step, rank, row) for step, row in ascending(rows))
 
 
+def base_lr(end: dict[str, Any], lrs: list[float]) -> float | None:
+    """The first param group's base lr: `initial_lr` where a scheduler set it (the main rank's end row), else the
+    peak of the lrs its steps ran (without a scheduler the lr starts at its base, or a warmup written by hand
+    rises to it)."""
+    initial = end.get("initial_lr")
+    if isinstance(initial, list) and initial and (value := finite_or_none(initial[0])) is not None:
+        return value
+    return max(lrs) if lrs else None
+
+
 def distinct_samples(ranks: dict[int, RankObservation]) -> bool | None:
     """False when every rank saw the very same first batches (no sharding); None when it cannot be told."""
     prints = [seen.fingerprints for seen in ranks.values() if seen.fingerprints]
@@ -140,7 +149,7 @@ def summarize(ranks: dict[int, RankObservation], parallel: ParallelCheck | None 
     norms = whole_or_none(main.run.get("batchnorm_layers"))
     synchronised = whole_or_none(main.run.get("batchnorm_synchronized"))
     world = whole_or_none(main.run.get("world_size"))
-    parallel = check_data_parallel(ranks, world) if parallel is None else parallel  # the run's (rundir.finish)
+    parallel = check_data_parallel(ranks, world) if parallel is None else parallel  # the run's (diagnosis.finish)
     ranges = {
         name: [counted.low, counted.high]
         for name, counted in (("per_device_batch_size", per_device), ("grad_accum_steps", accumulation),

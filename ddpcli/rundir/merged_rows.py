@@ -10,22 +10,22 @@ from typing import Any
 from ddpcli.jsonvalues import finite_or_none, whole_or_none
 from ddpcli.noise_scale import NoiseScaleTracker, simple_noise_scale
 from ddpcli.rundir.observations import RankObservation, lr_of, main_rank
+from ddpcli.rundir.parallel import ParallelCheck, check_run, trained_together
 from ddpcli.rundir.timeline import ascending
 
 NOISE_BETA = 0.99  # EMA factor of the observer's noise-scale measurement (the runtime helper's default)
 
 
-def merged_metrics(ranks: dict[int, RankObservation]) -> list[dict[str, Any]]:
-    """metrics.jsonl rows as a list (iter_merged_metrics streams them: what `ddpcli launch` writes from)."""
-    return list(iter_merged_metrics(ranks))
-
-
-def iter_merged_metrics(ranks: dict[int, RankObservation]) -> Iterator[dict[str, Any]]:
+def iter_merged_metrics(
+    ranks: dict[int, RankObservation], parallel: ParallelCheck | None = None
+) -> Iterator[dict[str, Any]]:
     """metrics.jsonl rows, one kind for every run: per optimizer step of rank 0's timeline, `samples` every rank
-    consumed so far, `loss` the mean over ranks, rank 0's lr, the noise-scale EMAs over every step. Where a script
-    logs through the runtime helper's ctx.log only its logged steps are rows, and what it logged (loss, lr, extra
-    scalars, averaged over ranks) stands in the row beside the observed values. Streamed: one step of every rank's
-    rows at a time."""
+    that trained rank 0's model consumed so far (the ranks `parallel`, the run's check, says trained together;
+    made here when not given), `loss` the mean over them, rank 0's lr, the noise-scale EMAs over every step. Where
+    a script logs through the runtime helper's ctx.log only its logged steps are rows, and what it logged (loss,
+    lr, extra scalars, averaged over ranks) stands in the row beside the observed values. Streamed: one step of
+    every rank's rows at a time. What `ddpcli launch` writes (ddpcli.diagnosis.finish)."""
+    ranks = trained_together(ranks, parallel if parallel is not None else check_run(ranks))
     main = main_rank(ranks)
     if main is None:
         return
@@ -117,20 +117,6 @@ def _noise_step(tracker: NoiseScaleTracker, rows: list[dict[str, Any]]) -> dict[
     if 0 < b_small < b_big and (noise_scale := tracker.noise_scale(b_small, b_big)) is not None:
         values["noise_scale"] = noise_scale
     return values
-
-
-def observed_noise(ranks: dict[int, RankObservation], beta: float = NOISE_BETA) -> dict[int, dict[str, float]]:
-    """Per step of rank 0's timeline: the EMAs of |G_small|^2 (averaged over ranks: each rank's gradient before the
-    all-reduce) and |G_big|^2 (after it), and the noise scale from them with B_small = the samples one rank put into
-    the step (per-device batch x accumulation) and B_big = the step's samples over every rank. Steps where a rank's
-    norms are missing or not finite (an AMP overflow) are left out of the EMAs. (A dict: for tests and small runs;
-    the merge computes the same values streaming.)"""
-    tracker, found = NoiseScaleTracker(beta), {}
-    for step, rows, _ in aligned_steps(ranks):
-        values = _noise_step(tracker, list(rows.values()))
-        if values:
-            found[step] = values
-    return found
 
 
 def _logged_values(logged: dict[str, Any], rows: list[dict[str, Any]], samples: int | None) -> dict[str, Any]:

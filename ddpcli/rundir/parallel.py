@@ -17,6 +17,9 @@ they are `copies` of one training: data_parallel_size 1.
 A diverged run compares like any other: values are compared as bit patterns where they are not finite (a NaN on
 rank 0 equals a NaN on rank 1: both ranks averaged the same inf into the same NaN), and where the observer recorded
 each tensor's bits (an integer sum of its raw bits, `bits`) equal bits mean equal tensors whatever they hold.
+
+The check is a measurement (run.json's data_parallel_size, the ranks whose samples count); the findings that
+say what it means for the run are ddpcli.diagnosis.parallel's.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from typing import Any
 
 from ddpcli.jsonvalues import finite_or_none, text_or_none, whole_or_none
 from ddpcli.rundir.observations import main_rank
-from ddpcli.rundir.record import Finding
 
 # Ranks that average gradients hold bit-identical parameters; this leaves room for a float64 sum taken on
 # different hardware, far below what one step of independent training moves a parameter.
@@ -53,7 +55,7 @@ class ParallelCheck:
 
 
 def check_run(ranks: dict[int, Any]) -> ParallelCheck:
-    """The run's check, made once (ddpcli.rundir.finish) for the merge, rank 0's metrics and the findings: the ranks
+    """The run's check, made once (ddpcli.diagnosis.finish) for the merge, rank 0's metrics and the findings: the ranks
     against the world size torch gave rank 0, as its observer recorded it."""
     main = main_rank(ranks)
     return check_data_parallel(ranks, whole_or_none(main.run.get("world_size")) if main is not None else None)
@@ -194,90 +196,11 @@ def _process_group(ranks: dict[int, Any]) -> bool | None:
     return None
 
 
-def wrappers_seen(run: dict[str, Any]) -> str:
-    """What wrapped the model on rank 0, in words, for a message."""
-    models = [name for name in run.get("models", []) if isinstance(name, str)] if isinstance(run, dict) else []
-    if run.get("ddp") is True:
-        wrapper = next((name for name in models if "DataParallel" in name), "DistributedDataParallel")
-        return f"the model was wrapped in {wrapper}"
-    shown = ", ".join(models[:3]) or "the model"
-    return f"no DDP wrapper ({shown} trained unwrapped) and no gradient all-reduce"
-
-
 def trained_together(ranks: dict[int, Any], check: ParallelCheck) -> dict[int, Any]:
     """The ranks whose samples fed rank 0's model: all of them, unless the check found separate trainings."""
     if check.group_ranks is None or (check.synchronized is not False and not check.copies):
         return ranks
     return {rank: seen for rank, seen in ranks.items() if rank in check.group_ranks}
-
-
-def parallel_findings(
-    check: ParallelCheck, batch: int | None, run: dict[str, Any], script: str | None = None
-) -> list[Finding]:
-    """`batch`: the samples one process put into an optimizer step (per-device batch x accumulation); `script`: the
-    plan's script, for the pointer to `ddpcli port` on a script with no DDP."""
-    n = check.processes
-    alone = f" (a global batch of {batch} each, not {n * batch})" if batch is not None else ""
-    port = _fix(check, script) if run.get("ddp") is not True else ""
-    if check.process_group is False and n > 1 and check.size is not None:
-        each = f" (each one a batch of {batch} per optimizer step)" if batch is not None else ""
-        return [Finding(
-            code="no_process_group", severity="error",
-            message=f"{n} processes were launched and none called init_process_group: they never communicated, so "
-            f"this was {n} separate trainings of one process each{each}{port}",
-        )]  # fmt: skip
-    if check.copies:
-        return [copies_finding(check, batch, run, script)]
-    if check.synchronized is False:
-        difference = (
-            f", largest difference {check.largest_difference:.3g} in the sampled parameters"
-            if check.largest_difference
-            else ""
-        )
-        together = f" (only {check.size} of {n} ranks hold rank 0's parameters)" if (check.size or 1) > 1 else ""
-        return [Finding(
-            code="ranks_not_synchronized", severity="error",
-            message=f"the ranks ended with different parameters{difference}{together}: the processes never averaged "
-            f"gradients and each trained its own model, {n} separate trainings{alone}; seen: {wrappers_seen(run)}"
-            f"{port}",
-        )]  # fmt: skip
-    if check.sharded:
-        return [Finding(
-            code="data_parallel_unchecked", severity="info",
-            message=f"the ranks hold shards of the parameters ({check.sharded}): the check that they trained one "
-            "model does not apply",
-        )]  # fmt: skip
-    return []
-
-
-SWITCHES = (  # the framework switch without which its CPU runs under torchrun are not data-parallel
-    ("transformers", "transformers' Trainer wraps the model in DDP on CPU only with --use_cpu "
-                     "(TrainingArguments(use_cpu=True))"),
-    ("accelerate", "accelerate runs data-parallel on CPU only with --cpu (Accelerator(cpu=True))"),
-)  # fmt: skip
-
-
-def copies_finding(check: ParallelCheck, batch: int | None, run: dict[str, Any], script: str | None = None) -> Finding:
-    """`copies_of_one_training`: the ranks agree because they computed the same thing, not because they averaged."""
-    n = check.processes
-    each = f", each a batch of {batch} per optimizer step" if batch is not None else ""
-    fix = _fix(check, script)
-    return Finding(
-        code="copies_of_one_training", severity="error",
-        message=f"{n} processes were launched and trained {n} copies of one training{each}: they ended with equal "
-        f"parameters only because every rank started from the same seed and trained on the same batches; nothing "
-        f"averaged them ({wrappers_seen(run)}), so data_parallel_size is 1 and the samples are one model's{fix}",
-    )  # fmt: skip
-
-
-def _fix(check: ParallelCheck, script: str | None) -> str:
-    """The framework's switch that makes the run data-parallel where one is known, else `ddpcli port`."""
-    switch = next((words for name, words in SWITCHES if name in check.frameworks), None)
-    if switch:
-        return f"; {switch}"
-    from ddpcli.port.advice import port_clause
-
-    return port_clause(script)
 
 
 def initial_fingerprint(main: Any) -> str | None:

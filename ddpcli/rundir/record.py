@@ -17,8 +17,9 @@ from ddpcli.rundir.layout import RUN_FILE
 from ddpcli.rundir.timing import ModelState, TimeBreakdown
 
 SCHEMA_VERSION = 2
-STATUSES = ("running", "completed", "failed", "interrupted", "timed_out")  # `lost` is derived, never written
 Severity = Literal["error", "warning", "info"]
+# The status compare shows for a run whose launcher is gone while run.json says running: derived, never written.
+LOST = "lost"
 
 
 class _Record(BaseModel):
@@ -73,7 +74,7 @@ class Observed(_Record):
     optimizer: dict[str, Any] | None = None  # class and hyper-parameters of the first param group
     time_breakdown: TimeBreakdown | None = None  # seconds per optimizer step, per rank (ddpcli.rundir.timing)
     model_state: ModelState | None = None  # bytes of parameters, gradients, optimizer state on one device
-    frameworks: dict[str, Any] | None = None  # imported, optimizer_stepped_by, schedulers (rundir.framework_advice)
+    frameworks: dict[str, Any] | None = None  # imported, optimizer_stepped_by, schedulers (rundir.frameworks)
     numerics: dict[str, Any] | None = None  # TF32, float32 matmul precision, deterministic algorithms
     tokens_per_micro_batch: int | None = None  # one process's, where micro-batches were token ids [B, T]
     tokens_per_step: int | None = None  # over every rank, per optimizer step (rundir.tokens)

@@ -12,7 +12,7 @@ host's load falls on both: an idle round (barrier, all-reduce) and a busy round 
 until it has used `--work` seconds of CPU, as its compute would, then all-reduces). A round's time is measured from
 the last rank's arrival to each rank's end (time.perf_counter: CLOCK_MONOTONIC, one clock for every process of
 the host), the mean over ranks; the wait for the last rank is not in it (the cost model adds it on its own,
-ddpcli.experiment.predict_comm). A few warm-up pairs, then ROUNDS timed ones; rank 0 writes the mean busy
+ddpcli.prediction.comm). A few warm-up pairs, then ROUNDS timed ones; rank 0 writes the mean busy
 round's seconds as `seconds` (the idle one's when `--work` is 0), `idle_seconds`, `busy_seconds`, `work_s` and
 every round to F as JSON. The mean, not the median: a step's mean is what samples/s divides by, and on a shared
 host the busy rounds are two-humped (here at load 4.7, 20 ms of work: half near 2 ms, half 9 to 24 ms; median 7.2,
@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ddpcli.experiment.predict import ddp_bucket_sizes
+from ddpcli.prediction.predict import ddp_bucket_sizes
 
 WARMUP, ROUNDS = 3, 15
 

@@ -3,43 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any
 
 import typer
 
-from ddpcli.cli.commands import default_runs_root
+from ddpcli.cli.commands import AllRunsOption, BaselineOption, RunsArgument, default_runs_root, port_advice
 from ddpcli.cli.console import stdout, user_errors, warning, wrote
 from ddpcli.cli.render.compare import COLUMNS, CsvRows, LossCurve, _caption, _cells, loss_figure, tables_of, title
 from ddpcli.cli.render.fast_table import fitted_compact_tables, print_notes, print_tables
 from ddpcli.cli.render.layout import print_bullets
 from ddpcli.cli.render.table_rows import TableRows
 from ddpcli.compare import DEFAULT_ATOL, PLOT_POINTS, collect_runs
-from ddpcli.compare.lost import with_observations
 from ddpcli.compare.row import json_list
 from ddpcli.compare.table import ComparisonHead, ComparisonStream
 from ddpcli.errors import UserError
+from ddpcli.launch.lost import with_observations
 from ddpcli.rundir.params import param_diff
 
 
 @user_errors
 def compare_command(
-    paths: Annotated[
-        list[Path] | None,
-        typer.Argument(
-            help="Run directories or runs roots. Default: runs_dir of ./experiments.toml if it exists, else ./runs.",
-            metavar="PATH",
-            show_default=False,
-        ),
-    ] = None,
-    include_all: Annotated[
-        bool, typer.Option("--all", help="Every run under a root, not just the newest of each name.")
-    ] = False,
-    baseline: Annotated[
-        str | None,
-        typer.Option(help="Name of the run to measure against. Default: the experiment file's baseline."),
-    ] = None,
+    paths: RunsArgument = None,
+    include_all: AllRunsOption = False,
+    baseline: BaselineOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of rows instead of the table.")] = False,
     csv_path: Annotated[
         Path | None, typer.Option("--csv", help="Also write the rows to this CSV file.", dir_okay=False)
@@ -70,7 +59,8 @@ def compare_command(
             raise UserError(f"{path}: {path.parent} is a file, not a directory")
         if path is not None and not path.parent.exists():
             raise UserError(f"{path}: its directory {path.parent} does not exist")
-    records, warnings = collect_runs(paths or [default_runs_root()], include_all, finish_lost=with_observations)
+    finish_lost = partial(with_observations, port_advice=port_advice)
+    records, warnings = collect_runs(paths or [default_runs_root()], include_all, finish_lost=finish_lost)
     for message in warnings:
         warning(message)
     stream = ComparisonStream(

@@ -4,12 +4,13 @@ ddpcli.export, prints one line a run."""
 from __future__ import annotations
 
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 
-from ddpcli.cli.commands import default_runs_root
+from ddpcli.cli.commands import AllRunsOption, BaselineOption, RunsArgument, default_runs_root, port_advice
 from ddpcli.cli.console import say, user_errors, warning
 from ddpcli.errors import UserError
 from ddpcli.export.exporter import Exporter, Outcome
@@ -28,15 +29,7 @@ class ViewerName(str, Enum):
 @user_errors
 def export_command(
     viewer: Annotated[ViewerName, typer.Argument(help="Where to: tensorboard, mlflow or wandb.", show_default=False)],
-    paths: Annotated[
-        list[Path] | None,
-        typer.Argument(
-            help="Run directories or runs roots, as compare takes them. Default: runs_dir of ./experiments.toml "
-            "if it exists, else ./runs.",
-            metavar="RUNS",
-            show_default=False,
-        ),
-    ] = None,
+    paths: RunsArgument = None,
     to: Annotated[
         str | None,
         typer.Option(
@@ -46,12 +39,8 @@ def export_command(
             show_default=False,
         ),
     ] = None,
-    include_all: Annotated[
-        bool, typer.Option("--all", help="Every run under a root, not just the newest of each name.")
-    ] = False,
-    baseline: Annotated[
-        str | None, typer.Option(help="Name of the run the verdicts are against. Default: as compare chooses it.")
-    ] = None,
+    include_all: AllRunsOption = False,
+    baseline: BaselineOption = None,
 ) -> None:
     """Export runs to TensorBoard, MLflow or W&B, every metrics row at step = samples seen, with params, final
     metrics and compare's verdict.
@@ -66,11 +55,12 @@ def export_command(
     try:
         exporter = Exporter(viewer.value, to, notify=say)  # may wait for another export holding a SQLite store
         target = exporter.target
-        from ddpcli.compare.lost import with_observations
+        from ddpcli.launch.lost import with_observations
         from ddpcli.rundir.params import param_diff
 
         runs, warnings = export_runs(paths or [default_runs_root()], include_all=include_all, baseline=baseline,
-                                     param_diff=param_diff, finish_lost=with_observations)  # fmt: skip
+                                     param_diff=param_diff,
+                                     finish_lost=partial(with_observations, port_advice=port_advice))  # fmt: skip
         total = len(runs)
         for message in warnings:
             warning(message)

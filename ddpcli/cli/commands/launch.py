@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE
+from ddpcli.cli.commands import DEFAULT_EXPERIMENT_FILE, port_advice
 from ddpcli.cli.console import stderr, stdout, user_errors, warning
 from ddpcli.cli.render.format import display_path
 from ddpcli.cli.render.launch import LaunchRow, launch_summary_tables, print_failures, print_findings
@@ -108,6 +108,7 @@ def launch_command(
         timeout_s=timeout,
         rendezvous=_rendezvous(plan, rdzv_endpoint, rdzv_id),
         name_by_rdzv_id=rdzv_id is not None,
+        port_advice=port_advice,
     )
     runs = plan.select(only)
     if not observe:
@@ -139,7 +140,7 @@ def _resume(run_dir: Path, timeout: float | None, dry_run: bool) -> None:
     if dry_run:
         _print_dry_run([spec])
         return
-    options = SweepOptions(runs_dir=run_dir.parent.parent, timeout_s=timeout)
+    options = SweepOptions(runs_dir=run_dir.parent.parent, timeout_s=timeout, port_advice=port_advice)
     stop = StopRequest()
     reporter = RichReporter(stdout)
     with _stop_on_signals(stop), reporter.progress:

@@ -94,7 +94,7 @@ def _cells(row: ComparisonRow) -> list[Text]:
 
 def _marks(row: ComparisonRow) -> str:
     """* the baseline; ! the script did not follow its plan, or trained on something else than its numbers say
-    (ddpcli.compare.run_checks.MARKED_CODES); ~ not observed, so its numbers are the plan's."""
+    (ddpcli.diagnosis.run_checks.MARKED_CODES); ~ not observed, so its numbers are the plan's."""
     record = row.run.record
     marks = "*" if row.is_baseline else ""
     if not record.observed_from_run:

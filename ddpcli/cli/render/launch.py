@@ -52,7 +52,7 @@ def _cells(row: LaunchRow) -> list[Text]:
 
 
 def print_findings(console: Console, records: Sequence[RunRecord]) -> None:
-    """What each run did that its plan did not say (ddpcli.rundir.findings), under the table."""
+    """What each run did that its plan did not say (ddpcli.diagnosis.findings), under the table."""
     for record in records:
         if not record.findings:
             continue

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from ddpcli.cli.render.format import MISSING, fixed
-from ddpcli.compare.prediction import PredictionScore
+from ddpcli.diagnosis.prediction import PredictionScore
 from ddpcli.rundir.timing import TimeBreakdown
 
 BAR_WIDTH = 10

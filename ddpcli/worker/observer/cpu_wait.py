@@ -3,7 +3,7 @@
 Linux keeps it per thread in /proc/<tid>/schedstat (its second field: nanoseconds spent waiting on a run queue).
 The file is opened from the training thread, so later reads are that thread's even from another one; each read
 is one pread of a small file. A rank that waits for a CPU is slow because of its host, not its work: this is
-what lets a straggler finding name the host as the cause it saw (ddpcli.rundir.slowness). Elsewhere (no such
+what lets a straggler finding name the host as the cause it saw (ddpcli.diagnosis.slowness). Elsewhere (no such
 file, another OS) every read is None and nothing is claimed.
 """
 

@@ -1,4 +1,4 @@
-"""Step by step: the base lr a run was given, and optimizer steps that did not train on what the others did. Pure.
+"""Step by step: optimizer steps that did not train on what the others did. Pure.
 
 A loop that steps the optimizer when `step % accumulation == 0`, counting micro-batches from 0, makes its first
 optimizer step out of 1 micro-batch; an epoch whose batches are not a multiple of the accumulation ends in a
@@ -9,28 +9,16 @@ short step; a last batch smaller than the rest (drop_last = False) trains on few
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ddpcli.jsonvalues import finite_or_none, whole_or_none
-from ddpcli.rundir.planned_samples import planned_samples
+from ddpcli.experiment.planned_samples import planned_samples
+from ddpcli.jsonvalues import whole_or_none
+from ddpcli.rundir.observations import RankObservation
 from ddpcli.rundir.record import Finding, Observed
-
-if TYPE_CHECKING:  # merge imports this module (base_lr)
-    from ddpcli.rundir.observations import RankObservation
 
 UNEVEN_ACCUMULATION = "uneven_accumulation"
 SAMPLES_BELOW_PLAN = "samples_below_plan"
 LISTED_STEPS = 8  # step numbers named in a message; the rest are counted
-
-
-def base_lr(end: dict[str, Any], lrs: list[float]) -> float | None:
-    """The first param group's base lr: `initial_lr` where a scheduler set it (the main rank's end row), else the
-    peak of the lrs its steps ran (without a scheduler the lr starts at its base, or a warmup written by hand
-    rises to it)."""
-    initial = end.get("initial_lr")
-    if isinstance(initial, list) and initial and (value := finite_or_none(initial[0])) is not None:
-        return value
-    return max(lrs) if lrs else None
 
 
 def step_findings(
@@ -82,7 +70,7 @@ def _samples_below(
     plan: dict[str, Any], observed: Observed, ranks: dict[int, RankObservation], completed: bool
 ) -> Finding | None:
     """Steps whose samples over every rank fell below the run's usual global batch, in a completed run that trained
-    fewer samples than its plan holds (rundir.planned_samples: epochs x shard, partial last batches included)."""
+    fewer samples than its plan holds (experiment.planned_samples: epochs x shard, partial last batches included)."""
     by_step: dict[int, int] = {}
     reported: Counter[int] = Counter()
     for seen in ranks.values():

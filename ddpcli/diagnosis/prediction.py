@@ -98,8 +98,8 @@ def _sharded(record: RunRecord) -> bool:
 
 
 class ScoredRow(Protocol):
-    """What prediction_note reads of a comparison row (ddpcli.compare.row imports this module, so not the row's
-    class: a type-only import back would still be a cycle)."""
+    """What prediction_note reads of a comparison row (ddpcli.compare.row's, which scores its run here: diagnosis
+    imports no command, not even for a type)."""
 
     @property
     def label(self) -> str: ...

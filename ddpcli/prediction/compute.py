@@ -9,7 +9,7 @@ One run measures one point of that line, so one baseline alone gives no fixed pa
 (fixed = 0), and says so. Several finished runs of the same kind (device, world size, processes per node, threads)
 with different per-device batches measure several points: the least-squares line through them, each run's compute
 first brought to the first run's conditions (times its own share of a core / the first run's, and its median step
-/ mean step, ddpcli.experiment.predict_baseline). A fit with a negative part falls back to linear, saying why.
+/ mean step, ddpcli.prediction.baseline). A fit with a negative part falls back to linear, saying why.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ddpcli.experiment.predict_baseline import Baseline
+    from ddpcli.prediction.baseline import Baseline
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
+from ddpcli.diagnosis.derived import derived_cause
 from ddpcli.jsonvalues import finite_or_none, text_or_none, whole_or_none
-from ddpcli.rundir.derived import derived_cause
 from ddpcli.rundir.record import Finding, Observed
 
 
@@ -131,8 +131,8 @@ def loss_scale_findings(steps: dict[int, dict[str, Any]], world: int | None) -> 
 
 
 def script_findings(end: dict[str, Any], steps: int | None) -> list[Finding]:
-    """What the script did at start: a checkpoint of another run (processes it spawned: rundir.script_io)."""
-    found = []  # processes spawned: ddpcli.rundir.script_io
+    """What the script did at start: a checkpoint of another run (processes it spawned: diagnosis.script_io)."""
+    found = []  # processes spawned: ddpcli.diagnosis.script_io
     for entry in _loaded(end):
         if entry.get("written_by") or entry.get("during_sweep") is True:
             found.append(Finding(

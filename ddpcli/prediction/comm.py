@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # predict imports this module
-    from ddpcli.experiment.predict_baseline import Baseline
-    from ddpcli.experiment.predict_compute import ComputeModel
-    from ddpcli.experiment.predict_target import Target
+    from ddpcli.prediction.baseline import Baseline
+    from ddpcli.prediction.compute import ComputeModel
+    from ddpcli.prediction.target import Target
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 

@@ -8,9 +8,8 @@ build-nanogpt under autocast bfloat16 differed from its bare single-process part
 
 from __future__ import annotations
 
-from ddpcli.compare.runs import ComparedRun
-
-GPU_DEVICES = frozenset({"cuda"})
+from ddpcli.diagnosis.advice import GPU_DEVICES
+from ddpcli.diagnosis.compared import ComparedRun
 
 
 def numeric_regime(run: ComparedRun, partner: ComparedRun) -> str | None:

@@ -9,16 +9,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ddpcli.diagnosis.advice import batchnorm_fix
+from ddpcli.diagnosis.causes import loss_scale_findings, script_findings, with_causes
+from ddpcli.diagnosis.parallel import PortAdvice, parallel_findings, plain_port_clause
+from ddpcli.diagnosis.script_io import same_file_findings, spawn_findings
+from ddpcli.diagnosis.slowness import slowness_findings
+from ddpcli.diagnosis.steps import step_findings
 from ddpcli.jsonvalues import finite_or_none
-from ddpcli.rundir.advice import batchnorm_fix
-from ddpcli.rundir.causes import loss_scale_findings, script_findings, with_causes
 from ddpcli.rundir.merge import training_loader
 from ddpcli.rundir.observations import RankObservation, main_rank
-from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, parallel_findings, trained_together
+from ddpcli.rundir.parallel import ParallelCheck, check_data_parallel, trained_together
 from ddpcli.rundir.record import Finding, Observed
-from ddpcli.rundir.script_io import same_file_findings, spawn_findings
-from ddpcli.rundir.slowness import slowness_findings
-from ddpcli.rundir.steps import step_findings
 
 # (field of the plan, field of Observed, words)
 COMPARED = (
@@ -36,9 +37,10 @@ def run_findings(
     observed: Observed,
     ranks: dict[int, RankObservation],
     completed: bool,
-    parallel_check: ParallelCheck | None = None,  # the run's (ddpcli.rundir.finish makes it once)
+    parallel_check: ParallelCheck | None = None,  # the run's (ddpcli.diagnosis.finish makes it once)
     script: Any = None,  # the script (or module) launched, for the pointer to `ddpcli port`
     launch_args: list[str] | None = None,  # run.json's launch args, placeholders kept: which values a flag sets
+    port_advice: PortAdvice = plain_port_clause,  # how `ddpcli port` would make the script data-parallel
 ) -> list[Finding]:
     main = main_rank(ranks) or RankObservation(0)
     findings = with_causes(plan_mismatches(plan, observed, completed), plan, observed, main.end, launch_args)
@@ -47,7 +49,7 @@ def run_findings(
     # Steps as rank 0's model took them: a separate training's samples are not another's global batch.
     findings += step_findings(plan, observed, trained_together(ranks, parallel_check), completed)
     script = script if isinstance(script, str) else None
-    parallel = parallel_findings(parallel_check, _one_process_batch(observed), main.run, script)
+    parallel = parallel_findings(parallel_check, _one_process_batch(observed), main.run, script, port_advice)
     findings += parallel + spawn_findings(ranks, observed.optimizer_steps)
     findings += script_findings(main.end, observed.optimizer_steps) + same_file_findings(ranks)
     findings += loss_scale_findings(main.steps, observed.world_size)

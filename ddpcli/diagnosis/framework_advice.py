@@ -1,5 +1,5 @@
-"""What the run's end row says of the framework that drove it and of its numerics, read for findings and
-compare, and advice in that framework's own switch (the tables live in ddpcli.init.frameworks). Pure.
+"""Advice in the own switch of the framework that drove a run (the tables live in ddpcli.init.frameworks), from
+run.json's observed.frameworks (ddpcli.rundir.frameworks reads it from the end row). Pure.
 
 A library is named only where the observer saw it drive the run: its code on the stack of the first optimizer
 step (`optimizer_stepped_by`) or of a scheduler's steps; imported alone is not enough (a script that imports
@@ -11,39 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from ddpcli.init.frameworks import FIND_UNUSED_OFF, SCHEDULER_PER_PROCESS
-from ddpcli.jsonvalues import text_or_none, whole_or_none
-
-STACK_KEYS = ("imported", "optimizer_stepped_by", "schedulers")
-
-
-def frameworks_row(end: dict[str, Any]) -> dict[str, Any] | None:
-    """observed.frameworks: the end row's `stacks`, with only well-formed values."""
-    stacks = end.get("stacks")
-    if not isinstance(stacks, dict):
-        return None
-    schedulers = []
-    for entry in stacks.get("schedulers") or []:
-        if isinstance(entry, dict) and text_or_none(entry.get("class")):
-            schedulers.append({
-                "class": entry["class"], "steps": whole_or_none(entry.get("steps")),
-                "stepped_by": _names(entry.get("stepped_by")),
-            })  # fmt: skip
-    return {
-        "imported": _names(stacks.get("imported")) or [],
-        "optimizer_stepped_by": _names(stacks.get("optimizer_stepped_by")),
-        "schedulers": schedulers,
-    }
-
-
-def numerics_row(end: dict[str, Any]) -> dict[str, Any] | None:
-    numerics = end.get("numerics")
-    return {key: value for key, value in numerics.items() if isinstance(value, bool | str)} if isinstance(
-        numerics, dict
-    ) else None  # fmt: skip
-
-
-def _names(value: Any) -> list[str] | None:
-    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else None
 
 
 def driving_framework(frameworks: dict[str, Any] | None) -> str | None:

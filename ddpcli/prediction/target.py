@@ -1,6 +1,6 @@
 """What the cost model needs of a planned run: the type every prediction module shares.
 
-It lives below them (predict, predict_comm, predict_contention import it; it imports none of them), so the modules
+It lives below them (predict, comm, contention import it; it imports none of them), so the modules
 that take a Target never import predict back, not even for type checking. Pure: no torch, no pydantic.
 """
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ddpcli.compare.equivalence import DIVERGED
-from ddpcli.compare.initial import initial_params_cause
-from ddpcli.compare.numerics import numeric_regime
-from ddpcli.compare.prediction import prediction_note
-from ddpcli.compare.row import ComparisonRow
-from ddpcli.compare.run_checks import separate_models_note
-from ddpcli.compare.runs import NO_FILE, ComparedRun, status_reason
-from ddpcli.compare.script_notes import beta2_note
-from ddpcli.compare.throughput import throughput_row_notes
+from ddpcli.diagnosis.compared import ComparedRun, ComparisonRow
+from ddpcli.diagnosis.equivalence import DIVERGED
+from ddpcli.diagnosis.findings import explaining
+from ddpcli.diagnosis.initial import initial_params_cause
+from ddpcli.diagnosis.numerics import numeric_regime
+from ddpcli.diagnosis.prediction import prediction_note
+from ddpcli.diagnosis.run_checks import separate_models_note
+from ddpcli.diagnosis.script_notes import beta2_note
+from ddpcli.diagnosis.status import status_reason
+from ddpcli.diagnosis.throughput import throughput_row_notes
 from ddpcli.experiment.outlook import far_above_critical
-from ddpcli.rundir.findings import explaining
 from ddpcli.rundir.record import Finding
 
 STATUS_WORDS = {
@@ -31,6 +31,7 @@ PLAN_CAUSES = (  # plan keys that break equivalence when they differ, and what e
     ("warmup_steps", "warmup_steps (the learning-rate schedule)"),
     ("optimizer", "the optimizer"),
 )
+NO_FILE = "(no experiment file)"  # the experiment file of runs recorded without one, in the table's head too
 
 
 class ComparisonNotes:

@@ -1,14 +1,13 @@
 """What compare finds between runs, beyond each run's own findings: an lr schedule that ran differently from the
-baseline's or the equivalence partner's (ddpcli.compare.schedule), and throughput counted per model for a run
+baseline's or the equivalence partner's (ddpcli.diagnosis.schedule), and throughput counted per model for a run
 whose processes each trained a model of their own (`observed.data_parallel_size`)."""
 
 from __future__ import annotations
 
-from ddpcli.compare.metrics import RunSummary
-from ddpcli.compare.runs import ComparedRun
-from ddpcli.compare.schedule import ScheduleMismatch, compare_schedules, points
+from ddpcli.diagnosis.compared import ComparedRun, RunSummary
+from ddpcli.diagnosis.framework_advice import scheduler_per_process_cause, schedulers_seen
+from ddpcli.diagnosis.schedule import ScheduleMismatch, compare_schedules, points
 from ddpcli.jsonvalues import finite_or_none, whole_or_none
-from ddpcli.rundir.framework_advice import scheduler_per_process_cause, schedulers_seen
 from ddpcli.rundir.record import Finding
 
 LR_SCHEDULE_MISMATCH = "lr_schedule_mismatch"

@@ -3,7 +3,8 @@
 
 Evaluated with `ast`, never `eval`: only numbers, the run's numeric keys, + - * / // % and unary minus or plus.
 No other names, calls, attributes, subscripts or powers (a power is how a short expression becomes a huge
-number); a result that is not finite is refused too. Pure: used by `plan` (to check) and `launch` (to fill).
+number); a result that is not finite is refused too. Pure, and a leaf (it imports nothing of ddpcli): used by `plan`
+(to check), `launch` (to fill) and `init` (to read the arithmetic a script does on its own values).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ddpcli.diagnosis.framework_advice import find_unused_off
 from ddpcli.rundir.cpu_list import parse_cpu_list
-from ddpcli.rundir.framework_advice import find_unused_off
 from ddpcli.rundir.record import Finding, Observed
 from ddpcli.rundir.timing import RankTime, TimeBreakdown
 
@@ -32,10 +32,17 @@ STRAGGLER_RATIO = 1.5
 STRAGGLER_GAP_SHARE = 0.25
 STRAGGLER_MIN_STEPS = 8  # timed steps: in fewer, one stall of a process (a loaded host) looks like a straggler
 CPU_WAIT_CAUSE = 0.5  # of the straggler's gap, waited for a CPU beyond the others: the host is the cause named
+INPUT_BOUND = "input_bound"
+COMMUNICATION_BOUND = "communication_bound"
+STRAGGLER_RANK = "straggler_rank"
+ACCUMULATION_SYNCS_EVERY_MICRO_BATCH = "accumulation_syncs_every_micro_batch"
+CPU_OVERSUBSCRIBED = "cpu_oversubscribed"
+FIND_UNUSED_PARAMETERS_UNNEEDED = "find_unused_parameters_unneeded"
+# Every code this module writes (each finding takes its code from these names): a run's speed, not its meaning.
 SLOWNESS_CODES = (
-    "input_bound", "communication_bound", "straggler_rank", "accumulation_syncs_every_micro_batch",
-    "cpu_oversubscribed", "find_unused_parameters_unneeded",
-)  # fmt: skip
+    INPUT_BOUND, COMMUNICATION_BOUND, STRAGGLER_RANK,
+    ACCUMULATION_SYNCS_EVERY_MICRO_BATCH, CPU_OVERSUBSCRIBED, FIND_UNUSED_PARAMETERS_UNNEEDED,
+)
 
 
 def slowness_findings(observed: Observed, rows: dict[int, dict[str, Any]]) -> list[Finding]:
@@ -62,7 +69,7 @@ def _input_bound(breakdown: TimeBreakdown) -> list[Finding]:
     if share < INPUT_BOUND_SHARE:
         return []
     return [Finding(
-        code="input_bound", severity="warning",
+        code=INPUT_BOUND, severity="warning",
         message=f"input-bound: {share:.0%} of each step ({median.data_s:.3g} s of {median.step_s:.3g} s) was spent "
         "waiting for the training DataLoader: raise num_workers, use pin_memory=True and persistent_workers=True, "
         "or make __getitem__ cheaper",
@@ -75,7 +82,7 @@ def _communication_bound(breakdown: TimeBreakdown) -> list[Finding]:
     if len(breakdown.ranks) < 2 or not comms or _share(min(comms), step) < COMMUNICATION_BOUND_SHARE:
         return []
     return [Finding(
-        code="communication_bound", severity="warning",
+        code=COMMUNICATION_BOUND, severity="warning",
         message=f"communication-bound: {_share(min(comms), step):.0%} of each step ({min(comms):.3g} s of "
         f"{step:.3g} s) was all-reduce time that backward did not hide, on every rank: a larger per-device batch, "
         "gradient accumulation with no_sync, a compression comm hook (fp16/bf16, PowerSGD) or a different "
@@ -96,7 +103,7 @@ def _straggler(breakdown: TimeBreakdown, rows: dict[int, dict[str, Any]]) -> lis
     if _busy(slowest) < STRAGGLER_RATIO * others or gap < STRAGGLER_GAP_SHARE * step:
         return []
     return [Finding(
-        code="straggler_rank", severity="warning", observed=slowest.rank,
+        code=STRAGGLER_RANK, severity="warning", observed=slowest.rank,
         message=f"rank {slowest.rank} is a straggler: its own work took {_busy(slowest):.3g} s a step against "
         f"{others:.3g} s on the other ranks, which waited about {gap:.3g} s a step ({gap / step:.0%}) for it at the "
         "all-reduce: " + (_cpu_wait(slowest, breakdown, gap) or _unknown_cause(slowest, rows)),
@@ -146,7 +153,7 @@ def _accumulation_syncs(breakdown: TimeBreakdown) -> list[Finding]:
     if micro is None or syncs is None or micro < 2 or syncs < micro - 1e-9:
         return []
     return [Finding(
-        code="accumulation_syncs_every_micro_batch", severity="warning",
+        code=ACCUMULATION_SYNCS_EVERY_MICRO_BATCH, severity="warning",
         message=f"gradient accumulation all-reduced on every micro-batch: {syncs:g} all-reduces per optimizer step "
         f"where 1 is needed (exposed communication {first.comm_s or 0:.3g} s a step): wrap the forward and backward "
         "of all but the last micro-batch in `with model.no_sync():`",
@@ -159,7 +166,7 @@ def _oversubscribed(observed: Observed, rows: dict[int, dict[str, Any]]) -> list
     for local, threads, cores in _node_budgets(rows):
         if local * threads > cores:
             return [Finding(
-                code="cpu_oversubscribed", severity="warning", observed=local * threads, planned=cores,
+                code=CPU_OVERSUBSCRIBED, severity="warning", observed=local * threads, planned=cores,
                 message=f"CPU oversubscribed: {local} processes x {threads} threads on {cores} cores: the processes "
                 f"take turns on the cores, so more of them cannot be faster; use at most {cores} processes, or "
                 f"OMP_NUM_THREADS = cores / processes",
@@ -194,7 +201,7 @@ def _unused_parameters(rows: dict[int, dict[str, Any]], frameworks: dict[str, An
     ):
         return []
     return [Finding(
-        code="find_unused_parameters_unneeded", severity="info",
+        code=FIND_UNUSED_PARAMETERS_UNNEEDED, severity="info",
         message="find_unused_parameters=True, but every parameter got a gradient (the DDP reducer found none "
         "unused): the flag costs an extra traversal of the autograd graph every backward; "
         + find_unused_off(frameworks),

@@ -14,8 +14,7 @@ run's processes took 6-8 ms for the same 64 samples. The note gives those number
 
 from __future__ import annotations
 
-from ddpcli.compare.row import ComparisonRow
-from ddpcli.compare.runs import ComparedRun
+from ddpcli.diagnosis.compared import ComparedRun, ComparisonRow
 from ddpcli.rundir.timing import TimeBreakdown
 
 STARVED_SHARE = 0.35  # of one core, over the timed steps (the median rank)

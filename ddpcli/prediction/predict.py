@@ -2,11 +2,11 @@
 
 The cost model, term by term, per optimizer step of a run with world size W, per-device batch B and accumulation A,
 from a baseline that ran W0, B0, A0 (its time breakdown's median rank, ddpcli.rundir.timing), every host term
-first scaled by the baseline's median step / mean step (robust_scale, ddpcli.experiment.predict_baseline: one
+first scaled by the baseline's median step / mean step (robust_scale, ddpcli.prediction.baseline: one
 noisy spell of the baseline does not decide the prediction; 1 on a CPU baseline with its share of a core known,
 where the contention term, in CPU seconds, does that):
 
-    compute   = (fixed + per_sample x B) x A x contention (ddpcli.experiment.predict_compute: fixed = 0, linear
+    compute   = (fixed + per_sample x B) x A x contention (ddpcli.prediction.compute: fixed = 0, linear
                 in the batch, unless finished runs of other per-device batches measured the line)
     data      = baseline data wait per sample x B x A x contention
     optimizer = baseline optimizer step x contention (the same parameters at every world size)
@@ -14,12 +14,12 @@ where the contention term, in CPU seconds, does that):
     comm      = all-reduces per step x one all-reduce of the gradients at W (measured: ddpcli.launch.probe, after
                 the CPU work a rank does before it and from the last rank's arrival, as a step meets it; or
                 the ring formula 2 (W-1)/W x bytes / link bandwidth), none hidden behind backward, + the wait
-                for the slowest of W ranks (ddpcli.experiment.predict_comm): the expected excess of the maximum
+                for the slowest of W ranks (ddpcli.prediction.comm): the expected excess of the maximum
                 of W steps over their mean, from the baseline's own step durations (else its compute's standard
                 deviation), or from the busy-loop probe's rounds at W processes, whichever is larger, as a
                 fraction of data + compute; 0 at W = 1
     contention (CPU only) = the baseline's share of a core / the planned process's share
-                (ddpcli.experiment.predict_contention: measured by a busy-loop probe when possible). 1 on GPUs.
+                (ddpcli.prediction.contention: measured by a busy-loop probe when possible). 1 on GPUs.
 
 All-reduces per step: the baseline's per micro-batch (1 per micro-batch without no_sync, 1/A with it) x A when the
 baseline was DDP; else 1 (the script is assumed to use no_sync). samples/s = W x B x A / step; speedup against the
@@ -36,8 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpcli.experiment.predict_baseline import TERMS, Baseline, NoBaseline, baseline_from
-from ddpcli.experiment.predict_comm import (
+from ddpcli.prediction.baseline import TERMS, Baseline, NoBaseline, baseline_from
+from ddpcli.prediction.comm import (
     DDP_FIRST_BUCKET_BYTES,
     all_reduces_per_step,
     ddp_bucket_sizes,
@@ -45,11 +45,11 @@ from ddpcli.experiment.predict_comm import (
     expected_max,
     ring_allreduce_s,
 )
-from ddpcli.experiment.predict_compute import ComputeModel, compute_model
-from ddpcli.experiment.predict_contention import HostNow, contention_of, target_threads
-from ddpcli.experiment.predict_target import Target
+from ddpcli.prediction.compute import ComputeModel, compute_model
+from ddpcli.prediction.contention import HostNow, contention_of, target_threads
+from ddpcli.prediction.target import Target
 
-__all__ = [  # what predict offers; the parts live in predict_baseline, _comm, _compute, _contention, _target
+__all__ = [  # what predict offers; the parts live in baseline, comm, compute, contention, target
     "DDP_FIRST_BUCKET_BYTES", "TERMS", "Baseline", "ComputeModel", "HostNow", "NoBaseline", "Prediction", "Target",
     "baseline_from", "compute_model", "ddp_bucket_sizes", "excess_of_max", "expected_max", "predict",
     "predicted_memory", "ring_allreduce_s", "static_bytes",

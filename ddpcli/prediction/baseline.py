@@ -5,7 +5,7 @@ steps) moves every term. Rank 0's per-step durations (metrics.jsonl's `time`, st
 mean was: the first WARMUP_FRACTION of them are left out too (warm-up), and the prediction scales the baseline's
 host terms by median / mean of the rest (`robust_scale`), when at least MIN_STEPS remain. Not on a CPU baseline
 whose share of a core is known: there a spell is mostly other jobs taking the cores, and the contention term
-(ddpcli.experiment.predict_contention) already counts the baseline's work in CPU seconds (mean step x mean share),
+(ddpcli.prediction.contention) already counts the baseline's work in CPU seconds (mean step x mean share),
 which such a spell does not change; scaling to the median step as well would count the spell out twice (measured:
 a baseline that ran half its steps at a full core and half at half a core, median step at the full core, mean
 share 0.70, predicted its 2-process runs 30-80% too fast).
@@ -18,10 +18,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # the all-reduce probe (a worker) imports predict, which imports this: no pydantic at import
-    from ddpcli.rundir.record import Observed
+from typing import Any
 
 TERMS = ("data_s", "compute_s", "comm_s", "optimizer_s", "other_s")
 WARMUP_FRACTION = 0.1  # of the steps after the first, left out of the durations as warm-up (at least one)
@@ -89,9 +86,11 @@ SHARDED = (
 )
 
 
-def baseline_from(observed: Observed | None, timing_row: dict[str, Any], step_times: Sequence[float] = ()) -> Baseline:
-    """The baseline from a run's `observed`, its rank 0's last `timing` row (threads, cores, processes) and the
-    times at which its steps ended (metrics.jsonl, in step order; empty when unknown)."""
+def baseline_from(observed: Any, timing_row: dict[str, Any], step_times: Sequence[float] = ()) -> Baseline:
+    """The baseline from a run's `observed` (run.json's, ddpcli.rundir.record.Observed, or None), its rank 0's last
+    `timing` row (threads, cores, processes) and the times at which its steps ended (metrics.jsonl, in step order;
+    empty when unknown). `observed` is read by attribute: this package is a leaf, which the all-reduce probe (a
+    worker) imports too, so it imports no run record, not even for type checking."""
     if observed is None or observed.time_breakdown is None or observed.model_state is None:
         raise NoBaseline("it was not observed, or it timed no optimizer step after its first")
     median, state = observed.time_breakdown.median, observed.model_state

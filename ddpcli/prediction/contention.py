@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ddpcli.experiment.predict_baseline import Baseline
-    from ddpcli.experiment.predict_target import Target
+    from ddpcli.prediction.baseline import Baseline
+    from ddpcli.prediction.target import Target
 
 
 @dataclass(frozen=True)
