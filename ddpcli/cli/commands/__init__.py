@@ -42,9 +42,7 @@ RunsArgument = Annotated[
         show_default=False,
     ),
 ]
-AllRunsOption = Annotated[
-    bool, typer.Option("--all", help="Every run under a root, not just the newest of each name.")
-]
+AllRunsOption = Annotated[bool, typer.Option("--all", help="Every run under a root, not just the newest of each name.")]
 BaselineOption = Annotated[
     str | None, typer.Option(help="Name of the run to measure against. Default: the experiment file's baseline.")
 ]
