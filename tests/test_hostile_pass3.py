@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,7 +147,12 @@ def test_torchruns_own_parser_hands_every_argument_to_the_script(tmp_path: Path,
     assert parsed.nproc_per_node == "1" and parsed.standalone and parsed.tee == "3"
 
 
-def test_the_all_reduce_probes_arguments_reach_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_the_all_reduce_probes_arguments_reach_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """nccl's probe under torchrun: torchrun's own parser hands every argument to the probe. gloo's ranks are forked
+    by the probe itself: its own parser reads them."""
     from torch.distributed.run import parse_args
 
     from ddpcli.launch import probe
@@ -158,10 +165,35 @@ def test_the_all_reduce_probes_arguments_reach_it(tmp_path: Path, monkeypatch: p
         raise OSError("not started")
 
     with pytest.raises(Exception, match="not started"):
-        probe.measured_allreduce("gloo", 2, 1024, 0.0, run=run)
-    parsed = parse_args(seen[0][3:])
-    assert (parsed.module, parsed.training_script) == (True, "ddpcli.worker.allreduce_probe")
-    assert parsed.training_script_args[:4] == ["--bytes", "1024", "--backend", "gloo"]
+        probe.measured_allreduce(backend, 2, 1024, 0.0, run=run)
+    if backend == "nccl":
+        parsed = parse_args(seen[0][3:])
+        assert (parsed.module, parsed.training_script, parsed.nproc_per_node) == (
+            True, "ddpcli.worker.allreduce_probe", "2"
+        )  # fmt: skip
+        arguments = parsed.training_script_args
+    else:
+        assert seen[0][1:5] == ["-m", "ddpcli.worker.allreduce_probe", "--world", "2"]
+        arguments = seen[0][5:]
+    assert arguments[:4] == ["--bytes", "1024", "--backend", backend]
+
+
+def test_the_forked_all_reduce_probe_measures_and_leaves_only_its_result(tmp_path: Path) -> None:
+    """gloo's probe as `ddpcli launch` and `plan --predict-from` run it: 2 ranks forked from one interpreter, a
+    positive time from each kind of round, the rendezvous file gone, exit 0."""
+    out = tmp_path / "probe.json"
+    command = [sys.executable, "-m", "ddpcli.worker.allreduce_probe", "--world", "2", "--bytes", "4096",
+               "--backend", "gloo", "--work", "0.002", "--out", str(out)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(out.read_text())
+    assert found["seconds"] > 0 and found["idle_seconds"] > 0 and found["work_s"] == 0.002
+    assert len(found["idle_rounds"]) == len(found["busy_rounds"]) == 15
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["probe.json"]
+    command[command.index("gloo")] = "no-such-backend"  # every rank fails: exit 1 with why, no rank left waiting
+    out.unlink()
+    failed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert failed.returncode == 1 and "no-such-backend" in failed.stderr and not out.exists()
 
 
 def test_workdir_run_finds_a_module_where_workdir_launch_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -318,8 +350,8 @@ def processes_with(marker: bytes) -> list[int]:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
 @pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
 def test_plan_stopped_during_the_real_all_reduce_probe_leaves_nothing(tmp_path: Path, signum: str) -> None:
-    """`plan --predict-from` with an empty cache runs the CPU probe, then torchrun's all-reduce probe (2 workers);
-    the signal comes once the all-reduce workers run. Every process carries the test's cache folder in its
+    """`plan --predict-from` with an empty cache runs the CPU probe, then the all-reduce probe (2 ranks, one forked
+    from the other); the signal comes once both ranks run. Every process carries the test's cache folder in its
     environment: none may remain, nor a probe folder in the test's TMPDIR."""
     import signal
     import subprocess
@@ -342,12 +374,12 @@ def test_plan_stopped_during_the_real_all_reduce_probe_leaves_nothing(tmp_path: 
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and plan.poll() is None:
         workers = [
-            pid for pid in processes_with(marker) if b"LOCAL_RANK=1" in Path(f"/proc/{pid}/environ").read_bytes()
+            pid for pid in processes_with(marker) if b"allreduce_probe" in Path(f"/proc/{pid}/cmdline").read_bytes()
         ]
-        if workers:
+        if len(workers) == 2:  # rank 0 and the rank it forked
             break
         time.sleep(0.05)
-    assert plan.poll() is None and workers, plan.communicate()
+    assert plan.poll() is None and len(workers) == 2, plan.communicate()
     plan.send_signal(getattr(signal, signum))
     _, stderr = plan.communicate(timeout=60)
     assert plan.returncode == 128 + getattr(signal, signum), stderr

@@ -1,6 +1,7 @@
 """The communication term of a prediction, measured: one DDP-style all-reduce of a model's gradients at a world size,
-timed by a short torchrun job on this machine (ddpcli.worker.allreduce_probe) as a step meets it (after each rank's
-CPU work, from the last rank's arrival; on CUDA idle), cached per version, backend, world size, size, host and
+timed by a short job on this machine (ddpcli.worker.allreduce_probe: gloo's ranks forked from one process, nccl's
+under torchrun) as a step meets it (after each rank's CPU work, from the last rank's arrival; on CUDA idle),
+cached per version, backend, world size, size, host and
 work in <cache>/allreduce.json (DDPCLI_CACHE_DIR, else $XDG_CACHE_HOME/ddpcli, else ~/.cache/ddpcli). Version 2:
 the keys of version 1 (idle rounds from a barrier, 2.6 ms where a busy step saw 4.5 ms) are not reused. Then the
 prediction of each planned run from a finished baseline (ddpcli.prediction.predict). No torch imported here.
@@ -96,8 +97,7 @@ def measured_allreduce(
         return found
     with tempfile.TemporaryDirectory(prefix="ddpcli-probe-") as folder:
         out = Path(folder) / "probe.json"
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
-                   "-m", "--", "ddpcli.worker.allreduce_probe", "--bytes", str(size_bytes), "--backend", backend,
+        command = [*probe_starter(backend, world), "--bytes", str(size_bytes), "--backend", backend,
                    "--work", repr(work_s), "--out", str(out)]  # fmt: skip
         env = cpu_probe.env_importing_ddpcli({**os.environ, "OMP_NUM_THREADS": "1"})
         what = f"the all-reduce probe ({backend}, {world} processes)"
@@ -113,6 +113,15 @@ def measured_allreduce(
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, cache)
     return found
+
+
+def probe_starter(backend: str, world: int) -> list[str]:
+    """The probe's command up to its own arguments: gloo's ranks forked from one process that imported torch once
+    (ddpcli.worker.allreduce_probe), nccl's under torchrun (CUDA cannot be used in a forked process)."""
+    if backend == "nccl":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world), "-m",
+                "--", "ddpcli.worker.allreduce_probe"]  # fmt: skip
+    return [sys.executable, "-m", "ddpcli.worker.allreduce_probe", "--world", str(world)]
 
 
 def probe_timeout_s(size_bytes: int) -> float:
