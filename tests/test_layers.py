@@ -360,3 +360,30 @@ def test_the_worker_side_never_loads_pydantic(entry: str) -> None:
     closure = module_level_closure(entry)
     assert "torch" in closure or entry.endswith("entry")  # the scan follows imports
     assert "pydantic" not in closure
+
+
+def _builds_a_finding(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+    return name == "Finding"
+
+
+def test_only_diagnosis_builds_a_finding() -> None:
+    """What ddpcli concludes about a run is diagnosis's (issue 40): the run directory's format defines the Finding
+    record, compare and launch carry them, and no module outside ddpcli.diagnosis makes one."""
+    builders = [
+        f"{module}:{node.lineno}"
+        for module, path in MODULES.items()
+        if not _within(module, "ddpcli.diagnosis")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if _builds_a_finding(node)
+    ]
+    assert builders == []
+    made_in_diagnosis = [
+        module
+        for module, path in MODULES.items()
+        if _within(module, "ddpcli.diagnosis")
+        and any(_builds_a_finding(node) for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+    ]
+    assert len(made_in_diagnosis) >= 5  # the scan sees the calls it forbids elsewhere
