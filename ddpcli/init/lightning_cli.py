@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ast
 
-from ddpcli.init.frameworks import LIGHTNING_CLI_TRAINER
 from ddpcli.init.help_text import HelpOption
+from ddpcli.script.frameworks import LIGHTNING_CLI_TRAINER
 
 
 def subcommand(call: ast.Call | None) -> tuple[str, ...]:

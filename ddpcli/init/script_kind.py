@@ -17,7 +17,16 @@ from pathlib import Path
 
 from ddpcli.errors import UserError
 from ddpcli.init.derived import Derivation, derivations
-from ddpcli.init.frameworks import FABRIC_CLASSES, FABRIC_SETTINGS, FRAMEWORKS, OPTIMIZER_CLASSES, TORCH_OPTIM
+from ddpcli.script.frameworks import (
+    DATA_PARALLEL_CALLS,
+    FABRIC_CLASSES,
+    FABRIC_SETTINGS,
+    FRAMEWORKS,
+    OPTIMIZER_CLASSES,
+    SELF_LAUNCHING,
+    TORCH_OPTIM,
+    is_trainer,
+)
 from ddpcli.script.source import NotPython, parse_ast, read
 
 # A call of one of these (as its import resolves it) builds a parser; the first kind found in this order wins.
@@ -160,11 +169,8 @@ def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
 
 
 # A script is data-parallel when it joins a process group or wraps its model itself, or when a library that does
-# both for it drives the training (its Trainer, Accelerator, Fabric, deepspeed.initialize, ddpcli.runtime).
-DDP_CALL_NAMES = ("init_process_group", "DistributedDataParallel", "FullyShardedDataParallel", "fully_shard")
-SELF_LAUNCHING = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "horovod",
-                  "ray.train", "ddpcli")  # fmt: skip
-TRAINER_MODULES = ("transformers", "trl", "sentence_transformers", "setfit")
+# both for it drives the training (its Trainer, Accelerator, Fabric, deepspeed.initialize, ddpcli.runtime): the
+# lists are ddpcli.script.frameworks', port's too.
 
 
 def _data_parallel_evidence(resolved: list[tuple[ast.Call, str]], imported: set[str]) -> list[str]:
@@ -172,8 +178,7 @@ def _data_parallel_evidence(resolved: list[tuple[ast.Call, str]], imported: set[
     evidence = [
         f"{name.rsplit('.', 1)[-1]}(...) at line {node.lineno}"
         for node, name in resolved
-        if name.rsplit(".", 1)[-1] in DDP_CALL_NAMES
-        or (name.split(".")[0] in TRAINER_MODULES and name.endswith("Trainer"))
+        if name.rsplit(".", 1)[-1] in DATA_PARALLEL_CALLS or is_trainer(name)
     ]
     evidence += [
         f"imports {prefix}"

@@ -10,7 +10,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ddpcli.init.frameworks import OPTIMIZER_CLASSES
+from ddpcli.script.frameworks import OPTIMIZER_CLASSES
 
 OPTIMIZER_MODULES = ("torch.optim", "optim")
 
