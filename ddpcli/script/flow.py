@@ -103,7 +103,7 @@ def _inputs(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
         return []
     found: list[cst.CSTNode] = []
     for inner in reader.walk(node):
-        if isinstance(inner, cst.Name) and _is_variable(reader, inner):
+        if isinstance(inner, cst.Name) and reader.is_variable(inner):
             found += _reaching(reader, inner, reader.values_of(inner))
         elif isinstance(inner, cst.Attribute) and dotted(inner):
             found += _attribute_values(reader, dotted(inner))
@@ -140,14 +140,6 @@ def _loop_of(reader: Reader, node: cst.CSTNode) -> cst.CSTNode | None:
         if isinstance(ancestor, cst.For | cst.While):
             return ancestor
     return None
-
-
-def _is_variable(reader: Reader, name: cst.Name) -> bool:
-    """A name read as a variable, not an attribute's or a keyword's."""
-    parent = reader.parents.get(name)
-    if isinstance(parent, cst.Attribute) and parent.attr is name:
-        return False
-    return not (isinstance(parent, cst.Arg) and parent.keyword is name)
 
 
 def _attribute_values(reader: Reader, spelled: str) -> list[cst.CSTNode]:

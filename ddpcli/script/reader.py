@@ -29,6 +29,8 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
+from ddpcli.script.source import Source, parse_ast
+
 
 def dotted(node: cst.CSTNode) -> str:
     """`torch.optim.SGD` for an attribute chain on a name; '' for anything else (`make().AdamW`: a chain on a call
@@ -61,6 +63,28 @@ def string_value(node: cst.CSTNode) -> str | None:
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     return None
+
+
+def literal_value(node: cst.CSTNode | None) -> object:
+    """The value of a literal as Python would build it (numbers, strings, True/False/None, a sign, lists, tuples,
+    dicts of literals); None for anything else. Reading a default never runs the script."""
+    if isinstance(node, cst.Integer | cst.Float | cst.SimpleString):
+        return node.evaluated_value
+    if isinstance(node, cst.ConcatenatedString):
+        return node.evaluated_value
+    if isinstance(node, cst.Name) and node.value in _CONSTANTS:
+        return _CONSTANTS[node.value]
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus | cst.Plus):
+        value = literal_value(node.expression)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return -value if isinstance(node.operator, cst.Minus) else value
+    if isinstance(node, cst.List | cst.Tuple):
+        values = [literal_value(element.value) for element in node.elements]
+        return None if None in values else (list(values) if isinstance(node, cst.List) else tuple(values))
+    return None
+
+
+_CONSTANTS: dict[str, object] = {"True": True, "False": False, "None": None}
 
 
 def import_aliases(node: cst.CSTNode) -> list[tuple[str, str]]:
@@ -107,6 +131,13 @@ class Reader:
         reader.children, reader.order = tree.children, tree.order
         reader._index()
         return reader
+
+    @classmethod
+    def of(cls, source: Source) -> Reader:
+        """The script's bytes read: Python's own verdict on its syntax first (NotPython with Python's line and
+        message, for the Python that runs it), then the tree."""
+        parse_ast(source)
+        return cls.read(source.text)
 
     def _index(self) -> None:
         """Imports, names, functions and calls, in one pass over the nodes."""
@@ -188,6 +219,17 @@ class Reader:
         if not isinstance(node, cst.Name):
             return ""
         return ".".join([self.aliases.get(node.value, node.value), *reversed(parts)])
+
+    def code(self, node: cst.CSTNode) -> str:
+        """`node` as the script writes it."""
+        return self.module.code_for_node(node)
+
+    def is_variable(self, name: cst.Name) -> bool:
+        """A name read or bound as a variable, not an attribute's (`x.argv`) or a keyword's (`f(argv=1)`)."""
+        parent = self.parents.get(name)
+        if isinstance(parent, cst.Attribute) and parent.attr is name:
+            return False
+        return not (isinstance(parent, cst.Arg) and parent.keyword is name)
 
     def imports(self) -> set[str]:
         """Everything the script imports, qualified (`torch.nn`, `lightning.Trainer`)."""
