@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import builtins
 import keyword as python_keywords
+from pathlib import Path
 
 import libcst as cst
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from libcst.metadata import QualifiedNameSource
 
+from ddpcli.init.roles import LITERAL_NAMES
+from ddpcli.init.script_kind import script_facts
 from ddpcli.port.facts import Facts
 from ddpcli.script import reader as reader_module
 from ddpcli.script.flow import origins, training_loaders
@@ -216,3 +219,33 @@ def test_a_step_of_an_optimizer_from_a_loop_or_an_attribute_is_one() -> None:
     receiver = facts.step_calls()[0].func
     assert isinstance(receiver, cst.Attribute)
     assert {facts.line(end) for end in origins(facts, receiver.value)} == {2, 3}
+
+
+def test_init_reads_the_training_loaders_batch_not_the_first_loaders(tmp_path: Path) -> None:
+    """The ported CIFAR script of issue 37: the test loader (100) comes first in the file, the training loader
+    (128) is hidden in `_ddp_shard(...)`: the batch init plans from is the one the loss is computed on."""
+    script = tmp_path / "main.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n"
+        "testloader = DataLoader(testset, batch_size=100, shuffle=False)\n"
+        "trainloader = _ddp_shard(DataLoader(trainset, batch_size=128, shuffle=True))\n"
+        "optimizer = make().AdamW(net.parameters(), lr=0.1)\n"
+        "def train(epoch):\n    for inputs, targets in trainloader:\n"
+        "        loss = criterion(net(inputs), targets)\n        loss.backward()\n        optimizer.step()\n"
+        "def test(epoch):\n    for inputs, targets in testloader:\n        print(net(inputs))\n",
+        encoding="utf-8",
+    )
+    facts = script_facts(script, LITERAL_NAMES)
+    assert facts.literals["per_device_batch_size"].value == 128
+    assert facts.literals["per_device_batch_size"].line == 4
+    assert [(found.value, found.line) for found in facts.optimizers] == [("adamw", 5)]
+    assert facts.literals["lr"].value == 0.1
+
+
+def test_argv_and_exec_are_read_by_what_the_names_are(tmp_path: Path) -> None:
+    hand = tmp_path / "hand.py"
+    hand.write_text("from sys import argv as a\nsteps = int(a[1])\n", encoding="utf-8")
+    words = tmp_path / "words.py"
+    words.write_text("# reads sys.argv? no\nclass O:\n    argv = 1\nprint(O().argv, 'sys.argv')\n", encoding="utf-8")
+    assert script_facts(hand, {}).kind == "hand"
+    assert script_facts(words, {}).kind == "none"

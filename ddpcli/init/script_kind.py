@@ -18,7 +18,7 @@ import libcst as cst
 
 from ddpcli.errors import UserError
 from ddpcli.init.derived import Derivation, derivations
-from ddpcli.script.flow import training_loaders
+from ddpcli.script.flow import is_loader, training_loaders
 from ddpcli.script.frameworks import (
     DATA_PARALLEL_CALLS,
     FABRIC_CLASSES,
@@ -88,6 +88,8 @@ def read_source(path: Path) -> Reader:
         return Reader.of(read(path))
     except NotPython as error:
         raise UserError(f"{error}, so it has no flags to read") from None
+    except cst.ParserSyntaxError as error:  # Python parses it, libcst's grammar does not (a newer syntax)
+        raise UserError(f"{path}:{error.raw_line}: not read ({error.message}), so it has no flags to read") from None
 
 
 def script_facts(path: Path, literal_names: dict[str, str], roots: tuple[Path, ...] = ()) -> ScriptFacts:
@@ -150,7 +152,8 @@ def _calls(
 ) -> None:
     """Optimizers constructed, warmups built, and role-named keywords (`lr=2e-5`); the batch size of the training
     loader (the one whose batches reach the back-propagated loss) before any other loader's."""
-    training = training_loaders(tree)
+    batched = [call for call in tree.calls if is_loader(tree, call) and keyword(call, "batch_size") is not None]
+    training = training_loaders(tree) if len(batched) > 1 else []  # one loader: no flow (and no scopes) to read
     for call in training:
         batch = keyword(call, "batch_size")
         if batch is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from ddpcli.script.flow import origins
+from ddpcli.script.flow import origins, training_loaders
 from ddpcli.script.frameworks import OPTIMIZER_CLASSES
 from ddpcli.script.reader import Reader, dotted, import_aliases, keyword, last_name, string_value
 
@@ -132,3 +132,7 @@ class Facts(Reader):
                     assert isinstance(statement, cst.If)
                     return statement
         return None
+
+    def training_loaders(self) -> list[cst.Call]:
+        """The loader calls whose batches reach the back-propagated loss (ddpcli.script.flow), whatever their names."""
+        return training_loaders(self)
