@@ -97,7 +97,7 @@ def test_the_imports_alone_resolve_as_the_scopes_do_where_nothing_shadows(alias:
     reader = Reader.read(source)
     assert reader.shadowable == set()
     for call in reader.calls:
-        scope = reader.scopes[call.func]
+        scope = reader.scope_of(call.func)
         assert scope is not None
         qualified = {q.name for q in scope.get_qualified_names_for(call.func) if q.source is QualifiedNameSource.IMPORT}
         assert qualified == {reader.resolve(call)} == {f"torch.{attribute}"}

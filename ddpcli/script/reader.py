@@ -119,7 +119,7 @@ class Reader:
     calls: list[cst.Call] = field(default_factory=list)  # in source order
     shadowable: set[str] = field(default_factory=set)  # names an import binds and something else binds too
     _resolved: dict[cst.CSTNode, str] = field(default_factory=dict)
-    _scopes: Mapping[cst.CSTNode, Scope | None] | None = None
+    _scopes: dict[cst.CSTNode | None, Mapping[cst.CSTNode, Scope | None]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, text: str) -> Reader:
@@ -154,12 +154,33 @@ class Reader:
                 self.calls.append(node)
         self.shadowable = {n.value for n in spelled if n.value in self.aliases and binds(self, n)}
 
-    @property
-    def scopes(self) -> Mapping[cst.CSTNode, Scope | None]:
-        """Each node's scope (libcst's ScopeProvider), computed the first time a question needs it."""
-        if self._scopes is None:
-            self._scopes = self.wrapper.resolve(ScopeProvider)
-        return self._scopes
+    def scope_of(self, node: cst.CSTNode) -> Scope | None:
+        """`node`'s scope (libcst's ScopeProvider), computed the first time a question needs it, over the part of
+        the module it can depend on: the module's own statements and classes, with the one function that holds
+        `node` whole and every other top-level function as its bare name (a def binds only its name in the module
+        scope; its body cannot bind a name elsewhere but by `global`, which this reading does not follow). A
+        question about one function of a 2,500-line script then costs that function, not the file."""
+        top = self._top(node)
+        if top not in self._scopes:
+            body = [self._stub(s) if isinstance(s, cst.FunctionDef) and s is not top else s for s in self.module.body]
+            changed = any(mine is not theirs for mine, theirs in zip(body, self.module.body, strict=True))
+            part = self.module.with_changes(body=body) if changed else None
+            wrapper = MetadataWrapper(part, unsafe_skip_copy=True) if part is not None else self.wrapper
+            self._scopes[top] = wrapper.resolve(ScopeProvider)
+        return self._scopes[top].get(node)
+
+    def _top(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The top-level function holding `node`, None outside any."""
+        top = None
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef) and self.parents.get(ancestor) is self.module:
+                top = ancestor
+        return top
+
+    @staticmethod
+    def _stub(function: cst.FunctionDef) -> cst.FunctionDef:
+        """`def name(): pass`: the binding a function is in the module scope, without its body to analyse."""
+        return cst.FunctionDef(name=function.name, params=cst.Parameters(), body=cst.SimpleStatementSuite([cst.Pass()]))
 
     def walk(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         """`node` and everything under it, in source order (from the tree read once: libcst's `.children`
@@ -198,7 +219,7 @@ class Reader:
         head = _head(node)
         if head is None or head.value not in self.shadowable or node not in self.parents:
             return self._by_imports(node)
-        scope = self.scopes.get(node)
+        scope = self.scope_of(node)
         found = scope.get_qualified_names_for(node) if scope is not None else set()
         for source in (QualifiedNameSource.IMPORT, QualifiedNameSource.BUILTIN):
             names = sorted(q.name for q in found if q.source is source and not q.name.startswith("."))
@@ -243,7 +264,7 @@ class Reader:
     def values_of(self, name: cst.Name) -> list[cst.CSTNode]:
         """What `name` (an access) may hold: each binding its scope resolves it to, as the node that binds it
         (the right-hand side of `x = ...`, the `for` or comprehension that binds it, the parameter)."""
-        scope = self.scopes.get(name)
+        scope = self.scope_of(name)
         if scope is None:
             return []
         found: list[cst.CSTNode] = []
