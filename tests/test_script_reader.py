@@ -11,7 +11,7 @@ from pathlib import Path
 import libcst as cst
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from libcst.metadata import QualifiedNameSource
+from libcst.metadata import QualifiedNameSource, ScopeProvider
 
 from ddpcli.init.roles import LITERAL_NAMES
 from ddpcli.init.script_kind import script_facts
@@ -249,3 +249,21 @@ def test_argv_and_exec_are_read_by_what_the_names_are(tmp_path: Path) -> None:
     words.write_text("# reads sys.argv? no\nclass O:\n    argv = 1\nprint(O().argv, 'sys.argv')\n", encoding="utf-8")
     assert script_facts(hand, {}).kind == "hand"
     assert script_facts(words, {}).kind == "none"
+
+
+@settings(max_examples=20, deadline=None)
+@given(count=st.integers(min_value=1, max_value=6), asked=st.integers(min_value=0, max_value=5))
+def test_a_functions_scope_alone_gives_what_the_whole_modules_does(count: int, asked: int) -> None:
+    """Scopes are computed per top-level function (the others as bare names): the bindings an access reaches are
+    those libcst finds over the whole module."""
+    source = "".join(f"lr_{i} = {i}.5\ndef f_{i}(x):\n    y = lr_{i} * x\n    return f_{(i + 1) % count}(y)\n"
+                     for i in range(count))  # fmt: skip
+    reader = Reader.read(source)
+    function = reader.functions[f"f_{asked % count}"]
+    whole = reader.wrapper.resolve(ScopeProvider)
+    for name in (n for n in reader.walk(function) if isinstance(n, cst.Name) and n.value.startswith(("lr_", "x"))):
+        if not reader.is_variable(name) or isinstance(reader.parents.get(name), cst.Param):
+            continue
+        expected = {reader.code(reader._binder(a.node)) for access in whole[name].accesses[name]
+                    if access.node is name for a in access.referents}  # fmt: skip
+        assert {reader.code(value) for value in reader.values_of(name)} == expected != set()

@@ -9,9 +9,9 @@ spellings (one with `ast`, one with libcst) disagreed on the same script.
 Speed: libcst's QualifiedNameProvider names every node of the file up front, and ScopeProvider alone costs a
 third of a port of a 2,500-line script. So a node's qualified name is computed when a decision asks for it, and the
 scopes only when a question needs them: the accesses of a name (where values flow), or a name an import binds that
-something else binds too (a parameter, an assignment: it may be shadowed). Any other name means what its import
-says in every scope, and the imports alone resolve it, to the same answer (tests/test_script_reader.py checks the
-two agree).
+something else binds too (a parameter, an assignment: it may be shadowed); and then over the top-level function
+the question is in, not the whole file (`Reader.scope_of`). Any other name means what its import says in every
+scope, and the imports alone resolve it, to the same answer (tests/test_script_reader.py checks the two agree).
 """
 
 from __future__ import annotations
