@@ -5,7 +5,6 @@ init plans every run as the script computes it; a script that keeps its global b
 
 from __future__ import annotations
 
-import ast
 import shutil
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from typer.testing import CliRunner
 from ddpcli.cli.app import app
 from ddpcli.experiment.planning import load_plan
 from ddpcli.init.derived import derivations, derived_per_rank
+from ddpcli.script.reader import Reader
 from tests.conftest import REPO
 
 runner = CliRunner()
@@ -95,9 +95,9 @@ def test_hard_coded_batches_in_every_usual_place_are_read(tmp_path: Path, source
 
 
 def test_a_world_size_the_budget_does_not_divide_gets_no_run(tmp_path: Path) -> None:
-    (derivation,) = derivations(ast.parse((SCRIPTS / "gpt_tokens.py").read_text(encoding="utf-8")))
+    (derivation,) = derivations(Reader.read((SCRIPTS / "gpt_tokens.py").read_text(encoding="utf-8")))
     assert [derived_per_rank(derivation, size) for size in (1, 2, 3, 16, 32)] == [16, 8, None, 1, None]
-    (tuto,) = derivations(ast.parse((SCRIPTS / "dist_tuto.py").read_text(encoding="utf-8")))
+    (tuto,) = derivations(Reader.read((SCRIPTS / "dist_tuto.py").read_text(encoding="utf-8")))
     assert (tuto.role, tuto.name, tuto.total, derived_per_rank(tuto, 3)) == ("per_device_batch_size", "bsz", 128, None)
     result = runner.invoke(app, ["init", str(SCRIPTS / "gpt_tokens.py"), "--print", "--nproc-per-node", "2,3"])
     assert result.exit_code == 0 and "no 3-process run" in result.stderr

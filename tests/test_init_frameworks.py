@@ -1,4 +1,4 @@
-"""The switch that makes each framework data-parallel here, from init/frameworks.py's tables: the Trainer's
+"""The switch that makes each framework data-parallel here, from script/frameworks.py's tables: the Trainer's
 `--use_cpu True` and `--ddp_backend gloo` on a machine without CUDA; Lightning Fabric's LT_* settings (as
 `fabric run` sets them), per run for LT_DEVICES, with LT_CLI_USED only where Fabric accepts it."""
 

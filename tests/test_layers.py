@@ -59,10 +59,7 @@ ORDER = (  # top to bottom; a feature of a tier imports the tiers below its own
     LEAVES,
 )
 # Imports against the order, each allowed until the issue named removes it (test_every_exception_is_still_taken).
-EXCEPTIONS = {
-    ("ddpcli.diagnosis.framework_advice", "ddpcli.init.frameworks"): "issue 37: the script reader moves the "
-    "frameworks table to ddpcli.script.frameworks, a leaf",
-}
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 FEATURES = tuple(feature for tier in ORDER[1:] for feature in tier)  # the pure kind's, and the host modules'
 
 

@@ -1,4 +1,4 @@
-"""Advice in the own switch of the framework that drove a run (the tables live in ddpcli.init.frameworks), from
+"""Advice in the own switch of the framework that drove a run (the tables live in ddpcli.script.frameworks), from
 run.json's observed.frameworks (ddpcli.rundir.frameworks reads it from the end row). Pure.
 
 A library is named only where the observer saw it drive the run: its code on the stack of the first optimizer
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcli.init.frameworks import FIND_UNUSED_OFF, SCHEDULER_PER_PROCESS
+from ddpcli.script.frameworks import FIND_UNUSED_OFF, SCHEDULER_PER_PROCESS
 
 
 def driving_framework(frameworks: dict[str, Any] | None) -> str | None:

@@ -11,12 +11,16 @@ Two of nanoGPT's habits change what a flag means, and both are read from the syn
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import libcst as cst
+
 from ddpcli.arithmetic import ExpressionError, evaluate
+from ddpcli.errors import UserError
 from ddpcli.init.help_text import HelpOption
+from ddpcli.script.reader import Reader, literal_value
+from ddpcli.script.source import decode
 
 
 @dataclass
@@ -35,38 +39,52 @@ class ConfigGlobals:
         ]
 
 
-def read_config_globals(tree: ast.Module) -> ConfigGlobals:
+def read_config_globals(tree: Reader) -> ConfigGlobals:
     """The simple globals assigned before the module-level `exec(...)`: literals and arithmetic over earlier
     globals (`lr_decay_iters = max_iters`); anything else (a call, an expression on the machine) is not a flag
     init can fill."""
     config = ConfigGlobals()
-    for statement in tree.body:
+    for statement in _module_statements(tree):
         if _is_exec(statement):
             break
-        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
-            target = statement.targets[0]
-            if isinstance(target, ast.Name) and not target.id.startswith("_"):
-                value = _simple_value(statement.value, config.values)
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+            target = statement.targets[0].target
+            if isinstance(target, cst.Name) and not target.value.startswith("_"):
+                value = _simple_value(tree, statement.value, config.values)
                 if value is not None:
-                    config.values[target.id] = value
-    for node in ast.walk(tree):
+                    config.values[target.value] = value
+    for node in tree.order:
         if (
-            isinstance(node, ast.AugAssign)
-            and isinstance(node.op, ast.FloorDiv | ast.Div)
-            and isinstance(node.target, ast.Name)
-            and "world" in ast.unparse(node.value).lower()
+            isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, cst.FloorDivideAssign | cst.DivideAssign)
+            and isinstance(node.target, cst.Name)
+            and "world" in tree.code(node.value).lower()
         ):
-            config.total_over_ranks.add(node.target.id)
-        if isinstance(node, ast.If) and any(isinstance(inner, ast.Break) for inner in node.body):
+            config.total_over_ranks.add(node.target.value)
+        if isinstance(node, cst.If) and any(isinstance(inner, cst.Break) for inner in _block(node.body)):
             test = node.test
             if (
-                isinstance(test, ast.Compare)
-                and len(test.ops) == 1
-                and isinstance(test.ops[0], ast.Gt)
-                and isinstance(test.comparators[0], ast.Name)
+                isinstance(test, cst.Comparison)
+                and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, cst.GreaterThan)
+                and isinstance(test.comparisons[0].comparator, cst.Name)
             ):
-                config.one_more_step.add(test.comparators[0].id)
+                config.one_more_step.add(test.comparisons[0].comparator.value)
     return config
+
+
+def _module_statements(tree: Reader) -> list[cst.CSTNode]:
+    """The module's statements one by one (`a = 1; b = 2` is two)."""
+    return _block(tree.module)
+
+
+def _block(block: cst.Module | cst.BaseSuite) -> list[cst.CSTNode]:
+    """The statements directly in a block, small statements of a line each on their own."""
+    lines = block.body if isinstance(block, cst.Module | cst.IndentedBlock) else [block]
+    found: list[cst.CSTNode] = []
+    for line in lines:
+        found += list(line.body) if isinstance(line, cst.SimpleStatementLine | cst.SimpleStatementSuite) else [line]
+    return found
 
 
 def apply_config_files(config: ConfigGlobals, files: list[Path]) -> list[str]:
@@ -75,8 +93,8 @@ def apply_config_files(config: ConfigGlobals, files: list[Path]) -> list[str]:
     problems = []
     for path in files:
         try:
-            tree = ast.parse(path.read_bytes())
-        except (OSError, SyntaxError, ValueError) as error:
+            tree = Reader.read(decode(path.read_bytes(), str(path)).text)
+        except (OSError, UserError, cst.ParserSyntaxError) as error:
             problems.append(f"config file {path} not read ({error}): its values are not in this file")
             continue
         for name, value in read_config_globals(tree).values.items():
@@ -85,20 +103,21 @@ def apply_config_files(config: ConfigGlobals, files: list[Path]) -> list[str]:
     return problems
 
 
-def _is_exec(statement: ast.stmt) -> bool:
+def _is_exec(statement: cst.CSTNode) -> bool:
     return (
-        isinstance(statement, ast.Expr)
-        and isinstance(statement.value, ast.Call)
-        and isinstance(statement.value.func, ast.Name)
-        and statement.value.func.id == "exec"
+        isinstance(statement, cst.Expr)
+        and isinstance(statement.value, cst.Call)
+        and isinstance(statement.value.func, cst.Name)
+        and statement.value.func.value == "exec"
     )
 
 
-def _simple_value(node: ast.expr, known: dict[str, object]) -> object:
-    if isinstance(node, ast.Constant) and isinstance(node.value, bool | str):
-        return node.value
+def _simple_value(tree: Reader, node: cst.BaseExpression, known: dict[str, object]) -> object:
+    value = literal_value(node)
+    if isinstance(value, bool | str):
+        return value
     numbers = {name: value for name, value in known.items() if isinstance(value, int | float)}
     try:
-        return evaluate(ast.unparse(node), numbers)
+        return evaluate(tree.code(node), numbers)
     except ExpressionError:
         return None

@@ -10,15 +10,27 @@ folder's modules that it imports are read too (one level), since `get_args()` of
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import libcst as cst
+
 from ddpcli.errors import UserError
 from ddpcli.init.derived import Derivation, derivations
-from ddpcli.init.frameworks import FABRIC_CLASSES, FABRIC_SETTINGS, FRAMEWORKS, OPTIMIZER_CLASSES, TORCH_OPTIM
-from ddpcli.script.source import NotPython, parse_ast, read
+from ddpcli.script.flow import is_loader, training_loaders
+from ddpcli.script.frameworks import (
+    DATA_PARALLEL_CALLS,
+    FABRIC_CLASSES,
+    FABRIC_SETTINGS,
+    FRAMEWORKS,
+    OPTIMIZER_CLASSES,
+    SELF_LAUNCHING,
+    TORCH_OPTIM,
+    is_trainer,
+)
+from ddpcli.script.reader import Reader, dotted, keyword, last_name, string_value
+from ddpcli.script.source import NotPython, read
 
 # A call of one of these (as its import resolves it) builds a parser; the first kind found in this order wins.
 PARSER_CALLS = (
@@ -60,23 +72,24 @@ class ScriptFacts:
     data_parallel: list[str] = field(default_factory=list)  # evidence: "init_process_group(...) at line 12"
     fabric: tuple[str, ...] | None = None  # Fabric(...) built: the settings its constructor passes itself
     fabric_launches: bool = False  # fabric.launch(...): LT_CLI_USED would make Fabric refuse it
-    lightning_cli: ast.Call | None = None
-    tree: ast.Module | None = None
-    classes: dict[str, ast.ClassDef] = field(default_factory=dict)
+    lightning_cli: cst.Call | None = None
+    tree: Reader | None = None
+    classes: dict[str, cst.ClassDef] = field(default_factory=dict)
 
     @property
     def runs_help(self) -> bool:
         return self.kind in KINDS_THAT_ANSWER_HELP
 
 
-def read_source(path: Path) -> ast.Module:
-    """The syntax tree as Python builds it (ddpcli.script.source, port's reader too): a UTF-8 byte order mark and an
-    encoding cookie (`# -*- coding: latin-1 -*-`) honoured as the interpreter honours them, a syntax error at
-    Python's line."""
+def read_source(path: Path) -> Reader:
+    """The script read by ddpcli.script (port's reader too): a UTF-8 byte order mark and an encoding cookie
+    (`# -*- coding: latin-1 -*-`) honoured as the interpreter honours them, a syntax error at Python's line."""
     try:
-        return parse_ast(read(path))
+        return Reader.of(read(path))
     except NotPython as error:
         raise UserError(f"{error}, so it has no flags to read") from None
+    except cst.ParserSyntaxError as error:  # Python parses it, libcst's grammar does not (a newer syntax)
+        raise UserError(f"{path}:{error.raw_line}: not read ({error.message}), so it has no flags to read") from None
 
 
 def script_facts(path: Path, literal_names: dict[str, str], roots: tuple[Path, ...] = ()) -> ScriptFacts:
@@ -106,74 +119,90 @@ def script_facts(path: Path, literal_names: dict[str, str], roots: tuple[Path, .
     return facts
 
 
-def _facts_of(tree: ast.Module, literal_names: dict[str, str]) -> ScriptFacts:
-    aliases = _import_aliases(tree)
-    # In the file's order (ast.walk is breadth-first: a loader wrapped in a call, as the port's
-    # `_ddp_shard(DataLoader(...))`, came after every unwrapped one): the first literal of a role is the file's first.
-    calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call)),
-                   key=lambda node: (node.lineno, node.col_offset))  # fmt: skip
-    resolved = [(node, _resolve(_dotted(node.func), aliases)) for node in calls]
+def _facts_of(tree: Reader, literal_names: dict[str, str]) -> ScriptFacts:
+    resolved = [(node, tree.resolve(node)) for node in tree.calls]  # source order: the first literal is the file's
     kind = next(
         (kind for kind, names in PARSER_CALLS for _, name in resolved if name in names),
-        "configurator" if _exec_of_a_file(tree) else "hand" if _reads_argv(tree, aliases) else "none",
+        "configurator" if _exec_of_a_file(tree) else "hand" if _reads_argv(tree) else "none",
     )
     facts = ScriptFacts(kind=kind)
-    imported = set(aliases.values())
+    imported = tree.imports()
     facts.frameworks = {
         framework.name
         for framework in FRAMEWORKS
         if any(name == prefix or name.startswith(prefix + ".") for name in imported for prefix in framework.imports)
     }
     facts.lightning_cli = next((node for node, name in resolved if name in PARSER_CALLS[0][1]), None)
-    facts.data_parallel = _data_parallel_evidence(resolved, imported)
+    facts.data_parallel = _data_parallel_evidence(tree, resolved, imported)
     fabrics = [node for node, name in resolved if name in FABRIC_CLASSES]
     if fabrics:
-        facts.fabric = tuple(sorted({kw.arg for node in fabrics for kw in node.keywords if kw.arg in FABRIC_SETTINGS}))
+        given = {arg.keyword.value for node in fabrics for arg in node.args if arg.keyword is not None}
+        facts.fabric = tuple(sorted(given & set(FABRIC_SETTINGS)))
         facts.fabric_launches = any(name.endswith(".launch") for _, name in resolved)
-    facts.classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    facts.classes = {node.name.value: node for node in tree.module.body if isinstance(node, cst.ClassDef)}
+    _calls(tree, facts, literal_names, resolved)
+    facts.checkpoints = _relative_checkpoints(tree)
+    for node in tree.order:
+        _assigned_literals(tree, facts, literal_names, node)
+    return facts
+
+
+def _calls(
+    tree: Reader, facts: ScriptFacts, literal_names: dict[str, str], resolved: list[tuple[cst.Call, str]]
+) -> None:
+    """Optimizers constructed, warmups built, and role-named keywords (`lr=2e-5`); the batch size of the training
+    loader (the one whose batches reach the back-propagated loss) before any other loader's."""
+    batched = [call for call in tree.calls if is_loader(tree, call) and keyword(call, "batch_size") is not None]
+    training = training_loaders(tree) if len(batched) > 1 else []  # one loader: no flow (and no scopes) to read
+    for call in training:
+        batch = keyword(call, "batch_size")
+        if batch is not None:
+            _literal(tree, facts, literal_names, "batch_size", batch.value, f"{last_name(call)}(batch_size=...)")
     for node, name in resolved:
         last = name.rsplit(".", 1)[-1]
         kind = optimizer_class_kind(name)
         if kind is not None:
-            facts.optimizers.append(Found(kind, node.lineno, f"{last}(...)"))
+            facts.optimizers.append(Found(kind, tree.line(node), f"{last}(...)"))
         before = len(facts.warmups)
-        for keyword in node.keywords:
-            _literal(facts, literal_names, keyword.arg, keyword.value, f"{last}({keyword.arg}=...)")
+        for arg in node.args:
+            if arg.keyword is not None:
+                how = f"{last}({arg.keyword.value}=...)"
+                _literal(tree, facts, literal_names, arg.keyword.value, arg.value, how)
         if "warmup" in last.lower() and len(facts.warmups) == before:  # no literal warmup said it already
-            facts.warmups.append(Found(None, node.lineno, f"{last}(...)"))
-    facts.checkpoints = _relative_checkpoints(tree)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Dict):
-            for key, value in zip(node.keys, node.values, strict=True):
-                if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    _literal(facts, literal_names, key.value, value, f"{{{key.value!r}: ...}}")
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            _literal(facts, literal_names, node.targets[0].id, node.value, f"{node.targets[0].id} = ...")
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            _literal(facts, literal_names, node.target.id, node.value, f"{node.target.id}: ... (a default)")
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple):
-            values = node.value.elts if isinstance(node.value, ast.Tuple) else []
-            for target, value in zip(node.targets[0].elts, values, strict=False):
-                if isinstance(target, ast.Name):
-                    _literal(facts, literal_names, target.id, value, f"{target.id} = ...")
-    return facts
+            facts.warmups.append(Found(None, tree.line(node), f"{last}(...)"))
+
+
+def _assigned_literals(tree: Reader, facts: ScriptFacts, names: dict[str, str], node: cst.CSTNode) -> None:
+    """`{"lr": 2e-5}`, `lr = 2e-5`, `lr: float = 2e-5`, `lr, bs = 2e-5, 16`: role-named literals."""
+    if isinstance(node, cst.Dict):
+        for element in node.elements:
+            key = string_value(element.key) if isinstance(element, cst.DictElement) else None
+            if key is not None and isinstance(element, cst.DictElement):
+                _literal(tree, facts, names, key, element.value, f"{{{key!r}: ...}}")
+    elif isinstance(node, cst.Assign) and len(node.targets) == 1:
+        target = node.targets[0].target
+        if isinstance(target, cst.Name):
+            _literal(tree, facts, names, target.value, node.value, f"{target.value} = ...")
+        elif isinstance(target, cst.Tuple) and isinstance(node.value, cst.Tuple):
+            for element, value in zip(target.elements, node.value.elements, strict=False):
+                if isinstance(element.value, cst.Name):
+                    _literal(tree, facts, names, element.value.value, value.value, f"{element.value.value} = ...")
+    elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) and node.value is not None:
+        name = node.target.value
+        _literal(tree, facts, names, name, node.value, f"{name}: ... (a default)")
 
 
 # A script is data-parallel when it joins a process group or wraps its model itself, or when a library that does
-# both for it drives the training (its Trainer, Accelerator, Fabric, deepspeed.initialize, ddpcli.runtime).
-DDP_CALL_NAMES = ("init_process_group", "DistributedDataParallel", "FullyShardedDataParallel", "fully_shard")
-SELF_LAUNCHING = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "horovod",
-                  "ray.train", "ddpcli")  # fmt: skip
-TRAINER_MODULES = ("transformers", "trl", "sentence_transformers", "setfit")
+# both for it drives the training (its Trainer, Accelerator, Fabric, deepspeed.initialize, ddpcli.runtime): the
+# lists are ddpcli.script.frameworks', port's too.
 
 
-def _data_parallel_evidence(resolved: list[tuple[ast.Call, str]], imported: set[str]) -> list[str]:
+def _data_parallel_evidence(tree: Reader, resolved: list[tuple[cst.Call, str]], imported: set[str]) -> list[str]:
     """Why the script is data-parallel ("init_process_group(...) at line 12", "imports accelerate"), or []."""
     evidence = [
-        f"{name.rsplit('.', 1)[-1]}(...) at line {node.lineno}"
+        f"{name.rsplit('.', 1)[-1]}(...) at line {tree.line(node)}"
         for node, name in resolved
-        if name.rsplit(".", 1)[-1] in DDP_CALL_NAMES
-        or (name.split(".")[0] in TRAINER_MODULES and name.endswith("Trainer"))
+        if name.rsplit(".", 1)[-1] in DATA_PARALLEL_CALLS or is_trainer(name)
     ]
     evidence += [
         f"imports {prefix}"
@@ -192,106 +221,84 @@ def optimizer_class_kind(name: str) -> str | None:
     return "other" if inside and last[:1].isupper() and last != "Optimizer" else None
 
 
-def _literal(facts: ScriptFacts, names: dict[str, str], name: str | None, value: ast.AST, how: str) -> None:
+def _literal(tree: Reader, facts: ScriptFacts, names: dict[str, str], name: str | None, value: cst.CSTNode,
+             how: str) -> None:  # fmt: skip
     """Record `lr=2e-5` (a keyword, a dict key or an assignment) under its role, the first one found."""
     role = names.get((name or "").lower())
-    if role is None or not isinstance(value, ast.Constant):
+    if role is None or not isinstance(value, cst.Integer | cst.Float):
         return
-    number = value.value
-    if isinstance(number, bool) or not isinstance(number, int | float):
-        return
+    number = value.evaluated_value
+    text = how.replace("...", repr(number))
     if role == "warmup_steps" and number > 0:
-        facts.warmups.append(Found(number, value.lineno, how.replace("...", repr(number))))
-    facts.literals.setdefault(role, Found(number, value.lineno, how.replace("...", repr(number))))
+        facts.warmups.append(Found(number, tree.line(value), text))
+    facts.literals.setdefault(role, Found(number, tree.line(value), text))
 
 
 CHECKPOINT_NAME = re.compile(r"[\w.-]+\.(pt|pth|ckpt|safetensors|tar)")
 
 
-def _relative_checkpoints(tree: ast.Module) -> list[Found]:
+def _relative_checkpoints(tree: Reader) -> list[Found]:
     """File names such as "snapshot.pt" used as a path on their own (not joined to a directory): the script
     saves or resumes them in its working directory, which every run of a sweep would otherwise share."""
     joined = {
-        id(argument)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and _dotted(node.func).rsplit(".", 1)[-1] in ("join", "Path", "joinpath")
+        argument.value
+        for node in tree.calls
+        if last_name(node) in ("join", "Path", "joinpath")
         for argument in node.args[1:]
-    } | {id(node.right) for node in ast.walk(tree) if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)}
-    return [
-        Found(node.value, node.lineno, repr(node.value))
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in joined
-        and CHECKPOINT_NAME.fullmatch(node.value)
-    ]  # fmt: skip
+    } | {
+        node.right
+        for node in tree.order
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide)
+    }
+    found = []
+    for node in tree.order:
+        value = string_value(node)
+        if value is not None and node not in joined and CHECKPOINT_NAME.fullmatch(value):
+            found.append(Found(value, tree.line(node), repr(value)))
+    return found
 
 
-def _import_aliases(tree: ast.Module) -> dict[str, str]:
-    """Local name -> what it is: `np` -> numpy, `ArgumentParser` -> argparse.ArgumentParser."""
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                top = alias.name.split(".")[0]
-                aliases[alias.asname or top] = alias.name if alias.asname else top
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return aliases
+def _divides(node: cst.BinaryOperation) -> bool:
+    return isinstance(node.operator, cst.Divide)
 
 
-def _dotted(node: ast.AST) -> str:
-    """`torch.optim.AdamW` for an attribute chain on a name; the last name otherwise (`make().AdamW` -> AdamW)."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-    elif isinstance(node, ast.Call):
-        return _dotted(node.func) if not parts else parts[0]
-    return ".".join(reversed(parts))
-
-
-def _resolve(dotted: str, aliases: dict[str, str]) -> str:
-    head, _, rest = dotted.partition(".")
-    origin = aliases.get(head)
-    return (f"{origin}.{rest}" if rest else origin) if origin else dotted
-
-
-def _exec_of_a_file(tree: ast.Module) -> bool:
+def _exec_of_a_file(tree: Reader) -> bool:
     """nanoGPT's `exec(open('configurator.py').read())` at module level, after config globals."""
-    for node in tree.body:
+    for statement in tree.module.body:
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        call = small.value if isinstance(small, cst.Expr) else None
         if (
-            isinstance(node, ast.Expr)
-            and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Name)
-            and node.value.func.id == "exec"
-            and any(isinstance(inner, ast.Call) and _dotted(inner.func) == "open" for inner in ast.walk(node))
+            isinstance(call, cst.Call)
+            and tree.resolve(call) == "exec"
+            and any(isinstance(inner, cst.Call) and tree.resolve(inner) == "open" for inner in tree.walk(call))
         ):
             return True
     return False
 
 
-def _reads_argv(tree: ast.Module, aliases: dict[str, str]) -> bool:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr == "argv" and _dotted(node.value) == "sys":
+def _reads_argv(tree: Reader) -> bool:
+    """`sys.argv` (or `argv` imported from sys), by what the name resolves to."""
+    for node in tree.order:
+        if isinstance(node, cst.Attribute) and node.attr.value == "argv" and tree.resolve(node) == "sys.argv":
             return True
-        if isinstance(node, ast.Name) and aliases.get(node.id) == "sys.argv":
+        if isinstance(node, cst.Name) and tree.is_variable(node) and tree.resolve(node) == "sys.argv":
             return True
     return False
 
 
-def _local_modules(tree: ast.Module, roots: list[Path]) -> list[Path]:
+def _local_modules(tree: Reader, roots: list[Path]) -> list[Path]:
     """The `.py` files under `roots` (the script's folder; for `-m`, also the folder it runs from) that the
     script imports: `import utils`, `from model import GPT`, `from pkg.args import parse`, `from pkg import args`."""
-    dotted: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            dotted += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            dotted += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    names: list[str] = []
+    for node in tree.order:
+        if isinstance(node, cst.Import):
+            names += [dotted(alias.name) for alias in node.names]
+        elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+            module = dotted(node.module)
+            aliases = node.names if not isinstance(node.names, cst.ImportStar) else ()
+            names += [module, *(f"{module}.{dotted(alias.name)}" for alias in aliases)]
     found: list[Path] = []
-    for name in dict.fromkeys(dotted):
+    for name in dict.fromkeys(names):
         for root in roots:
             base = root.joinpath(*name.split("."))
             for candidate in (base.with_suffix(".py"), base / "__init__.py"):

@@ -1,4 +1,4 @@
-"""The framework rows of `ddpcli.init.frameworks` applied to one script, and the optimizer's kind.
+"""The framework rows of `ddpcli.script.frameworks` applied to one script, and the optimizer's kind.
 
 A switch is wired only when the script has that flag, the machine calls for it (a CPU switch only where no GPU
 is listed) and the user did not set the flag after `--` themselves. The optimizer comes from the script's own
@@ -8,10 +8,10 @@ is listed) and the user did not set the flag after `--` themselves. The optimize
 
 from __future__ import annotations
 
-from ddpcli.init.frameworks import FABRIC_ENV, FRAMEWORKS, GENERIC_SWITCHES, Switch
 from ddpcli.init.help_text import HelpOption, spellings
 from ddpcli.init.roles import FoundFlag
 from ddpcli.init.wiring import Source, Wiring
+from ddpcli.script.frameworks import FABRIC_ENV, FRAMEWORKS, GENERIC_SWITCHES, Switch
 
 
 def wire_switches(options: list[HelpOption], source: Source, cpu_only: bool, given_flags: set[str],

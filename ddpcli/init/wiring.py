@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 from ddpcli.errors import UserError
 from ddpcli.init.derived import Derivation, derived_per_rank
-from ddpcli.init.frameworks import LR_RULES, WARMUP_NOT_IN_STEPS, LrRule
 from ddpcli.init.help_text import HelpOption
 from ddpcli.init.roles import ROLE_BY_KEY, FoundFlag, find_option
 from ddpcli.init.values import as_int, non_negative_int, positive_float, positive_int
+from ddpcli.script.frameworks import LR_RULES, WARMUP_NOT_IN_STEPS, LrRule
 
 NOMINAL_BATCH = 32  # only for the plan's arithmetic when the script has no batch flag: marked a stand-in
 NOMINAL_LR = 0.001

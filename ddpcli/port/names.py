@@ -11,6 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcli.port.facts import Facts, import_aliases
+from ddpcli.script.reader import binds
 
 # name -> what it must be where the port uses it: a module or class imported under it, or None (defined by the port)
 ADDED: dict[str, str | None] = {
@@ -59,7 +60,7 @@ def taken(facts: Facts) -> dict[str, str]:
         if name not in spelled:
             continue
         uses = spelled[name]
-        only_imports = all(_is_import_name(facts, node) or not _binds(facts, node) for node in uses)
+        only_imports = all(_is_import_name(facts, node) or not binds(facts, node) for node in uses)
         if origin is not None and imports.get(name) == {origin} and only_imports:
             continue
         new = f"{name}_"
@@ -71,30 +72,6 @@ def taken(facts: Facts) -> dict[str, str]:
 
 def _is_import_name(facts: Facts, node: cst.Name) -> bool:
     return any(isinstance(a, cst.Import | cst.ImportFrom) for a in facts.ancestors(node))
-
-
-def _binds(facts: Facts, node: cst.Name) -> bool:
-    """`node` is bound here (assigned, a parameter, a def, a loop or `with` target, ...), not only read."""
-    child: cst.CSTNode = node
-    for parent in facts.ancestors(node):
-        if isinstance(parent, cst.Assign | cst.AugAssign | cst.AnnAssign):
-            return any(target is child for target in _targets(parent))
-        if isinstance(parent, cst.For | cst.CompFor):
-            return parent.target is child
-        if isinstance(parent, cst.AsName | cst.NamedExpr | cst.Param | cst.FunctionDef | cst.ClassDef):
-            return True
-        if isinstance(parent, cst.Global | cst.Nonlocal):
-            return True
-        if not isinstance(parent, cst.Tuple | cst.List | cst.Element | cst.StarredElement | cst.AssignTarget):
-            return False
-        child = parent
-    return False
-
-
-def _targets(statement: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.CSTNode]:
-    if isinstance(statement, cst.Assign):
-        return list(statement.targets)
-    return [statement.target]
 
 
 def set_aside(facts: Facts, renames: dict[str, str]) -> list[cst.Name]:

@@ -1,7 +1,7 @@
 """Why a script is not ported (exit 2, nothing written, one line a reason): it is data-parallel already (the
 evidence named), it is written for a framework that starts its own processes (its own switch named, as
 `ddpcli init` wires it), or nothing in it steps an optimizer. Frameworks are those ddpcli.init.script_kind finds
-in the imports, so port and init agree on what a script is."""
+in the imports (by ddpcli.script.frameworks' tables), so port and init agree on what a script is."""
 
 from __future__ import annotations
 
@@ -9,23 +9,17 @@ from pathlib import Path
 
 import libcst as cst
 
-from ddpcli.init.frameworks import FRAMEWORKS
-from ddpcli.init.script_kind import TRAINER_MODULES, script_facts
+from ddpcli.init.script_kind import script_facts
 from ddpcli.port.facts import Facts
+from ddpcli.script.frameworks import DATA_PARALLEL_CALLS, FRAMEWORKS, TRAINER_MODULES, is_trainer
 
-ALREADY = {
-    "DistributedDataParallel": "wraps a model in DistributedDataParallel",
-    "init_process_group": "starts a process group (init_process_group)",
-    "FullyShardedDataParallel": "wraps a model in FullyShardedDataParallel",
-    "fully_shard": "shards a model with fully_shard (FSDP2)",
-}
+ALREADY = DATA_PARALLEL_CALLS
 
 
 def _hf_trainer(name: str) -> bool:
-    """A Trainer of the libraries init counts as Hugging Face trainers (ddpcli.init.script_kind.TRAINER_MODULES:
-    transformers, trl, sentence_transformers, setfit), or TrainingArguments: the same list for both commands."""
-    head, last = name.split(".")[0], name.rsplit(".", 1)[-1]
-    return head in TRAINER_MODULES and (last.endswith("Trainer") or last == "TrainingArguments")
+    """A Trainer of the libraries init counts as data-parallel by themselves (ddpcli.script.frameworks, one list
+    for both commands), or their TrainingArguments."""
+    return is_trainer(name) or (name.split(".")[0] in TRAINER_MODULES and name.endswith(".TrainingArguments"))
 
 
 def _switch(framework: str) -> str:

@@ -1,4 +1,5 @@
-"""What `ddpcli init` knows about training frameworks, as data a maintainer extends by adding a row.
+"""What ddpcli knows about training frameworks, as data a maintainer extends by adding a row; `ddpcli init` wires
+by it and `ddpcli port` refuses by it, so both commands call a script the same thing.
 
 - FRAMEWORKS: per framework (found by the script's imports), the flags every run must set for the run to do what
   ddpcli plans (Lightning's `--devices` must equal the processes torchrun starts), and the CPU switch of a machine
@@ -6,6 +7,8 @@
 - GENERIC_SWITCHES: device and backend flags any script may have (`--device cuda`, nanoGPT's `backend = 'nccl'`).
 - LR_RULES: libraries that scale their own lr by the global batch when no lr is given (timm's `--lr-base`).
 - WARMUP_NOT_IN_STEPS: warmups given in epochs or as a ratio: ddpcli cannot rescale them, init says so.
+- DATA_PARALLEL_CALLS, TRAINER_MODULES, SELF_LAUNCHING: what makes a script data-parallel already (a call, a
+  library's Trainer that is data-parallel by itself under torchrun, a library that starts its own processes).
 - OPTIMIZER_CLASSES: optimizer class names as the source constructs them -> ddpcli's optimizer kind.
 - LIGHTNING_CLI_TRAINER: the `--trainer.*` flags of LightningCLI with Lightning's defaults, for reading a
   LightningCLI script without running it (where jsonargparse is missing).
@@ -73,6 +76,26 @@ FABRIC_ENV = (
 FABRIC_SETTINGS = ("accelerator", "strategy", "devices", "num_nodes")
 FABRIC_CLASSES = ("lightning.fabric.Fabric", "lightning_fabric.Fabric", "lightning.Fabric",
                   "lightning.fabric.fabric.Fabric")  # fmt: skip
+
+# Calls that make a script data-parallel by themselves, each with what it does (the reason port names).
+DATA_PARALLEL_CALLS = {
+    "DistributedDataParallel": "wraps a model in DistributedDataParallel",
+    "init_process_group": "starts a process group (init_process_group)",
+    "FullyShardedDataParallel": "wraps a model in FullyShardedDataParallel",
+    "fully_shard": "shards a model with fully_shard (FSDP2)",
+}
+# Libraries whose Trainer is data-parallel under torchrun by itself (TrainingArguments reads LOCAL_RANK): one list
+# for init (evidence of data parallelism) and port (a refusal).
+TRAINER_MODULES = ("transformers", "trl", "sentence_transformers", "setfit")
+# Libraries that start their processes or wrap the model themselves when they drive the training.
+SELF_LAUNCHING = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "horovod",
+                  "ray.train", "ddpcli")  # fmt: skip
+
+
+def is_trainer(qualified: str) -> bool:
+    """A Trainer class of TRAINER_MODULES (`transformers.Trainer`, `trl.SFTTrainer`), by its qualified name."""
+    return qualified.split(".")[0] in TRAINER_MODULES and qualified.endswith("Trainer")
+
 
 GENERIC_SWITCHES = (
     Switch(("device",), "cpu", "no GPU on this machine", cpu_only=True, when_default=("cuda", "gpu")),

@@ -1,0 +1,182 @@
+"""Where values flow in a script, read backwards from the loss it back-propagates: the training loader is the one
+whose batches reach `loss.backward()`, whatever it is called (`train_loader`, `dataloaders[phase]`, a loader
+built in a function, one iterated inline in the `for`). A name decides nothing: a script's "train" loader may be
+`dl_a`, and its test loader may be called `train_eval_loader`.
+
+The walk goes from an expression to the bindings its names reach (ddpcli.script.reader's scopes), through the
+`for` that binds a batch to what it iterates, through a parameter to the arguments of the function's calls, and
+through a call of the script's own function to what that function returns. It is bounded (MAX_NODES) and never
+runs anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from ddpcli.script.reader import Reader, dotted, last_name
+
+LOADER_CLASSES = ("DataLoader",)  # torch.utils.data.DataLoader, and any loader class of that name
+MAX_NODES = 5000  # a walk that reaches this many expressions stops: a script's loss does not need more
+
+
+def backward_calls(reader: Reader) -> list[cst.Call]:
+    """`loss.backward()`, `scaler.scale(loss).backward()`, `(loss / n).backward()`: a call of `.backward` with no
+    positional argument (`torch.autograd.backward(x)` is a function, not a loss's method)."""
+    return [
+        call for call in reader.calls if isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+    ]
+
+
+def is_loader(reader: Reader, node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and reader.resolve(node).rsplit(".", 1)[-1] in LOADER_CLASSES
+
+
+def training_loaders(reader: Reader) -> list[cst.Call]:
+    """The loader calls whose batches reach a back-propagated loss, in source order."""
+    reached: set[cst.CSTNode] = set()
+    for call in backward_calls(reader):
+        assert isinstance(call.func, cst.Attribute)
+        reached |= {node for node in _sources(reader, call.func.value) if is_loader(reader, node)}
+    return [call for call in reader.calls if call in reached]
+
+
+def origins(reader: Reader, start: cst.CSTNode) -> list[cst.CSTNode]:
+    """What the value of `start` is (not what it is computed from): followed through names, attributes, loop
+    targets, parameters and the script's own functions' returns, never into a call's arguments. The ends: calls
+    (`SGD(...)`), literals, and parameters or names nothing in the script binds (where the reading cannot decide)."""
+    seen: set[cst.CSTNode] = set()
+    queue, found = [start], []
+    while queue and len(seen) < MAX_NODES:
+        node = queue.pop(0)
+        if node in seen:
+            continue
+        seen.add(node)
+        same = _same_value(reader, node)
+        if same:
+            queue += same
+        else:
+            found.append(node)
+    return found
+
+
+def _same_value(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The expressions whose value `node`'s is, one step back; [] at an end."""
+    if isinstance(node, cst.Name):
+        return _reaching(reader, node, reader.values_of(node))
+    if isinstance(node, cst.Attribute) and dotted(node):
+        return _attribute_values(reader, dotted(node))
+    if isinstance(node, cst.Call):
+        return _returned(reader, node)
+    if isinstance(node, cst.For | cst.CompFor):
+        return [node.iter]
+    if isinstance(node, cst.List | cst.Tuple | cst.Set):
+        return [element.value for element in node.elements]
+    if isinstance(node, cst.Param):
+        return _arguments(reader, node)
+    return []
+
+
+def _sources(reader: Reader, start: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every expression `start` is computed from, as far as the script says (breadth first, each once)."""
+    seen: set[cst.CSTNode] = set()
+    queue = [start]
+    while queue and len(seen) < MAX_NODES:
+        node = queue.pop(0)
+        if node in seen:
+            continue
+        seen.add(node)
+        yield node
+        if is_loader(reader, node):
+            continue  # the loader itself: what it is built from is not a batch
+        queue += _inputs(reader, node)
+
+
+def _inputs(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """What `node`'s value comes from, one step back."""
+    if isinstance(node, cst.For | cst.CompFor):
+        return [node.iter]
+    if isinstance(node, cst.Param):
+        return _arguments(reader, node)
+    if isinstance(node, cst.FunctionDef | cst.ClassDef | cst.Lambda | cst.Import | cst.ImportFrom):
+        return []
+    found: list[cst.CSTNode] = []
+    for inner in reader.walk(node):
+        if isinstance(inner, cst.Name) and reader.is_variable(inner):
+            found += _reaching(reader, inner, reader.values_of(inner))
+        elif isinstance(inner, cst.Attribute) and dotted(inner):
+            found += _attribute_values(reader, dotted(inner))
+        elif isinstance(inner, cst.Call) and inner is not node:
+            found += [inner] if is_loader(reader, inner) else _returned(reader, inner)
+        elif isinstance(inner, cst.Call):
+            found += _returned(reader, inner)
+    return found
+
+
+def _reaching(reader: Reader, name: cst.Name, binders: list[cst.CSTNode]) -> list[cst.CSTNode]:
+    """The bindings of `name` that reach it, where the scope holds several (`x` bound by the training loop and
+    by the evaluation loop of one function): the `for` around it, else the last binding before it in its own
+    loop, else every binding (the reading is not flow-exact, but a later loop's batch never reaches an earlier
+    loss)."""
+    around = [b for b in binders if isinstance(b, cst.For | cst.CompFor) and b in set(reader.ancestors(name))]
+    if around:
+        return around[:1] if len(around) == 1 else [_innermost(reader, name, around)]
+    loop = _loop_of(reader, name)
+    same = [b for b in binders if _loop_of(reader, b) is loop] or binders
+    before = sorted((b for b in same if b in reader.positions and reader.line(b) <= reader.line(name)), key=reader.line)
+    return before[-1:] if before else same
+
+
+def _innermost(reader: Reader, name: cst.Name, loops: list[cst.CSTNode]) -> cst.CSTNode:
+    return next(a for a in reader.ancestors(name) if a in loops)
+
+
+def _loop_of(reader: Reader, node: cst.CSTNode) -> cst.CSTNode | None:
+    """The innermost loop holding `node` within its function (None: straight-line code)."""
+    for ancestor in reader.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            return None
+        if isinstance(ancestor, cst.For | cst.While):
+            return ancestor
+    return None
+
+
+def _attribute_values(reader: Reader, spelled: str) -> list[cst.CSTNode]:
+    """`self.loader`: the values assigned to that spelling anywhere in the script (`self.loader = DataLoader(..)`)."""
+    return [
+        statement.value
+        for statement in reader.order
+        if isinstance(statement, cst.Assign) and any(dotted(t.target) == spelled for t in statement.targets)
+    ]
+
+
+def _returned(reader: Reader, call: cst.Call) -> list[cst.CSTNode]:
+    """A call of the script's own function: what it returns (`make_loader(...)`, `train_step(model, batch)`)."""
+    function = reader.functions.get(last_name(call)) if dotted(call.func) else None
+    if function is None:
+        return []
+    return [node.value for node in reader.walk(function) if isinstance(node, cst.Return) and node.value is not None]
+
+
+def _arguments(reader: Reader, param: cst.Param) -> list[cst.CSTNode]:
+    """A parameter's values: the argument passed for it at each call of its function (by position or keyword)."""
+    function = next((a for a in reader.ancestors(param) if isinstance(a, cst.FunctionDef)), None)
+    if function is None:
+        return []
+    called = function.name.value
+    if called == "__init__":  # `Trainer(model, optimizer)`: the class is what is called
+        called = next((a.name.value for a in reader.ancestors(function) if isinstance(a, cst.ClassDef)), called)
+    params = list(function.params.params)
+    index = next((i for i, p in enumerate(params) if p is param), None)
+    if index is not None and params and params[0].name.value in ("self", "cls"):
+        index -= 1
+    found: list[cst.CSTNode] = []
+    for call in reader.calls:
+        if last_name(call) != called:
+            continue
+        positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+        if index is not None and 0 <= index < len(positional):
+            found.append(positional[index].value)
+        found += [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == param.name.value]
+    return found
