@@ -39,8 +39,9 @@ def plan_command(
         typer.Option(
             help="A finished, observed run (usually the one-device baseline): adds each run's predicted step time, "
             "samples/s, speed-up, scaling efficiency and memory per device. The all-reduce term is measured by a "
-            "short probe of that many processes at each world size on this machine (cached), unless --link-gbps is given. "
-            "Repeat it with runs of the same kind at other per-device batches to fit a fixed cost per micro-batch.",
+            "short probe of that many processes at each world size on this machine (cached), unless --link-gbps is "
+            "given. Repeat it with runs of the same kind at other per-device batches to fit a fixed cost per "
+            "micro-batch.",
             show_default=False,
         ),
     ] = None,
