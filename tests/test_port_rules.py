@@ -246,6 +246,16 @@ def test_a_batchify_is_listed_as_not_ported_with_its_line() -> None:
         ("model = torch.nn.parallel.DistributedDataParallel(nn.Linear(1, 1))\n", "train.py:5: already data-parallel"),
         ("torch.distributed.init_process_group('gloo')\n", "starts a process group (init_process_group)"),
         ("model = nn.Linear(1, 1)\n", "no optimizer step found"),
+        (  # pytorch/examples regression/main.py: a hand-written update, no optimizer: trained, not ported
+            "model = nn.Linear(1, 1)\nmodel(torch.randn(2, 1)).sum().backward()\n"
+            "for p in model.parameters():\n    p.data.add_(-0.1 * p.grad)\n",
+            "it back-propagates and updates its parameters by hand, with no torch.optim optimizer",
+        ),
+        (  # pytorch/examples mnist_hogwild: its own training processes share one model
+            "import torch.multiprocessing as mp\nfrom train import train\nmodel = nn.Linear(1, 1)\n"
+            "p = mp.Process(target=train, args=(model,))\np.start()\np.join()\n",
+            "starts its own training processes (torch.multiprocessing.Process)",
+        ),
         ("def f(:\n", "not valid Python"),
     ],
 )

@@ -1,6 +1,7 @@
 """Why a script is not ported (exit 2, nothing written, one line a reason): it is data-parallel already (the
 evidence named), it is written for a framework that starts its own processes (its own switch named, as
-`ddpcli init` wires it), or nothing in it steps an optimizer. Frameworks are those ddpcli.init.script_kind finds
+`ddpcli init` wires it), or nothing in it steps an optimizer (said by what it does instead: processes of
+its own, a hand-written update). Frameworks are those ddpcli.init.script_kind finds
 in the imports (by ddpcli.script.frameworks' tables), so port and init agree on what a script is."""
 
 from __future__ import annotations
@@ -67,8 +68,31 @@ def self_launching(facts: Facts, path: Path, name: str) -> list[str]:
     return reasons
 
 
+OWN_PROCESSES = {  # what starts training processes of its own (Hogwild, spawn): not one process a rank
+    f"{package}.{call}"
+    for package in ("multiprocessing", "torch.multiprocessing")
+    for call in ("Process", "Pool", "spawn", "start_processes", "get_context")
+}
+
+
 def nothing_trains(facts: Facts, name: str) -> list[str]:
+    """No optimizer step: said by what the script does instead (its own processes, a hand-written update), or that
+    nothing trains at all."""
     if facts.step_calls():
         return []
+    starts = next((call for call in facts.calls if facts.resolve(call) in OWN_PROCESSES), None)
+    if starts is not None:
+        return [f"{name}:{facts.line(starts)}: it starts its own training processes ({facts.resolve(starts)}), "
+                "and no optimizer steps in this file: ddpcli port writes one process a rank for torchrun, which "
+                "this is not"]  # fmt: skip
+    backward = next((call for call in facts.calls if _method(call) == "backward"), None)
+    if backward is not None:
+        return [f"{name}:{facts.line(backward)}: it back-propagates and updates its parameters by hand, with no "
+                "torch.optim optimizer (no `optimizer.step()`): wrap the model in DistributedDataParallel "
+                "yourself; its backward then averages the gradients across ranks before your update"]  # fmt: skip
     return [f"{name}: no optimizer step found (no `optimizer.step()`): nothing trains, so there is nothing to "
             "make data-parallel"]  # fmt: skip
+
+
+def _method(call: cst.Call) -> str:
+    return call.func.attr.value if isinstance(call.func, cst.Attribute) else ""
