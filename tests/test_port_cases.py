@@ -656,3 +656,35 @@ def test_every_trainer_init_knows_is_one_the_port_refuses(imports: str, tmp_path
         f"{script}:3: written for the Hugging Face Trainer, which is data-parallel under torchrun by itself "
         f"(TrainingArguments reads LOCAL_RANK; ddp_backend is its switch); run `ddpcli init {script}` on it as "
         "it is"]  # fmt: skip
+
+
+FLOW_BODY = """
+loaders = {"fit": DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4, shuffle=True),
+           "held": DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4)}
+ALIAS
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in LOADER:
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+    with torch.no_grad():
+        print(sum(F.mse_loss(model(x), y).item() for x, y in loaders["held"]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("before", "loader"), [("", 'loaders["fit"]'), ("source = loaders['fit']", "source")], ids=["key", "alias"]
+)
+def test_the_loader_whose_batches_reach_the_loss_is_sharded_whatever_its_name(before: str, loader: str) -> None:
+    """Neither loader's name says "train", and no stepping loop iterates a name bound to a DataLoader: the one whose
+    batches reach the back-propagated loss (ddpcli.script.flow, through a dict's literal key or another name) is
+    sharded with set_epoch spelled as the loop spells it; the evaluated one stays whole. Before: not ported."""
+    result = port(HEAD + FLOW_BODY.replace("ALIAS", before).replace("LOADER", loader))
+    lines = lines_of(result)
+    assert any(line.startswith('loaders = {"fit": _ddp_shard(DataLoader(') for line in lines), result.source
+    assert '"held": DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4)}' in lines
+    assert f"{loader}.sampler.set_epoch(epoch)" in lines
+    assert [kind for kind in kinds(result) if kind in ("sampler", "set_epoch")] == ["sampler", "set_epoch"]
+    assert result.not_ported == []

@@ -31,6 +31,7 @@ class Facts(Reader):
     port's rules ask of it: statements and blocks, loops, optimizers and their steps, the `__main__` guard."""
 
     folder: Path | None = None  # the script's folder (its own modules: utils.py), when read from a file
+    _training_loaders: list[cst.Call] | None = None
 
     def statement(self, node: cst.CSTNode) -> cst.BaseStatement:
         """The statement (a line or a compound statement) holding `node`, as it stands in its block."""
@@ -134,5 +135,8 @@ class Facts(Reader):
         return None
 
     def training_loaders(self) -> list[cst.Call]:
-        """The loader calls whose batches reach the back-propagated loss (ddpcli.script.flow), whatever their names."""
-        return training_loaders(self)
+        """The loader calls whose batches reach the back-propagated loss (ddpcli.script.flow), whatever their names;
+        worked out once a port (the rules ask it per loader)."""
+        if self._training_loaders is None:
+            self._training_loaders = training_loaders(self)
+        return self._training_loaders

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from ddpcli.script.reader import Reader, dotted, last_name
+from ddpcli.script.reader import Reader, dotted, last_name, literal_value
 
 LOADER_CLASSES = ("DataLoader",)  # torch.utils.data.DataLoader, and any loader class of that name
 MAX_NODES = 5000  # a walk that reaches this many expressions stops: a script's loss does not need more
@@ -75,6 +75,8 @@ def _same_value(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
         return [element.value for element in node.elements]
     if isinstance(node, cst.Param):
         return _arguments(reader, node)
+    if isinstance(node, cst.Subscript):
+        return _keyed(reader, node) or []
     return []
 
 
@@ -101,6 +103,10 @@ def _inputs(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
         return _arguments(reader, node)
     if isinstance(node, cst.FunctionDef | cst.ClassDef | cst.Lambda | cst.Import | cst.ImportFrom):
         return []
+    if isinstance(node, cst.Subscript):
+        keyed = _keyed(reader, node)
+        if keyed is not None:
+            return keyed
     found: list[cst.CSTNode] = []
     for inner in reader.walk(node):
         if isinstance(inner, cst.Name) and reader.is_variable(inner):
@@ -112,6 +118,30 @@ def _inputs(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
         elif isinstance(inner, cst.Call):
             found += _returned(reader, inner)
     return found
+
+
+def _keyed(reader: Reader, node: cst.Subscript) -> list[cst.CSTNode] | None:
+    """`loaders["train"]`, `pair[0]` of a dict, list or tuple the script writes out: the one element under that
+    literal key, not every value of the container; None where the key or the container is not a literal one."""
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    key = literal_value(node.slice[0].slice.value)
+    if key is None:
+        return None
+    found: list[cst.CSTNode] = []
+    for container in origins(reader, node.value):
+        if isinstance(container, cst.Dict):
+            found += [
+                e.value for e in container.elements if isinstance(e, cst.DictElement) and literal_value(e.key) == key
+            ]
+        elif isinstance(container, cst.List | cst.Tuple) and isinstance(key, int) and not isinstance(key, bool):
+            elements = [e.value for e in container.elements if not isinstance(e, cst.StarredElement)]
+            if len(elements) != len(container.elements) or not -len(elements) <= key < len(elements):
+                return None
+            found.append(elements[key])
+        else:
+            return None
+    return found or None
 
 
 def _reaching(reader: Reader, name: cst.Name, binders: list[cst.CSTNode]) -> list[cst.CSTNode]:

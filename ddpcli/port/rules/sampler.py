@@ -13,6 +13,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, string_value
 from ddpcli.port.rules.training import Training
+from ddpcli.script.flow import origins
 
 # Samplers `_ddp_shard` turns into a DistributedSampler (a split's indices kept); any other is the script's own.
 SHARDABLE = ("SubsetRandomSampler", "RandomSampler", "SequentialSampler", "torch.utils.data.SubsetRandomSampler",
@@ -196,6 +197,39 @@ def _shard_inline(port: Port, call: cst.Call, loop: cst.For) -> None:
                 f"{each}; each rank gets its share and the batch stays the script's")  # fmt: skip
 
 
+def _flow_loops(port: Port, training: Training, call: cst.Call) -> list[tuple[cst.For, cst.CSTNode, str]]:
+    """The stepping loops whose batches come from this loader by the way the script hands it on (`source = data`,
+    `loaders["fit"]`), with the loader's spelling there: what `set_epoch` is called on."""
+    found = []
+    for loop in port.facts.order:
+        if isinstance(loop, cst.For) and training.steps_in(loop):
+            iterated = _iterated(loop.iter)
+            if iterated is not None and call in origins(port.facts, iterated):
+                found.append((loop, loop, port.code(iterated)))
+    return found
+
+
+def _iterated(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The loader a loop's header iterates: itself, or the first argument of enumerate / tqdm / iter."""
+    if (
+        isinstance(node, cst.Call)
+        and node.args
+        and dotted(node.func).rsplit(".", 1)[-1] in ("enumerate", "tqdm", "iter")
+    ):
+        node = node.args[0].value
+    return node if isinstance(node, cst.Name | cst.Attribute | cst.Subscript) else None
+
+
+def _feeds_the_loss(port: Port, site: cst.CSTNode, call: cst.Call, name: str) -> bool:
+    """A loader no stepping loop of this file iterates by name: training when its batches reach the back-propagated
+    loss (ddpcli.script.flow: through a function's parameters, returns, attributes); by its name only where the
+    flow cannot tell: no loader found, or one DataLoader call of a factory serving every site."""
+    flow = port.facts.training_loaders()
+    if flow and site is call:
+        return call in flow
+    return "train" in name.lower()
+
+
 def apply(port: Port) -> None:
     facts = port.facts
     training = Training(facts)
@@ -215,7 +249,9 @@ def apply(port: Port) -> None:
         shard = []
         for site, name in sites:
             loops = training.batch_loops(name) if name else []
-            if loops or "train" in name.lower():
+            if not loops and site is call:
+                loops = _flow_loops(port, training, call)
+            if loops or _feeds_the_loss(port, site, call, name):
                 shard.append((site, name, loops))
         if not shard:
             continue
