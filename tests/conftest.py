@@ -17,8 +17,24 @@ os.environ.pop("FORCE_COLOR", None)
 REPO = Path(__file__).resolve().parent.parent
 
 
+HEAVIEST_FIRST = ("slow", "e2e", "interpreters")  # the markers of the modules that start processes, longest first
+
+
+def _weight(item: pytest.Item) -> int:
+    return next((rank for rank, marker in enumerate(HEAVIEST_FIRST) if marker in item.keywords), len(HEAVIEST_FIRST))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Soak tests (`@pytest.mark.slow`) run in CI only, or with DDPCLI_SLOW=1: minutes each, for a rare failure."""
+    """Modules that launch first, the soak before all (pytest-xdist's loadfile hands modules out in this order): the
+    last minutes of a run are short unit modules that even out the workers, not one worker launching alone while
+    the other has ended. Each module stays whole and in its own order. Then: soak tests (`@pytest.mark.slow`) run
+    in CI only, or with DDPCLI_SLOW=1: minutes each, for a rare failure."""
+    heaviest = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        heaviest[module] = min(heaviest.get(module, len(HEAVIEST_FIRST)), _weight(item))
+    first_seen = {module: index for index, module in enumerate(dict.fromkeys(i.nodeid.split("::")[0] for i in items))}
+    items.sort(key=lambda item: (heaviest[item.nodeid.split("::")[0]], first_seen[item.nodeid.split("::")[0]]))
     if os.environ.get("CI") or os.environ.get("DDPCLI_SLOW"):
         return
     skip = pytest.mark.skip(reason="soak test: runs in CI (CI=true) or with DDPCLI_SLOW=1")
