@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -484,6 +485,7 @@ def test_ctrl_c_between_runs_in_this_process(runs: Path, tmp_path: Path) -> None
     assert again.stderr == f"exported 1 of 3 runs to {target} (2 already up to date)\n"
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
 def test_ctrl_c_while_waiting_for_a_store_another_export_holds(runs: Path, empty_store: Path, tmp_path: Path) -> None:
     """An existing SQLite store whose lock another export holds (here, this test) is reached only once the other is
     done, as its tables may be in the making; Ctrl-C while waiting for it says that no run was written, exit 130."""
@@ -496,12 +498,21 @@ def test_ctrl_c_while_waiting_for_a_store_another_export_holds(runs: Path, empty
     uri = store(empty_store, tmp_path, "held.db")
     said: list[str] = []
 
+    def ctrl_c_once_it_waits() -> None:
+        """SIGINT once the main thread sleeps in flock: a signal that came before the call would be taken before
+        it and leave the call waiting for ever (a timer's 0.2 s hung the suite on a loaded machine)."""
+        main = threading.main_thread()
+        wchan = Path(f"/proc/self/task/{main.native_id}/wchan")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "lock" not in wchan.read_text():
+            time.sleep(0.01)
+        assert main.ident is not None
+        signal.pthread_kill(main.ident, signal.SIGINT)
+
     def say(message: str, **how: object) -> None:
         said.append(message)
         if message.startswith("another ddpcli export"):  # it waits now: Ctrl-C
-            main = threading.main_thread().ident
-            assert main is not None
-            threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT)).start()
+            threading.Thread(target=ctrl_c_once_it_waits, daemon=True).start()
 
     with (tmp_path / "held.db.ddpcli-lock").open("w") as holder, mock.patch.object(command, "say", say):
         fcntl.flock(holder, fcntl.LOCK_EX)
