@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,16 @@ os.environ["COLUMNS"] = "200"
 os.environ.pop("FORCE_COLOR", None)
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C and Ctrl-\\ as a terminal gives them, in this process and what it starts: a job started in the
+    background of a non-interactive shell (`.ci/run &`, nohup) inherits SIGINT and SIGQUIT ignored, and the tests
+    that press them on a launch, a probe or an export then wait for ever (seen: a worker blocked in flock)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
