@@ -111,3 +111,20 @@ def test_a_signal_between_runs_ends_the_sweep(tmp_path: Path, capsys: pytest.Cap
         _finish(results, stop, [spec.run.name for spec in specs[len(results) :]])
     assert exit_.value.exit_code == 128 + signal.SIGTERM
     assert "stopped by SIGTERM; not started: next, last" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_stop_before_the_merge_ends_it_before_it_begins() -> None:
+    """A signal between torchrun's end and the merge (the record being finished; on a loaded machine, longer than a
+    second) is the merge's stop too: the merge used to run to its end, as if no signal had come."""
+    from ddpcli.launch.supervisor import MergeStopped, StopRequest
+
+    stop = StopRequest()
+    stop.request(signum=signal.SIGINT)  # not merging yet: only noted
+    with pytest.raises(MergeStopped, match="stopped by SIGINT"):
+        stop.begin_merge()
+    assert not stop.merging and stop.reason == "interrupted"
+    quiet = StopRequest()
+    quiet.begin_merge()  # no stop: the merge begins, and a stop now ends it where it is
+    assert quiet.merging
+    with pytest.raises(MergeStopped):
+        quiet.request(signum=signal.SIGTERM)

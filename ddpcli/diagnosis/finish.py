@@ -7,6 +7,7 @@ command finishing the run hands in (ddpcli.diagnosis.parallel); the plain pointe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ddpcli.diagnosis.constant_loss import LossWatch
@@ -23,10 +24,17 @@ from ddpcli.rundir.record import Finding, RunRecord
 from ddpcli.rundir.timeline import ascending
 
 
-def observe_or_say_why(record: RunRecord, run_dir: Path, port_advice: PortAdvice = plain_port_clause) -> RunRecord:
+def observe_or_say_why(
+    record: RunRecord,
+    run_dir: Path,
+    port_advice: PortAdvice = plain_port_clause,
+    begin: Callable[[], None] = lambda: None,
+) -> RunRecord:
     """`observe`, which must never lose the run: whatever fails in the merge (a full disk, a bug, no memory), the
-    record keeps how training ended and gets an `observer_error` finding with the error in one line."""
+    record keeps how training ended and gets an `observer_error` finding with the error in one line. `begin` runs
+    first, inside that protection (launch's: a stop that came since torchrun ended stops the merge there)."""
     try:
+        begin()
         return observe(record, run_dir, port_advice=port_advice)
     except Exception as error:  # training is over and recorded; the merge is extra (a stop signal ends it too)
         return with_finding(record, "observer_error", "warning", f"merging what the observers recorded failed, "

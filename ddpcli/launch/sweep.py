@@ -119,9 +119,8 @@ def run_one(
     timeout_s = options.timeout_s if options.timeout_s is not None else spec.run.timeout_s
     outcome = run_to_end(spec, timeout_s, stop, on_rows=lambda rows: reporter.metrics(spec, rows))
     record = finish_record(record, outcome)
-    stop.merging = True  # a stop signal now ends the merge at once (a million steps take minutes)
-    try:
-        record = observe_or_say_why(record, spec.run_dir, options.port_advice)
+    try:  # a stop signal ends the merge at once (a million steps take minutes), one before it too
+        record = observe_or_say_why(record, spec.run_dir, options.port_advice, begin=stop.begin_merge)
     finally:
         stop.merging = False
     record = writer.finish_or_say_why(record, outcome.group_rank)
