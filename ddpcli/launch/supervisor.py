@@ -64,10 +64,9 @@ class StopRequest:
     def begin_merge(self) -> None:
         """The merge starts: from now a stop request ends it at once, and one that came since torchrun ended (the
         run's record being finished) ends it before it begins."""
-        self.merging = True
         if self.reason is not None:
-            self.merging = False
             raise MergeStopped(f"stopped by {_signal_name(self.signum)}")
+        self.merging = True
 
 
 class MergeStopped(Exception):
