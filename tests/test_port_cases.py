@@ -430,6 +430,36 @@ def test_the_shared_path_and_seed_helpers_do_nothing_without_torchrun() -> None:
     assert torch.initial_seed() == 8  # once, by the rank
 
 
+def test_numpy_and_random_streams_a_script_seeded_are_offset_by_rank_too() -> None:
+    """A GAN drawing its latent noise from numpy (eriklindernoren/PyTorch-GAN's gan.py: np.random.normal per batch)
+    or augmenting with `random`, seeded once: under torchrun each rank but 0 draws its own, as accelerate's
+    set_seed(device_specific=True) seeds all three; rank 0 and python keep the script's streams."""
+    import random
+
+    import numpy
+    import torch
+
+    source = port(TRANSFER).source
+    helpers = source[source.index("def _ddp_seed(") : source.index("_ddp_setup()\n")]
+
+    def draws(ddp: bool, rank: int) -> tuple[float, float]:
+        scope: dict[str, Any] = {"torch": torch, "_ddp": ddp, "_ddp_rank": rank}
+        exec(compile(helpers, "train_ddp.py", "exec"), scope)
+        torch.manual_seed(5)
+        numpy.random.seed(5)
+        random.seed(5)
+        scope["_ddp_seed"]()
+        return float(numpy.random.normal()), random.random()
+
+    numpy.random.seed(5)
+    random.seed(5)
+    script = (float(numpy.random.normal()), random.random())
+    assert draws(False, 0) == script and draws(True, 0) == script
+    one, two = draws(True, 1), draws(True, 2)
+    assert one[0] != script[0] and one[1] != script[1]
+    assert one != two and draws(True, 1) == one  # per rank, and the same on every run
+
+
 def test_a_progress_bar_of_the_scripts_own_folder_that_only_prints_is_rank_zero_only(tmp_path: Path) -> None:
     from ddpcli.port.engine import port_script
 

@@ -1,19 +1,24 @@
-"""`ddpcli port` on scripts people publish (issue 25's acceptance), proven by running what it wrote.
+"""`ddpcli port` on scripts people publish (issues 25 and 37), proven by running what it wrote.
 
-tests/port_scripts/ holds fixtures of our own, each reproducing the patterns of a script people publish
-(pytorch/examples, course material, accelerate's example: its header names which and what), with small models and
-synthetic data, and manifest.toml says what port must do with each. For a script it
-ports: `python OUT` ends with bit-identical parameters and the same files as `python SCRIPT`; 1 x B and 2 x B/2 are
-launched through `ddpcli launch` (torchrun, gloo, the observer), and each 2-process run must be data-parallel (both
-ranks' parameters identical, distinct samples, no error finding), every epoch must be split into disjoint halves
-that cover the training set, each file must be written by rank 0 alone, and where the manifest says so 2 x B/2 must
-end within 1e-5 of 1 x B. What each process did is recorded from outside the script by _probe/sitecustomize.py.
+tests/port_scripts/ holds two kinds of fixture, and manifest.toml says what port must do with each: reproductions of
+our own (each reproducing a published script's patterns, its header names which, with small models and synthetic
+data), and published scripts themselves, read at a recorded commit from a local git mirror of their repository
+(DDPCLI_PUBLISHED_MIRRORS; published code is not committed here, and those tests skip without it) with the smallest
+written-down edits for a CPU run; their data comes from _shims/torchvision, synthetic sets of the real shapes. For a
+script it ports: `python OUT` ends with bit-identical parameters and the same files as `python SCRIPT`; 1 x B and
+2 x B/2 are launched through `ddpcli launch` (torchrun, gloo, the observer), and each 2-process run must be
+data-parallel (both ranks' parameters identical, distinct samples, no error finding), every epoch must be split into
+disjoint halves that cover the training set, each file must be written by rank 0 alone, and where the manifest says
+so 2 x B/2 must end within 1e-5 of 1 x B. What each process did is recorded from outside the script by
+_probe/sitecustomize.py. Costs: the port runs in this process, and `python SCRIPT` / `python OUT` are forked from an
+interpreter that imported torch once (tests/zygote.py, the probe applied by _probe/probed.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -25,15 +30,19 @@ import pytest
 import tomllib
 
 from ddpcli.diagnosis.slowness import SLOWNESS_CODES
+from tests import zygote
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e
 
 FIXTURES = REPO / "tests" / "port_scripts"
 PROBE = FIXTURES / "_probe"
+SHIMS = FIXTURES / "_shims"  # torchvision's stand-in (synthetic data of the real shapes) for published scripts
+MIRRORS = os.environ.get("DDPCLI_PUBLISHED_MIRRORS", "")  # <owner>+<name>/repo: git mirrors of published scripts
 MANIFEST: dict[str, dict[str, Any]] = tomllib.loads((FIXTURES / "manifest.toml").read_text())["fixtures"]
 PORTED = [name for name, entry in MANIFEST.items() if entry["outcome"] == "ported"]
 REFUSED = [name for name, entry in MANIFEST.items() if entry["outcome"] == "refused"]
+HAND_BATCHING = [name for name, entry in MANIFEST.items() if entry["outcome"] == "hand_batching"]
 TOLERANCE = 1e-5
 LAUNCH_OK = {"completed"}
 
@@ -45,7 +54,7 @@ def ddpcli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def environment(probe_dir: Path | None = None, **switches: str) -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROBE), str(REPO), os.environ.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROBE), str(SHIMS), str(REPO), os.environ.get("PYTHONPATH")]))
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PORT_PROBE_DIR"):
         env.pop(key, None)
     if probe_dir is not None:
@@ -57,32 +66,87 @@ def environment(probe_dir: Path | None = None, **switches: str) -> dict[str, str
 def copy_fixture(name: str, root: Path, batch: int | None = None) -> Path:
     """The fixture's folder (or file) copied under root; a script without a parser gets `batch` written in."""
     entry = MANIFEST[name]
-    source = FIXTURES / entry["script"]
-    target_dir = root / (source.parent.name if source.parent != FIXTURES else "script")
-    if source.parent != FIXTURES:
-        shutil.copytree(source.parent, target_dir)
+    if "upstream" in entry:
+        script = published_copy(entry["upstream"], root / "script")
     else:
-        target_dir.mkdir(parents=True)
-        shutil.copy(source, target_dir)
-    script = target_dir / source.name
+        source = FIXTURES / entry["script"]
+        target_dir = root / (source.parent.name if source.parent != FIXTURES else "script")
+        if source.parent != FIXTURES:
+            shutil.copytree(source.parent, target_dir)
+        else:
+            target_dir.mkdir(parents=True)
+            shutil.copy(source, target_dir)
+        script = target_dir / source.name
     if batch is not None and "batch_source" in entry:
         text = script.read_text()
         line = re.compile(rf"^{re.escape(entry['batch_source'])}\b", re.MULTILINE)  # the code's line, not a comment
         assert len(line.findall(text)) == 1
         script.write_text(line.sub(f"batch_size = {batch}", text))
+    if "text_corpus" in entry:  # a word-level corpus: train/valid/test.txt of a small vocabulary, seeded
+        folder = script.parent / entry["text_corpus"]
+        folder.mkdir(parents=True, exist_ok=True)
+        words = random.Random(0)
+        for split, lines in (("train", 60), ("valid", 12), ("test", 12)):
+            text = "".join(" ".join(f"w{words.randrange(40)}" for _ in range(9)) + " \n" for _ in range(lines))
+            (folder / f"{split}.txt").write_text(text)
+    if batch is not None and "batch_replace" in entry:  # the batch inside a call: batch_size=128
+        text = script.read_text()
+        assert text.count(entry["batch_replace"]) == 1
+        script.write_text(text.replace(entry["batch_replace"], f"batch_size={batch}"))
     return script
 
 
-def port(script: Path) -> subprocess.CompletedProcess[str]:
-    return ddpcli("port", str(script), "--json", cwd=script.parent)
+def published_copy(upstream: dict[str, Any], target_dir: Path) -> Path:
+    """A published script and its siblings as its repository holds them at the recorded commit, read from a local
+    git mirror (never committed here), with the manifest's edits, each of which must find its text on its line."""
+    git_dir = Path(MIRRORS) / upstream["repository"].replace("/", "+") / "repo"
+    if not MIRRORS or not git_dir.is_dir():
+        pytest.skip(f"{upstream['repository']}: no mirror under DDPCLI_PUBLISHED_MIRRORS (published code is not "
+                    "committed here)")  # fmt: skip
+    folder = f"{upstream['folder']}/" if upstream["folder"] else ""
+    commit = upstream["commit"]
+
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, check=True).stdout
+
+    files = []
+    for path in upstream["files"]:
+        if path.endswith("/"):
+            files += [
+                path + name for name in git("ls-tree", "--name-only", f"{commit}:{folder}{path}").decode().split()
+            ]
+        else:
+            files.append(path)
+    for path in files:
+        (target_dir / path).parent.mkdir(parents=True, exist_ok=True)
+        (target_dir / path).write_bytes(git("show", f"{commit}:{folder}{path}"))
+    for edit in upstream.get("edits", []):
+        lines = (target_dir / edit["file"]).read_text().splitlines(keepends=True)
+        assert edit["replace"] in lines[edit["line"] - 1], (edit, lines[edit["line"] - 1])
+        lines[edit["line"] - 1] = lines[edit["line"] - 1].replace(edit["replace"], edit["with"], 1)
+        (target_dir / edit["file"]).write_text("".join(lines))
+    return target_dir / upstream["script"]
+
+
+def port(script: Path, as_json: bool = True) -> subprocess.CompletedProcess[str]:
+    """`ddpcli port SCRIPT --json` run in this process (Typer's runner: what the command prints, its exit code),
+    not a fresh interpreter's start per port."""
+    from typer.testing import CliRunner
+
+    from ddpcli.cli.app import app
+
+    result = CliRunner().invoke(app, ["port", str(script), *(["--json"] if as_json else [])])
+    assert not isinstance(result.exception, AssertionError), result.exception
+    return subprocess.CompletedProcess(["ddpcli", "port", str(script)], result.exit_code, result.stdout, result.stderr)
 
 
 def ported_path(script: Path) -> Path:
     return script.with_name(f"{script.stem}_ddp.py")
 
 
-def args_for(name: str, batch: int) -> list[str]:
-    return [arg.replace("{batch}", str(batch)) for arg in MANIFEST[name]["args"]]
+def args_for(name: str, batch: int | str, here: Path) -> list[str]:
+    """The manifest's args: "{batch}" the batch, "{here}" the script's folder (data shipped beside it)."""
+    return [arg.replace("{batch}", str(batch)).replace("{here}", str(here)) for arg in MANIFEST[name]["args"]]
 
 
 def run_python(name: str, script: Path, workdir: Path) -> dict[str, Any]:
@@ -93,9 +157,9 @@ def run_python(name: str, script: Path, workdir: Path) -> dict[str, Any]:
         (workdir / folder).mkdir()
     probe_dir = workdir.parent / f"{workdir.name}-probe"
     probe_dir.mkdir()
-    result = subprocess.run([sys.executable, str(script), *args_for(name, entry["batch"])], cwd=workdir,
-                            capture_output=True, text=True, timeout=300, check=False,
-                            env=environment(probe_dir, **switches_for(entry)))  # fmt: skip
+    # forked from an interpreter that imported torch once (tests/zygote.py); probed.py applies the probe in it
+    command = [sys.executable, str(PROBE / "probed.py"), str(script), *args_for(name, entry["batch"], script.parent)]
+    result = zygote.run(command, env=environment(probe_dir, **switches_for(entry)), cwd=workdir, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return {"dir": workdir, "files": files_in(workdir), **read_probe(probe_dir)["main"]}
 
@@ -103,7 +167,7 @@ def run_python(name: str, script: Path, workdir: Path) -> dict[str, Any]:
 def switches_for(entry: dict[str, Any]) -> dict[str, str]:
     """The probe's float64 and noise-off switches, alike for the python runs and both launches (a script whose
     files depend on its numbers, a checkpoint saved when the accuracy improves, then writes the same files in all)."""
-    switches = {}
+    switches = dict(entry.get("env", {}))  # the shim's data sizes, a seed for a script that sets none
     if entry.get("float64"):
         switches["PORT_PROBE_FLOAT64"] = "1"
     if entry.get("noise_off"):
@@ -158,7 +222,7 @@ def max_diff(first: list[Any], second: list[Any]) -> float:
 def test_refused_with_its_reason_and_nothing_written(name: str, tmp_path: Path) -> None:
     script = copy_fixture(name, tmp_path)
     before = files_in(tmp_path)
-    result = ddpcli("port", str(script), cwd=script.parent)
+    result = port(script, as_json=False)  # the refusal as a user reads it
     assert result.returncode == 2, result.stdout + result.stderr
     said = (result.stdout + result.stderr).lower()
     for alternatives in MANIFEST[name]["reasons"]:
@@ -166,9 +230,10 @@ def test_refused_with_its_reason_and_nothing_written(name: str, tmp_path: Path) 
     assert files_in(tmp_path) == before
 
 
-def test_hand_batching_is_sharded_or_named_by_its_line(tmp_path: Path) -> None:
-    entry = MANIFEST["word_language_model"]
-    script = copy_fixture("word_language_model", tmp_path)
+@pytest.mark.parametrize("name", HAND_BATCHING)
+def test_hand_batching_is_sharded_or_named_by_its_line(name: str, tmp_path: Path) -> None:
+    entry = MANIFEST[name]
+    script = copy_fixture(name, tmp_path)
     result = port(script)
     if result.returncode == 2:
         assert any(f"{line}" in result.stderr for line in entry["lines"]), result.stderr
@@ -180,14 +245,14 @@ def test_hand_batching_is_sharded_or_named_by_its_line(tmp_path: Path) -> None:
     changed = {item["line"] for item in report["changes"]}
     assert named & set(entry["lines"]) or changed & set(entry["lines"]), report
     # Whatever it did, python OUT still takes SCRIPT's path.
-    original = run_python("word_language_model", script, tmp_path / "original")
-    out = run_python("word_language_model", ported_path(script), tmp_path / "out")
+    original = run_python(name, script, tmp_path / "original")
+    out = run_python(name, ported_path(script), tmp_path / "out")
     assert out["files"] == original["files"]
     assert max_diff(out["params"], original["params"]) == 0.0
     if named & set(entry["lines"]):
         return  # left to the user, with its line
     # Sharded: two processes train one model on distinct columns, rank 0 alone writes the best model.
-    run = launch_pair("word_language_model", tmp_path, ported_path(script), ported_path(script), entry["batch"],
+    run = launch_pair(name, tmp_path, ported_path(script), ported_path(script), entry["batch"],
                       only_two=True)["2x"]  # fmt: skip
     record = run["record"]
     assert record["status"] == "completed", run["launch"].stdout[-3000:] + run["launch"].stderr[-3000:]
@@ -220,7 +285,9 @@ def ported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     state["python"] = {"script": run_python(name, script, root / "py-script"),
                        "out": run_python(name, out, root / "py-out")}  # fmt: skip
     half = entry["batch"] // 2
-    if "batch_source" in entry:  # no parser: the B/2 run is the user's edit of the batch line, ported again
+    if (
+        "batch_source" in entry or "batch_replace" in entry
+    ):  # no parser: the B/2 run is the user's edit of the batch line, ported again
         half_script = copy_fixture(name, root / "half", batch=half)
         half_port = port(half_script)
         assert half_port.returncode == 0, half_port.stdout + half_port.stderr
@@ -248,7 +315,7 @@ def launch_pair(name: str, root: Path, out: Path, half_out: Path, half: int,
         env = {"OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", "PORT_PROBE_DIR": str(probe_dir), **switches}
         env_toml = ", ".join(f'{key} = "{value}"' for key, value in env.items())
         sizes = f"dataset_size = {entry['train_samples']}\nepochs = {entry['epochs']}" if "epochs" in entry else ""
-        args = json.dumps([arg.replace("{batch}", "{per_device_batch_size}") for arg in entry["args"]])
+        args = json.dumps(args_for(name, "{per_device_batch_size}", script.parent))
         text = f"""
 [defaults]
 script = "{script}"
@@ -269,6 +336,7 @@ lr = {entry["lr"]}
         result = ddpcli("launch", "experiments.toml", cwd=workdir)
         [record_path] = (root / "runs").glob(f"{name}-{label}{batch}/*/run.json")
         runs[label] = {"launch": result, "record": json.loads(record_path.read_text()), "dir": workdir,
+                       "run_dir": record_path.parent,
                        "files": files_in(workdir) - {"experiments.toml"}, "probe": read_probe(probe_dir)}  # fmt: skip
     return runs
 
@@ -278,11 +346,8 @@ def require(state: dict[str, Any]) -> None:
     assert result.returncode == 0, f"port exited {result.returncode}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
 
 
-@pytest.mark.parametrize("name", PORTED)
-def test_each_published_script_is_ported(name: str, tmp_path: Path) -> None:
-    script = copy_fixture(name, tmp_path)
-    text = script.read_text()
-    result = port(script)
+def test_each_published_script_is_ported(ported: dict[str, Any]) -> None:
+    script, text, result = ported["script"], ported["source_text"], ported["port"]
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert Path(report["output"]).resolve() == ported_path(script).resolve()
@@ -369,3 +434,21 @@ def test_two_by_half_batch_ends_where_one_by_batch_does(ported: dict[str, Any]) 
         here = ported["script"].parent
         a, b = loaded(single["dir"] / saved, here), loaded(double["dir"] / saved, here)
         assert max_diff([v for _, v in a], [v for _, v in b]) <= TOLERANCE
+
+
+def test_rank_zero_prints_the_evaluation_of_one_process(ported: dict[str, Any]) -> None:
+    """The evaluation lines rank 0 prints at 2 x B/2 are the 1-process run's (an evaluation sharded with its metric
+    all-reduced, or run on rank 0 alone), where the two runs are equivalent."""
+    entry = MANIFEST[ported["name"]]
+    if "eval_lines" not in entry or not entry["equivalent"]:
+        pytest.skip("no evaluation lines named, or runs not expected to be equivalent")
+    require(ported)
+    pattern = re.compile(entry["eval_lines"])
+
+    def printed(run: dict[str, Any]) -> list[str]:
+        [log] = run["run_dir"].glob("logs/*/attempt_*/0/stdout.log")
+        return [line.strip() for line in log.read_text().splitlines() if pattern.search(line)]
+
+    single, double = printed(ported["runs"]["1x"]), printed(ported["runs"]["2x"])
+    assert single, f"no line of the 1-process run matches {entry['eval_lines']!r}"
+    assert double == single

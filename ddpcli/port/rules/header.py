@@ -74,13 +74,17 @@ _ddp_map_location = {"cuda:0": f"cuda:{_ddp_local_rank}"} if _ddp else None  # t
 SEED = '''
 
 def _ddp_seed():
-    """Under torchrun, once the first model is wrapped (DDP gave it rank 0's parameters): this rank's torch RNG
-    offset by its rank, so what the script draws per step (noise, dropout, augmentation) differs across ranks; rank
-    0 keeps the script's own stream (one process under torchrun draws as python does)."""
+    """Under torchrun, once the first model is wrapped (DDP gave it rank 0's parameters): this rank's torch, random
+    and numpy streams offset by its rank, so what the script draws per step (noise, dropout, augmentation) differs
+    across ranks; rank 0 keeps the script's own streams (one process under torchrun draws as python does)."""
     global _ddp_seeded
     if _ddp and _ddp_rank > 0 and not globals().get("_ddp_seeded"):
         _ddp_seeded = True
         torch.manual_seed(torch.initial_seed() + _ddp_rank)
+        import random, sys  # noqa: E401
+        random.seed(random.getrandbits(32) + _ddp_rank)
+        if "numpy" in sys.modules:  # the script's np.random, where it draws noise from it
+            sys.modules["numpy"].random.seed((int(sys.modules["numpy"].random.randint(2**31)) + _ddp_rank) % 2**32)
 '''
 SHARED = '''
 

@@ -124,8 +124,9 @@ def _wrap_code(port: Port, statement: cst.CSTNode, model: str) -> str:
     if not any(change.kind == "rng" for change in port.changes):
         port.change(statement, "rng", "after the DDP wrap has given every rank rank 0's parameters, each rank's torch "
                     "RNG is offset by its rank under torchrun (torch.manual_seed(initial seed + rank) on ranks but 0, "
-                    "once): noise, dropout and augmentation drawn per step differ across ranks, as each of N "
-                    "devices' samples would; rank 0 and python keep the script's RNG stream")  # fmt: skip
+                    "once; random's and numpy's streams likewise): noise, dropout and augmentation drawn per step "
+                    "differ across ranks, as each of N devices' samples would; rank 0 and python keep the script's "
+                    "RNG streams")  # fmt: skip
     return code
 
 

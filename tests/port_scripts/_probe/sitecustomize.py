@@ -12,7 +12,8 @@ It writes `<PORT_PROBE_DIR>/<RANK or 'main'>-<pid>.probe.json` and `.params.pt` 
 Two switches make a run fit the equivalence claim 2 x B/2 == 1 x B where the script itself does not, applied alike
 to both runs compared: PORT_PROBE_FLOAT64=1 (float64 by default: Adam amplifies float32 rounding of near-zero
 gradients) and PORT_PROBE_NOISE_OFF=1 (dropout is the identity, randn_like gives zeros: per-sample noise drawn from
-the same seed on every rank is not the noise one process draws for the whole batch).
+the same seed on every rank is not the noise one process draws for the whole batch). PORT_PROBE_SEED=N seeds torch,
+random and numpy at start-up, for a published script that seeds nothing (its runs are then comparable bit for bit).
 """
 
 from __future__ import annotations
@@ -35,6 +36,14 @@ if os.environ.get("PORT_PROBE_DIR"):
     _saves: list[str] = []
     _optimizers: list[torch.optim.Optimizer] = []
 
+    if os.environ.get("PORT_PROBE_SEED"):
+        import random
+
+        import numpy
+
+        random.seed(int(os.environ["PORT_PROBE_SEED"]))
+        numpy.random.seed(int(os.environ["PORT_PROBE_SEED"]))
+        torch.manual_seed(int(os.environ["PORT_PROBE_SEED"]))
     if os.environ.get("PORT_PROBE_FLOAT64") == "1":
         torch.set_default_dtype(torch.float64)
     if os.environ.get("PORT_PROBE_NOISE_OFF") == "1":
