@@ -190,6 +190,31 @@ def test_a_loader_built_in_a_function_and_passed_on_is_followed() -> None:
     assert loader_lines(source) == [3]
 
 
+def test_a_loss_function_the_evaluation_also_calls_does_not_make_its_loader_a_training_one() -> None:
+    """The VAE example's shape: `vae_loss(...)` is back-propagated in train() and only summed in test(); the walk
+    leaves the loss function through the call it came in by."""
+    source = (
+        "from torch.utils.data import DataLoader\n"
+        "train_loader = DataLoader(a, batch_size=32, shuffle=True)\ntest_loader = DataLoader(b, batch_size=32)\n"
+        "def vae_loss(recon, x):\n    return ((recon - x) ** 2).sum()\n"
+        "def train():\n    for (x,) in train_loader:\n        loss = vae_loss(model(x), x)\n        loss.backward()\n"
+        "def test():\n    total = 0.0\n    for (x,) in test_loader:\n        total += vae_loss(model(x), x).item()\n"
+    )
+    assert loader_lines(source) == [2]
+
+
+def test_a_loss_function_reached_through_two_calls_leaves_by_the_same_two() -> None:
+    source = (
+        "from torch.utils.data import DataLoader\n"
+        "fit_data = DataLoader(a)\nheld_out = DataLoader(b)\n"
+        "def inner(out, y):\n    return (out - y).abs().sum()\n"
+        "def outer(out, y):\n    return inner(out, y) * 2\n"
+        "for x, y in fit_data:\n    outer(model(x), y).backward()\n"
+        "for x, y in held_out:\n    print(outer(model(x), y))\n"
+    )
+    assert loader_lines(source) == [2]
+
+
 def test_no_backward_no_training_loader() -> None:
     assert loader_lines("from torch.utils.data import DataLoader\nfor x in DataLoader(ds):\n    print(x)\n") == []
 

@@ -11,6 +11,7 @@ runs anything.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 
 import libcst as cst
@@ -19,6 +20,9 @@ from ddpcli.script.reader import Reader, dotted, last_name, literal_value
 
 LOADER_CLASSES = ("DataLoader",)  # torch.utils.data.DataLoader, and any loader class of that name
 MAX_NODES = 5000  # a walk that reaches this many expressions stops: a script's loss does not need more
+MAX_CALLS = 4  # calls of the script's own functions a walk remembers it came through (the innermost kept)
+
+Calls = tuple[cst.Call, ...]  # the calls of the script's own functions a walk entered, innermost last
 
 
 def backward_calls(reader: Reader) -> list[cst.Call]:
@@ -81,42 +85,48 @@ def _same_value(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
 
 
 def _sources(reader: Reader, start: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Every expression `start` is computed from, as far as the script says (breadth first, each once)."""
-    seen: set[cst.CSTNode] = set()
-    queue = [start]
+    """Every expression `start` is computed from, as far as the script says (breadth first, each once per call
+    context). Entering the script's own function through one call (`loss = criterion(out, y)`) and reaching its
+    parameter leaves through that call's argument only, not every call of the function: `criterion(...)` also
+    called in the evaluation loop does not make the evaluation loader a training one."""
+    seen: set[tuple[cst.CSTNode, Calls]] = set()
+    queue: deque[tuple[cst.CSTNode, Calls]] = deque([(start, ())])
     while queue and len(seen) < MAX_NODES:
-        node = queue.pop(0)
-        if node in seen:
+        node, calls = queue.popleft()
+        if (node, calls) in seen:
             continue
-        seen.add(node)
+        seen.add((node, calls))
         yield node
         if is_loader(reader, node):
             continue  # the loader itself: what it is built from is not a batch
-        queue += _inputs(reader, node)
+        queue += _inputs(reader, node, calls)
 
 
-def _inputs(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
-    """What `node`'s value comes from, one step back."""
+def _inputs(reader: Reader, node: cst.CSTNode, calls: Calls) -> list[tuple[cst.CSTNode, Calls]]:
+    """What `node`'s value comes from, one step back, each with the calls it was reached through."""
     if isinstance(node, cst.For | cst.CompFor):
-        return [node.iter]
+        return [(node.iter, calls)]
     if isinstance(node, cst.Param):
-        return _arguments(reader, node)
+        if calls and (argument := _argument_at(reader, node, calls[-1])) is not None:
+            return [(argument, calls[:-1])]
+        return [(value, ()) for value in _arguments(reader, node)]
     if isinstance(node, cst.FunctionDef | cst.ClassDef | cst.Lambda | cst.Import | cst.ImportFrom):
         return []
     if isinstance(node, cst.Subscript):
         keyed = _keyed(reader, node)
         if keyed is not None:
-            return keyed
-    found: list[cst.CSTNode] = []
+            return [(value, calls) for value in keyed]
+    found: list[tuple[cst.CSTNode, Calls]] = []
     for inner in reader.walk(node):
         if isinstance(inner, cst.Name) and reader.is_variable(inner):
-            found += _reaching(reader, inner, reader.values_of(inner))
+            found += [(value, calls) for value in _reaching(reader, inner, reader.values_of(inner))]
         elif isinstance(inner, cst.Attribute) and dotted(inner):
-            found += _attribute_values(reader, dotted(inner))
-        elif isinstance(inner, cst.Call) and inner is not node:
-            found += [inner] if is_loader(reader, inner) else _returned(reader, inner)
+            found += [(value, calls) for value in _attribute_values(reader, dotted(inner))]
+        elif isinstance(inner, cst.Call) and inner is not node and is_loader(reader, inner):
+            found.append((inner, calls))
         elif isinstance(inner, cst.Call):
-            found += _returned(reader, inner)
+            inside = (*calls, inner)[-MAX_CALLS:]
+            found += [(value, inside) for value in _returned(reader, inner)]
     return found
 
 
@@ -191,22 +201,40 @@ def _returned(reader: Reader, call: cst.Call) -> list[cst.CSTNode]:
 
 def _arguments(reader: Reader, param: cst.Param) -> list[cst.CSTNode]:
     """A parameter's values: the argument passed for it at each call of its function (by position or keyword)."""
-    function = next((a for a in reader.ancestors(param) if isinstance(a, cst.FunctionDef)), None)
+    function = _function_of(reader, param)
     if function is None:
         return []
-    called = function.name.value
-    if called == "__init__":  # `Trainer(model, optimizer)`: the class is what is called
-        called = next((a.name.value for a in reader.ancestors(function) if isinstance(a, cst.ClassDef)), called)
+    called = _called_as(reader, function)
+    return [
+        argument
+        for call in reader.calls
+        if last_name(call) == called and (argument := _argument_at(reader, param, call)) is not None
+    ]
+
+
+def _argument_at(reader: Reader, param: cst.Param, call: cst.Call) -> cst.CSTNode | None:
+    """The argument `call` passes for `param` (by position or keyword); None where `call` is not a call of the
+    parameter's function or passes nothing for it."""
+    function = _function_of(reader, param)
+    if function is None or last_name(call) != _called_as(reader, function):
+        return None
     params = list(function.params.params)
     index = next((i for i, p in enumerate(params) if p is param), None)
     if index is not None and params and params[0].name.value in ("self", "cls"):
         index -= 1
-    found: list[cst.CSTNode] = []
-    for call in reader.calls:
-        if last_name(call) != called:
-            continue
-        positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-        if index is not None and 0 <= index < len(positional):
-            found.append(positional[index].value)
-        found += [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == param.name.value]
-    return found
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    if index is not None and 0 <= index < len(positional):
+        return positional[index].value
+    return next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == param.name.value),
+                None)  # fmt: skip
+
+
+def _function_of(reader: Reader, param: cst.Param) -> cst.FunctionDef | None:
+    return next((a for a in reader.ancestors(param) if isinstance(a, cst.FunctionDef)), None)
+
+
+def _called_as(reader: Reader, function: cst.FunctionDef) -> str:
+    """The name a call of `function` spells: its own, or its class's for `__init__` (`Trainer(model, optimizer)`)."""
+    if function.name.value == "__init__":
+        return next((a.name.value for a in reader.ancestors(function) if isinstance(a, cst.ClassDef)), "__init__")
+    return function.name.value
