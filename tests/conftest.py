@@ -62,19 +62,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """How many observed multi-process runs the session's shared sweeps held, each checked for an abort at exit
+    by tests/helpers.launch: the observer's half of the exit soak (tests/test_clean_exit_soak_e2e.py)."""
+    from tests.helpers import observed_multi_process_runs
+
+    if hasattr(config, "workerinput"):
+        return
+    sweeps = config._tmp_path_factory.getbasetemp() / "sweeps"  # type: ignore[attr-defined]
+    if sweeps.is_dir():
+        count = observed_multi_process_runs(sweeps)
+        terminalreporter.write_line(f"exit soak: {count} observed multi-process runs checked for an abort at exit")
+
+
 def write_toml(directory: Path, text: str, name: str = "experiments.toml") -> Path:
     path = directory / name
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def launched_root(root: Path, text: str) -> Path:
-    """`ddpcli launch` of the experiment file `text` in `root`, which then holds its runs (a module's fixture)."""
-    path = write_toml(root, text)
-    result = subprocess.run([sys.executable, "-m", "ddpcli", "launch", str(path)], cwd=root, capture_output=True,
-                            text=True, timeout=600, check=False)  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    return root
 
 
 # Runs `ddpcli <args>` in a fresh interpreter and reports its exit code and which modules it loaded.
