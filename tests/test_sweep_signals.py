@@ -48,6 +48,12 @@ def children(pid: int) -> list[int]:
         return []
 
 
+def grandchildren(pid: int) -> list[int]:
+    """The launcher's grandchildren: torchrun forked by the prestart server (ddpcli.launch.prestart), or a started
+    torchrun's workers. The server itself, a child, lives as long as the launcher."""
+    return [grandchild for child in children(pid) for grandchild in children(child)]
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("signum", [signal.SIGINT])
 def test_a_signal_during_the_merge_ends_the_sweep(tmp_path: Path, signum: int) -> None:
@@ -62,8 +68,8 @@ def test_a_signal_during_the_merge_ends_the_sweep(tmp_path: Path, signum: int) -
     deadline = time.monotonic() + 120
     started = False
     while time.monotonic() < deadline:  # torchrun started, then ended: the merge is under way
-        started = started or bool(children(launcher.pid))
-        if started and not children(launcher.pid):
+        started = started or bool(grandchildren(launcher.pid))
+        if started and not grandchildren(launcher.pid):
             break
         assert launcher.poll() is None, launcher.communicate()
         time.sleep(0.05)

@@ -32,6 +32,8 @@ from ddpcli.rundir.metrics import iter_new_metrics
 
 POLL_INTERVAL_S = 0.2
 STOP_GRACE_S = 10.0
+
+Agent = subprocess.Popen[bytes] | prestart.ForkedAgent  # torchrun: forked by the prestart server, or started
 LOG_TAIL_LINES = 20
 
 
@@ -120,7 +122,7 @@ class Watch:
 
     def __init__(
         self,
-        process: subprocess.Popen[bytes],
+        process: Agent,
         metrics: Path,
         on_rows: Callable[[list[dict[str, Any]]], None],
         find_group_rank: bool,
@@ -157,7 +159,7 @@ class Watch:
                 self.process.wait(POLL_INTERVAL_S)
 
 
-def terminate(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+def terminate(process: Agent, grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM to torchrun's group (torchrun passes it on to its workers), SIGKILL after the grace period."""
     _signal_group(process, signal.SIGTERM)
     try:
@@ -167,7 +169,7 @@ def terminate(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -
         process.wait()
 
 
-def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+def _signal_group(process: Agent, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signum)
 
