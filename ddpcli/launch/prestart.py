@@ -20,6 +20,7 @@ and each forked torchrun with the server (PR_SET_PDEATHSIG, as ddpcli.launch.par
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -34,6 +35,7 @@ from ddpcli.launch.parent_death import die_with_parent
 
 TORCHRUN_MODULE = "torch.distributed.run"
 FORK_ANSWER_S = 60.0  # the server answers a fork at once; this long without the pid, it is given up
+CLOSE_S = 5.0  # a server whose stdin is closed ends at once; this long after, it is killed
 
 SERVER = """
 import json, os, signal, sys, time
@@ -83,6 +85,7 @@ class Server:
 
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self.process = process
+        self.forked = 0  # runs forked so far
         self._buffer = b""
 
     def send(self, order: dict[str, object]) -> None:
@@ -107,11 +110,12 @@ class Server:
         return line.decode()
 
     def close(self) -> None:
-        """Stdin closed: the server ends by itself; killed when it does not at once."""
+        """Ended and reaped: one that forked runs has its stdin closed and ends by itself (killed if it has not in a
+        few seconds); one that never forked (an error before the first run) is killed, mid-import or waiting."""
         if self.process.stdin is not None:
             self.process.stdin.close()
         try:
-            self.process.wait(1.0)
+            self.process.wait(CLOSE_S if self.forked else 0)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
@@ -168,6 +172,7 @@ def prestart(argv: Sequence[str]) -> None:
     except OSError:
         return
     _server = Server(process)
+    atexit.register(stop)  # the launcher's end: the server is ended and reaped, not left to init
 
 
 def take(argv: Sequence[str], env: dict[str, str], log: Path, cwd: Path | None = None) -> ForkedAgent | None:
@@ -185,11 +190,13 @@ def take(argv: Sequence[str], env: dict[str, str], log: Path, cwd: Path | None =
         answer = server.readline(FORK_ANSWER_S)
         if not answer:
             raise OSError("the server did not answer")
+        pid = int(answer)
     except (OSError, ValueError):
         _server = None
         server.close()
         return None
-    return ForkedAgent(server, int(answer), list(argv))
+    server.forked += 1
+    return ForkedAgent(server, pid, list(argv))
 
 
 def stop() -> None:
