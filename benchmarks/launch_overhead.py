@@ -1,6 +1,6 @@
 """What does `ddpcli launch` add to the user's own torchrun command? A no-op 2-process job, side by side.
 
-    python benchmarks/launch_overhead.py [--nproc 2] [--repetitions 7] [--breakdown]
+    python benchmarks/launch_overhead.py [--nproc 2] [--repetitions 7] [--breakdown] [--runs N]
 
 The job (tests/launch_scripts/noop.py) joins a gloo process group, meets once and leaves, so almost all of its time
 is start-up. The reference is what the user would type without ddpcli: `torchrun --nproc-per-node 2 noop.py`.
@@ -8,7 +8,9 @@ is start-up. The reference is what the user would type without ddpcli: `torchrun
 torchrun with a log directory, the observer entry in every worker, the merge and the cleanup. The ratio is the
 median over repetitions of each round's ddpcli / torchrun pair (rounds are interleaved, so a noisy spell on a
 shared machine hits both). --breakdown adds ddpcli's torchrun argv run directly (with and without the observer
-entry) to show where the difference goes.
+entry) to show where the difference goes. --runs N makes it a sweep of N such runs, against the user's N torchrun
+commands one after the other (a shell loop): each later run's torchrun is forked from the interpreter that imported
+torch for the first (ddpcli.launch.prestart), where the user's loop imports it N times.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ nproc_per_node = {nproc}
 per_device_batch_size = 1
 lr = 0.1
 """
+LATER_RUN = """
+[[experiments]]
+name = "noop{index}"
+"""
 
 
 def torchrun() -> list[str]:
@@ -64,13 +70,19 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--repetitions", type=int, default=7)
     parser.add_argument("--breakdown", action="store_true")
+    parser.add_argument("--runs", type=int, default=1, help="runs in the sweep (the user: as many torchrun commands)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         work = Path(directory)
-        (work / "experiments.toml").write_text(FILE.format(script=SCRIPT, nproc=args.nproc))
+        text = FILE.format(script=SCRIPT, nproc=args.nproc)
+        text += "".join(LATER_RUN.format(index=index) for index in range(1, args.runs))
+        (work / "experiments.toml").write_text(text)
+        one = shlex.join([*torchrun(), "--nproc-per-node", str(args.nproc), str(SCRIPT)])
         user = "torchrun --nproc-per-node N noop.py (the user's own)"
+        if args.runs > 1:
+            user = f"{args.runs} x torchrun ... noop.py (the user's own loop)"
         commands = {
-            user: [*torchrun(), "--nproc-per-node", str(args.nproc), str(SCRIPT)],
+            user: ["sh", "-c", " && ".join([one] * args.runs)],
             "ddpcli launch experiments.toml": [sys.executable, "-m", "ddpcli", "launch", "experiments.toml"],
         }
         if args.breakdown:
@@ -82,7 +94,7 @@ def main() -> None:
             ]  # fmt: skip
         environment = {**os.environ, "OMP_NUM_THREADS": "1"}
         timings = time_commands(commands, args.repetitions, cwd=work, env=environment)
-    print(f"no-op job, {args.nproc} gloo processes, {args.repetitions} interleaved repetitions")
+    print(f"no-op job, {args.nproc} gloo processes, {args.runs} run(s), {args.repetitions} interleaved repetitions")
     print(report(timings, reference=user))
     pairs = [ours / theirs for theirs, ours in zip(timings[0].seconds, timings[1].seconds, strict=True)]
     print(f"ddpcli launch / the user's torchrun, median of paired rounds: {statistics.median(pairs):.3f} "
