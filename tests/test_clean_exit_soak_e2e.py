@@ -5,7 +5,7 @@ With torch 2.13 a plain gloo script aborts at interpreter teardown in about one 
 cleanly by itself: its model lives at module level until the interpreter ends, which aborted 4 of 36 bare runs before
 the port's header held the group (0 of 46 after). The observer's exit (ddpcli/worker/process_group.py) prevents the
 abort for any script it runs; that half of the soak is every sweep of the suite: tests/helpers.launch checks each
-observed run's logs for an abort (about 70 observed multi-process runs a session, where this file had 10), and the
+observed run's logs for an abort (52 observed multi-process runs a session, where this file had 10), and the
 session's summary says how many were checked. Minutes of launches for a rare failure: CI runs it (CI=true), a
 developer's `pytest` skips it (tests/conftest.py); a file of its own, so that pytest-xdist gives it a worker of its
 own (`--dist loadfile`).

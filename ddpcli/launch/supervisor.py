@@ -32,9 +32,9 @@ from ddpcli.rundir.metrics import iter_new_metrics
 
 POLL_INTERVAL_S = 0.2
 STOP_GRACE_S = 10.0
+LOG_TAIL_LINES = 20
 
 Agent = subprocess.Popen[bytes] | prestart.ForkedAgent  # torchrun: forked by the prestart server, or started
-LOG_TAIL_LINES = 20
 
 
 @dataclass
