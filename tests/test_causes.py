@@ -140,3 +140,19 @@ def test_a_value_the_script_derives_from_the_world_size_is_named_with_its_flag_o
     assert "pass it 8 (grad_accum_steps x world_size) to get 4 per process" in wired["grad_accum_steps"]
     assert "pass it" not in wired["per_device_batch_size"]
     assert "pass it" not in messages(None)["grad_accum_steps"]
+
+
+def test_batches_cut_by_a_share_smaller_than_the_batch_are_not_called_a_division() -> None:
+    """pytorch/examples mnist ported, 2 x 64 on 64 samples: each rank's share is 32, the loader's batch_size 64, so
+    every batch is 32. 32 = 64 / 2 was read as the script dividing its batch by the world size."""
+    plan = {"world_size": 2, "per_device_batch_size": 64}
+    observed = Observed(world_size=2, per_device_batch_size=32)
+    loaders = [{"sampler": "DistributedSampler", "batch_size": 64, "training": True}]
+    message = explained(plan, observed, {"loaders": loaders})["per_device_batch_size"]
+    assert message == (
+        "the script ran batch per process 32; the plan said 64: the training DataLoader's batch_size is 64, as "
+        "planned, and every batch was 32: each process's share of the data (its sampler's) is smaller than the "
+        "batch, so each batch is a partial one; a larger dataset or a smaller batch per process makes them full"
+    )
+    divided = [{"sampler": "DistributedSampler", "batch_size": 32, "training": True}]  # the script's own 64 // 2
+    assert "divides its batch per process" in explained(plan, observed, {"loaders": divided})["per_device_batch_size"]

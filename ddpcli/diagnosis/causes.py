@@ -20,7 +20,7 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
-from ddpcli.diagnosis.derived import derived_cause
+from ddpcli.diagnosis.derived import derived_cause, partial_batch_cause
 from ddpcli.jsonvalues import finite_or_none, text_or_none, whole_or_none
 from ddpcli.rundir.record import Finding, Observed
 
@@ -37,7 +37,11 @@ def with_causes(
     for finding in findings:
         cause = None
         if finding.code == "plan_mismatch":
-            cause = derived_cause(finding, observed, plan, args) or _cause(finding, plan, observed, end)
+            cause = (
+                partial_batch_cause(finding, end)
+                or derived_cause(finding, observed, plan, args)
+                or _cause(finding, plan, observed, end)
+            )
         explained.append(finding.model_copy(update={"message": f"{finding.message}: {cause}"}) if cause else finding)
     return explained
 

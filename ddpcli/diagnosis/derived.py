@@ -38,3 +38,20 @@ def derived_cause(finding: Finding, observed: Observed, plan: dict, args: list[s
             "or compare the runs by what they ran"
         )
     return f"{head}: it wants the total over every process (whether a flag sets it is not recorded)"
+
+
+def partial_batch_cause(finding: Finding, end: dict) -> str | None:
+    """The batches smaller than the loader's own batch_size, which is the planned one: not divided by the script,
+    but cut by a share of the data smaller than the batch (pytorch/examples mnist at 2 x 64 on 64 samples: each
+    rank's DistributedSampler gives it 32, so every batch is 32; 32 = 64 / 2 read as a division before)."""
+    if finding.field != "per_device_batch_size" or finding.planned is None or finding.observed is None:
+        return None
+    planned, seen = whole_or_none(finding.planned), whole_or_none(finding.observed)
+    loaders = [loader for loader in end.get("loaders") or [] if isinstance(loader, dict) and loader.get("training")]
+    if not planned or not seen or seen >= planned or not any(loader.get("batch_size") == planned for loader in loaders):
+        return None
+    return (
+        f"the training DataLoader's batch_size is {planned}, as planned, and every batch was {seen}: each process's "
+        f"share of the data (its sampler's) is smaller than the batch, so each batch is a partial one; a larger "
+        f"dataset or a smaller batch per process makes them full"
+    )
