@@ -47,7 +47,9 @@ def partial_batch_cause(finding: Finding, end: dict) -> str | None:
     if finding.field != "per_device_batch_size" or finding.planned is None or finding.observed is None:
         return None
     planned, seen = whole_or_none(finding.planned), whole_or_none(finding.observed)
-    loaders = [loader for loader in end.get("loaders") or [] if isinstance(loader, dict) and loader.get("training")]
+    listed = end.get("loaders")  # a rank file's value: anything (tests/test_merge_faults.py)
+    loaders = [loader for loader in listed if isinstance(loader, dict) and loader.get("training")] if isinstance(
+        listed, list) else []  # fmt: skip
     if not planned or not seen or seen >= planned or not any(loader.get("batch_size") == planned for loader in loaders):
         return None
     return (
