@@ -10,12 +10,16 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from ddpcli.cli.render.launch import print_failures
 from ddpcli.launch import prestart
 from ddpcli.launch.supervisor import terminate
+from ddpcli.rundir.record import RunRecord
 from tests.conftest import REPO
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -87,11 +91,9 @@ def test_a_stop_reaches_the_forked_torchruns_group_and_a_dead_server_takes_its_t
     agent = prestart.take(torchrun_argv(tmp_path, script, "orphaned"), env, tmp_path / "orphaned.log")
     assert agent is not None
     os.kill(server.process.pid, signal.SIGKILL)
-    assert agent.wait(30) == -signal.SIGTERM  # said as the signal its parent's death sends it
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{agent.pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not Path(f"/proc/{agent.pid}").exists() or "Z" in Path(f"/proc/{agent.pid}/stat").read_text().split()[2]
+    assert agent.wait(30) != 0 and not agent.status_known  # its status died with the server: not made up
+    # ended by then (gone, or a zombie of its new parent), not merely given up on
+    assert not Path(f"/proc/{agent.pid}").exists() or Path(f"/proc/{agent.pid}/stat").read_text().split()[2] == "Z"
     assert prestart.take(torchrun_argv(tmp_path, script, "after"), env, tmp_path / "after.log") is None
     assert prestart._server is None  # the dead server is let go: the supervisor starts torchrun itself
 
@@ -110,3 +112,11 @@ def test_another_command_line_gets_a_fresh_process_and_the_server_stays(tmp_path
     assert server.process.poll() is None and prestart._server is server  # kept for the runs that are torchrun's
     prestart.stop()
     assert server.process.returncode is not None and prestart._server is None  # never forked: ended at once
+
+
+def test_a_lost_exit_status_is_said_unknown_not_made_up() -> None:
+    """`ddpcli launch`'s failure line for a run whose torchrun status died with its server (record exit_code None)."""
+    out = StringIO()
+    record = RunRecord(run_id="r", name="2x8", status="failed", exit_code=None, failed_ranks=[])
+    print_failures(Console(file=out, width=120), [(record, "runs/2x8/r/logs")])
+    assert out.getvalue() == "2x8 failed (exit code unknown); logs in runs/2x8/r/logs\n"

@@ -24,7 +24,6 @@ import atexit
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import time
@@ -125,13 +124,19 @@ class Server:
 
 class ForkedAgent:
     """One run's torchrun, forked by the server: what the supervisor uses of a Popen (pid, poll, wait, returncode).
-    The pid leads a process group of its own, as a Popen with start_new_session has it."""
+    The pid leads a process group of its own, as a Popen with start_new_session has it.
+
+    Only the server can wait for its child, so the exit status comes from it. A server that is gone (killed) takes
+    that status with it: its child got SIGTERM (its parent-death signal) and the agent ends once the child is gone,
+    with `status_known` False, so that the run's record says its exit code is unknown rather than a guessed one."""
 
     def __init__(self, server: Server, pid: int, args: list[str]) -> None:
         self.server = server
         self.pid = pid
         self.args = args
         self.returncode: int | None = None
+        self.status_known = True
+        self._server_gone = False
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -145,12 +150,35 @@ class ForkedAgent:
         return self.returncode
 
     def _read(self, timeout: float | None) -> bool:
-        line = self.server.readline(timeout)
-        if line is None:
+        if not self._server_gone:
+            line = self.server.readline(timeout)
+            if line is None:
+                return False
+            if line:
+                self.returncode = int(line)
+                return True
+            self._server_gone = True
+        if not _gone_within(self.pid, timeout):
             return False
-        # The server itself gone (killed): its child got SIGTERM, its parent-death signal.
-        self.returncode = int(line) if line else -signal.SIGTERM
+        self.status_known = False
+        self.returncode = 1  # ended, not known to have succeeded; the supervisor records no exit code for it
         return True
+
+
+def _gone_within(pid: int, timeout: float | None) -> bool:
+    """Whether process `pid` (not a child of ours: its parent, the server, is gone) has ended, waiting up to
+    `timeout` seconds (forever for None); a zombie has ended."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 _server: Server | None = None

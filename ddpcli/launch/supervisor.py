@@ -108,7 +108,7 @@ def run_to_end(
             if process.poll() is None:
                 terminate(process)
             kill_leftover_workers(spec)
-    exit_code = process.returncode
+    exit_code = process.returncode if getattr(process, "status_known", True) else None  # prestart.ForkedAgent
     wall_time = time.monotonic() - started
     if status == "completed" and exit_code != 0:
         status = "failed"

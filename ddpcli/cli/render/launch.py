@@ -68,8 +68,9 @@ def print_failures(console: Console, runs: Sequence[tuple[RunRecord, str]]) -> N
     for record, logs_dir in runs:
         if record.status == "completed":
             continue
+        code = "unknown" if record.exit_code is None else record.exit_code  # torchrun's status lost with its parent
         console.print(
-            f"[bold red]{escape(record.name)} {record.status}[/] (exit code {record.exit_code}); "
+            f"[bold red]{escape(record.name)} {record.status}[/] (exit code {code}); "
             f"logs in {escape(logs_dir)}",
             soft_wrap=True,
         )
