@@ -718,3 +718,40 @@ def test_the_loader_whose_batches_reach_the_loss_is_sharded_whatever_its_name(be
     assert f"{loader}.sampler.set_epoch(epoch)" in lines
     assert [kind for kind in kinds(result) if kind in ("sampler", "set_epoch")] == ["sampler", "set_epoch"]
     assert result.not_ported == []
+
+
+# -- scripts of kinds no test held, tried on 2026-12-05 (pytorch/examples, PyTorch-GAN, mixup-cifar10, MorvanZhou,
+# L1aoXingyu): each reproduction is the published pattern in a few lines ------------------------------------------
+
+OPTIMIZER_IN_MODULE = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Layer(torch.nn.Linear):
+    def __init__(self):
+        super().__init__(4, 1)
+        self.opt = torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def fit(self, x, y):
+        loss = torch.nn.functional.mse_loss(self(x), y)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+
+layer = Layer()
+loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+for x, y in loader:
+    layer.fit(x, y)
+"""
+
+
+def test_without_a_wrapped_model_the_data_is_not_sharded() -> None:
+    """pytorch/examples mnist_forward_forward (an optimizer in each layer): no model to wrap, so no gradient is
+    averaged; a sharded loader would train a different model on each rank (they ended apart, exit code 0)."""
+    result = port(OPTIMIZER_IN_MODULE)
+    assert "DistributedSampler" not in result.source and "_ddp_shard" not in result.source
+    assert not {"sampler", "hand_batches"} & set(kinds(result))
+    [note] = [item.reason for item in result.not_ported]
+    assert note.startswith("no model found whose parameters an optimizer takes") and "not sharded" in note

@@ -79,9 +79,16 @@ def _port(source: str, name: str, path: Path | None) -> PortResult:
         raise PortRefused([f"{name}: nested too deeply for the port to read; port it by hand"]) from None
 
 
+# Rules that shard the data: only where a model is wrapped (its gradients averaged), else each rank would train a
+# model of its own on its share and the ranks would end apart, with exit code 0.
+SHARDING = (sampler.apply, hand_batching.apply)
+
+
 def _run_rules(facts: Facts) -> PortResult:
     port = Port(facts, renames=names.taken(facts))
     for rule in RULES:
+        if rule in SHARDING and not port.models:
+            continue
         rule(port)
     _no_loader_note(port)
     port.changes.sort(key=lambda change: change.line)
@@ -104,6 +111,15 @@ def _no_loader_note(port: Port) -> None:
     kinds = {change.kind for change in port.changes}
     steps = port.facts.step_calls()
     if not steps:
+        return
+    if not port.models:
+        unsharded = ("the data is not sharded either (with no gradients averaged, each rank would train a model of "
+                     "its own on its share): every rank trains on all of it, as one process does")  # fmt: skip
+        if any("DistributedDataParallel" in item.reason for item in port.not_ported):
+            port.cannot(steps[0], f"no model is wrapped, so {unsharded}; shard the loader once the model is wrapped")
+        else:
+            port.cannot(steps[0], f"no model found whose parameters an optimizer takes: {unsharded}. Wrap the "
+                        "trained model in DistributedDataParallel and shard its loader yourself")  # fmt: skip
         return
     if not kinds & {"sampler", "hand_batches"} and not port.loaders_not_ported:
         step = steps[0]
