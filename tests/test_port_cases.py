@@ -755,3 +755,27 @@ def test_without_a_wrapped_model_the_data_is_not_sharded() -> None:
     assert not {"sampler", "hand_batches"} & set(kinds(result))
     [note] = [item.reason for item in result.not_ported]
     assert note.startswith("no model found whose parameters an optimizer takes") and "not sharded" in note
+
+
+SAVE_IN_DICT = """\
+import torch
+
+net = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+for x in [torch.randn(8, 4)]:
+    optimizer.zero_grad()
+    net(x).sum().backward()
+    optimizer.step()
+torch.save({'net': net, 'epoch': 1}, 'ckpt.pt')
+state = {'net': net, 'optimizer': optimizer.state_dict(), 'parts': [net, 3]}
+torch.save(state, 'state.pt')
+"""
+
+
+def test_a_model_saved_inside_a_dict_is_saved_unwrapped() -> None:
+    """facebookresearch/mixup-cifar10 saves `state = {'net': net, ...}`: the DDP wrapper pickled in it could not be
+    loaded without a process group (ValueError: Default process group has not been initialized)."""
+    lines = lines_of(port(SAVE_IN_DICT))
+    assert "torch.save({'net': _unwrap(net), 'epoch': 1}, 'ckpt.pt')" in lines
+    assert "state = {'net': _unwrap(net), 'optimizer': optimizer.state_dict(), 'parts': [_unwrap(net), 3]}" in lines
+    assert "torch.save(state, 'state.pt')" in lines

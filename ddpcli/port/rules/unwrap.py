@@ -5,10 +5,13 @@ methods the wrapper passes through (train, eval, parameters, to, zero_grad, ...)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted
+from ddpcli.script.flow import origins
 
 PASSES_THROUGH = {
     "train", "eval", "parameters", "to", "cuda", "cpu", "zero_grad", "requires_grad_", "apply", "forward", "half",
@@ -38,8 +41,29 @@ def apply(port: Port) -> None:
             )
             port.change(node, "unwrap", f"{dotted(node.value)}.{what}: the unwrapped model under DDP ({why})")
         elif isinstance(node, cst.Call) and facts.resolve(node) in SAVES and node.args:
-            first = node.args[0].value
-            if dotted(first) in models:
-                port.edits.rewrite(first, _unwrapped)
+            for model in _saved_models(port, node.args[0].value, models):
+                port.edits.rewrite(model, _unwrapped)
                 port.needs.add("unwrap")
-                port.change(node, "unwrap", f"torch.save of {dotted(first)}: the unwrapped model, as the script saved")
+                port.change(model, "unwrap", f"torch.save of {dotted(model)}: the unwrapped model, as the script "
+                            "saved it (a pickled DDP wrapper loads only where a process group is set up)")  # fmt: skip
+
+
+CONTAINERS = (cst.Dict, cst.List, cst.Tuple, cst.Set)
+
+
+def _saved_models(port: Port, saved: cst.CSTNode, models: set[str], depth: int = 0) -> Iterator[cst.CSTNode]:
+    """The wrapped models `torch.save` pickles: the object saved, or a value of the dict, list or tuple it is, written
+    in the call or bound to the name saved (`state = {'net': net, ...}; torch.save(state, path)`), nested too."""
+    if dotted(saved) in models:
+        yield saved
+    elif isinstance(saved, CONTAINERS):
+        for element in saved.elements:
+            value = getattr(element, "value", None)
+            if value is not None and depth < 4:
+                yield from _saved_models(port, value, models, depth + 1)
+    elif isinstance(saved, cst.Name) and depth == 0:
+        seen = set()
+        for origin in origins(port.facts, saved):
+            if isinstance(origin, CONTAINERS) and origin not in seen:
+                seen.add(origin)
+                yield from _saved_models(port, origin, models, depth + 1)
