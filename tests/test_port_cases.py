@@ -779,3 +779,35 @@ def test_a_model_saved_inside_a_dict_is_saved_unwrapped() -> None:
     assert "torch.save({'net': _unwrap(net), 'epoch': 1}, 'ckpt.pt')" in lines
     assert "state = {'net': _unwrap(net), 'optimizer': optimizer.state_dict(), 'parts': [_unwrap(net), 3]}" in lines
     assert "torch.save(state, 'state.pt')" in lines
+
+
+SUM_THROUGH_FUNCTION = """\
+import torch
+
+model = torch.nn.Linear(4, 1)
+criterion = torch.nn.MSELoss(reduction="sum")
+
+
+def loss_function(out, y):
+    return criterion(out, y)
+
+
+def total_loss(out, y):
+    return loss_function(out, y) + 0.0
+
+
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for x, y in [(torch.randn(8, 4), torch.randn(8, 1))]:
+    optimizer.zero_grad()
+    loss = total_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_summing_criterion_called_through_the_scripts_own_functions_is_scaled() -> None:
+    """L1aoXingyu/pytorch-beginner's VAE: `reconstruction_function = nn.MSELoss(size_average=False)` called inside
+    `loss_function(...)`: the port did not see the sum, and 2 x B/2 took half 1 x B's gradient."""
+    result = port(SUM_THROUGH_FUNCTION)
+    assert "(loss * _ddp_world).backward()" in lines_of(result)
+    assert kinds(result).count("sum_loss") == 1

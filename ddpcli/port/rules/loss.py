@@ -20,15 +20,27 @@ def _sums(call: cst.Call) -> bool:
 
 
 def summing(facts: Facts) -> tuple[set[str], set[str]]:
-    """Functions whose body sums a loss over the batch, and names bound to a summing criterion."""
-    functions = {name for name, f in facts.functions.items() if any(
-        isinstance(n, cst.Call) and _sums(n) for n in facts.walk(f))}  # fmt: skip
+    """Functions whose body sums a loss over the batch (a summing call, a summing criterion's call, or a call of
+    another such function), and names bound to a summing criterion."""
     criteria = set()
     for call in facts.calls:
         parent = facts.parents.get(call)
         if _sums(call) and isinstance(parent, cst.Assign):
             criteria |= {dotted(target.target) for target in parent.targets}
-    return functions, criteria - {""}
+    criteria -= {""}
+    functions: set[str] = set()
+    while True:  # until no function is added: `total(...)` calls `loss_function(...)` calls `criterion(...)`
+        found = {
+            name
+            for name, f in facts.functions.items()
+            if name not in functions
+            and any(
+                isinstance(n, cst.Call) and (_sums(n) or dotted(n.func) in criteria | functions) for n in facts.walk(f)
+            )
+        }
+        if not found:
+            return functions, criteria
+        functions |= found
 
 
 def _is_summed(facts: Facts, expression: cst.CSTNode, scope: cst.CSTNode, known: tuple[set[str], set[str]],
