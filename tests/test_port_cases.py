@@ -406,7 +406,8 @@ def test_each_rank_draws_its_own_randomness_after_the_wrap_under_torchrun_only()
     result = port(TRANSFER)
     lines = lines_of(result)
     wrap = lines.index("model_conv = DistributedDataParallel(model_conv)")
-    assert lines[wrap + 1] == "_ddp_seed()"
+    seed = lines.index("_ddp_seed()")  # where training starts: the call of the script's function that trains
+    assert wrap < seed and lines[seed + 1] == "model_conv = train_model(model_conv, optimizer_conv, num_epochs=1)"
     assert "torch.manual_seed(torch.initial_seed() + _ddp_rank)" in lines
     assert [c.kind for c in result.changes].count("rng") == 1
 
@@ -811,3 +812,32 @@ def test_a_summing_criterion_called_through_the_scripts_own_functions_is_scaled(
     result = port(SUM_THROUGH_FUNCTION)
     assert "(loss * _ddp_world).backward()" in lines_of(result)
     assert kinds(result).count("sum_loss") == 1
+
+
+SPLIT_AFTER_THE_MODEL = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset, random_split
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+full = TensorDataset(torch.arange(16.).unsqueeze(1).repeat(1, 4), torch.zeros(16, 1))
+train_set, val_set = random_split(full, [12, 4])
+print("validation indices:", sorted(val_set.indices))
+loader = DataLoader(train_set, batch_size=4)
+for x, y in loader:
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+"""
+
+
+def test_each_ranks_randomness_starts_at_the_training_loop_not_before_the_data_is_split(tmp_path: Path) -> None:
+    """A split drawn after the model is built and before training: offset right after the wrap, each rank drew its
+    own split (rank 1 trained on rank 0's validation rows). The offset now comes where training starts."""
+    result = port(SPLIT_AFTER_THE_MODEL)
+    lines = lines_of(result)
+    seed = lines.index("_ddp_seed()")
+    assert lines.count("_ddp_seed()") == 1
+    assert lines.index("train_set, val_set = random_split(full, [12, 4])") < seed
+    assert lines[seed + 1] == "for x, y in loader:"

@@ -61,8 +61,9 @@ def test_the_model_is_wrapped_before_its_optimizer_and_saved_unwrapped() -> None
     lines = lines_of(port(LOOP))
     wrap = lines.index("model = DistributedDataParallel(model)")
     assert lines[wrap - 1] == "if _ddp:"
-    assert lines[wrap + 1] == "_ddp_seed()"  # each rank its own randomness once the wrap made the ranks equal
-    assert lines[wrap + 2].startswith("optimizer = torch.optim.SGD(")
+    assert lines[wrap + 1].startswith("optimizer = torch.optim.SGD(")
+    # each rank its own randomness once the wrap made the ranks equal, where training starts
+    assert lines[lines.index("_ddp_seed()") + 1].startswith("for epoch in ")
     assert 'torch.save(_unwrap(model).state_dict(), "m.pt")' in lines
 
 
@@ -417,7 +418,8 @@ def test_a_model_given_to_an_optimizer_builder_is_wrapped_where_the_builder_is_c
     """)
     lines = lines_of(result)
     at = lines.index("optimizer = make_optimizer(model, 0.1)")
-    assert lines[at - 3 : at] == ["if _ddp:", "model = DistributedDataParallel(model)", "_ddp_seed()"]
+    assert lines[at - 2 : at] == ["if _ddp:", "model = DistributedDataParallel(model)"]
+    assert lines[lines.index("_ddp_seed()") + 1] == "for x, y in data:"
     assert "net = DistributedDataParallel(net)" not in lines
 
 

@@ -25,6 +25,7 @@ class Port:
     counted_loops: set[int] = field(default_factory=set)  # epoch loops given a round counter (no epoch variable)
     loaders_not_ported: bool = False  # a training loader was listed as not ported (its own sampler, ...)
     renames: dict[str, str] = field(default_factory=dict)  # the port's names the script takes -> the port's instead
+    seeded: set[int] = field(default_factory=set)  # ids of the statements `_ddp_seed()` is placed before
 
     def change(self, node: cst.CSTNode, kind: str, text: str) -> None:
         self.changes.append(Change(self.facts.line(node), kind, text))

@@ -118,16 +118,37 @@ def _wrapping(port: Port, statement: cst.BaseStatement, model: str) -> str:
 
 
 def _wrap_code(port: Port, statement: cst.CSTNode, model: str) -> str:
-    """`if _ddp: model = DistributedDataParallel(model)`, then each rank's randomness its own (once per script)."""
-    code = f"if _ddp:\n{_sync_batchnorm(port, model)}    {model} = DistributedDataParallel({model})\n_ddp_seed()\n"
+    """`if _ddp: model = DistributedDataParallel(model)`, then each rank's randomness its own (once per script):
+    where training starts, if that is later in the same block (what is drawn before it, a random split of the data
+    or synthetic data, stays rank 0's on every rank), else right after the wrap."""
+    code = f"if _ddp:\n{_sync_batchnorm(port, model)}    {model} = DistributedDataParallel({model})\n"
     port.needs.add("seed")
+    start = _training_after(port, statement)
+    if start is None:
+        code += "_ddp_seed()\n"
+    elif id(start) not in port.seeded:
+        port.seeded.add(id(start))
+        port.edits.insert_before(start, "_ddp_seed()\n")
     if not any(change.kind == "rng" for change in port.changes):
-        port.change(statement, "rng", "after the DDP wrap has given every rank rank 0's parameters, each rank's torch "
-                    "RNG is offset by its rank under torchrun (torch.manual_seed(initial seed + rank) on ranks but 0, "
-                    "once; random's and numpy's streams likewise): noise, dropout and augmentation drawn per step "
-                    "differ across ranks, as each of N devices' samples would; rank 0 and python keep the script's "
-                    "RNG streams")  # fmt: skip
+        port.change(statement, "rng", "once the DDP wrap has given every rank rank 0's parameters, where training "
+                    "starts, each rank's torch RNG is offset by its rank under torchrun (torch.manual_seed(initial "
+                    "seed + rank) on ranks but 0, once; random's and numpy's streams likewise): noise, dropout and "
+                    "augmentation drawn per step differ across ranks, as each of N devices' samples would; what is "
+                    "drawn before (a random split of the data) is alike on every rank; rank 0 and python keep the "
+                    "script's RNG streams")  # fmt: skip
     return code
+
+
+def _training_after(port: Port, statement: cst.CSTNode) -> cst.BaseStatement | None:
+    """The first statement after `statement` in its block that trains (holds an optimizer step, or calls the
+    script's function that does), if any."""
+    block = port.facts.block_of(statement)  # type: ignore[arg-type]
+    body = list(block.body)
+    index = next((i for i, item in enumerate(body) if item is statement), None)
+    if index is None:
+        return None
+    training = Training(port.facts)
+    return next((later for later in body[index + 1 :] if training.steps_in(later)), None)
 
 
 def _builder(port: Port, optimizer: cst.Call, model: str) -> cst.FunctionDef | None:
