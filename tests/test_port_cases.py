@@ -841,3 +841,86 @@ def test_each_ranks_randomness_starts_at_the_training_loop_not_before_the_data_i
     assert lines.count("_ddp_seed()") == 1
     assert lines.index("train_set, val_set = random_split(full, [12, 4])") < seed
     assert lines[seed + 1] == "for x, y in loader:"
+
+
+UNUSED_HEADS = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(4, 8)
+        self.adv = torch.nn.Linear(8, 1)
+        self.aux = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.body(x)
+        validity = self.adv(h)
+        return validity, self.aux(h)
+
+
+class Recurrent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.GRU(4, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        out, hidden = self.rnn(x)
+        return self.head(out), hidden
+
+
+net = Net()
+recurrent = Recurrent()
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+other = torch.optim.SGD(recurrent.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+for x, y in loader:
+    validity, _ = net(x)  # the aux head is not used by this loss
+    loss = torch.nn.functional.mse_loss(validity, y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    out, _ = recurrent(x.unsqueeze(1))  # the state is dropped, but the head is computed from the same GRU
+    other.zero_grad()
+    torch.nn.functional.mse_loss(out[:, -1], y).backward()
+    other.step()
+"""
+
+
+def test_a_model_whose_dropped_output_has_layers_of_its_own_finds_unused_parameters(tmp_path: Path) -> None:
+    """eriklindernoren/PyTorch-GAN infogan: `validity, _, _ = discriminator(x)` leaves the label and code heads
+    without a gradient; wrapped plainly, rank 1 failed at the second forward ("Expected to have finished reduction
+    in the prior iteration"). A dropped RNN state comes from the layer the kept output does: nothing unused."""
+    result = port(UNUSED_HEADS)
+    lines = lines_of(result)
+    assert "net = DistributedDataParallel(net, find_unused_parameters=True)" in lines
+    assert "recurrent = DistributedDataParallel(recurrent)" in lines
+    [note] = [c.text for c in result.changes if "find_unused_parameters" in c.text]
+    assert "drops the output of self.aux" in note
+
+
+def test_the_dropped_head_model_trains_at_two_ranks(tmp_path: Path) -> None:
+    """The reproduction of infogan's failure, run: both ranks step past the second forward and end equal."""
+    out = tmp_path / "train_ddp.py"
+    teardown = "if _ddp:\n    dist.destroy_process_group()\n"
+    source = port(UNUSED_HEADS).source
+    assert source.endswith(teardown)
+    out.write_text(source.removesuffix(teardown) + EQUAL_RANKS + teardown, encoding="utf-8")
+    two = torchrun(out)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "Expected to have finished reduction" not in two.stderr
+    assert sorted(line for line in two.stdout.splitlines() if line.startswith("equal")) == ["equal True"]
+
+
+# Put before a ported script's teardown: rank 0 says whether the ranks ended equal (all_gather of checksums).
+EQUAL_RANKS = """
+if _ddp:
+    _sums = torch.stack([p.detach().double().sum() for p in [*net.parameters(), *recurrent.parameters()]])
+    _gathered = [torch.zeros_like(_sums) for _ in range(_ddp_world)]
+    dist.all_gather(_gathered, _sums)
+    if _ddp_rank == 0:
+        print("equal", all(torch.equal(_gathered[0], other) for other in _gathered), flush=True)
+"""

@@ -42,7 +42,7 @@ def training_loaders(reader: Reader) -> list[cst.Call]:
     reached: set[cst.CSTNode] = set()
     for call in backward_calls(reader):
         assert isinstance(call.func, cst.Attribute)
-        reached |= {node for node in _sources(reader, call.func.value) if is_loader(reader, node)}
+        reached |= {node for node in sources(reader, call.func.value) if is_loader(reader, node)}
     return [call for call in reader.calls if call in reached]
 
 
@@ -84,7 +84,7 @@ def _same_value(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
     return []
 
 
-def _sources(reader: Reader, start: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def sources(reader: Reader, start: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Every expression `start` is computed from, as far as the script says (breadth first, each once per call
     context). Entering the script's own function through one call (`loss = criterion(out, y)`) and reaching its
     parameter leaves through that call's argument only, not every call of the function: `criterion(...)` also

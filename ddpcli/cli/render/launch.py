@@ -70,8 +70,7 @@ def print_failures(console: Console, runs: Sequence[tuple[RunRecord, str]]) -> N
             continue
         code = "unknown" if record.exit_code is None else record.exit_code  # torchrun's status lost with its parent
         console.print(
-            f"[bold red]{escape(record.name)} {record.status}[/] (exit code {code}); "
-            f"logs in {escape(logs_dir)}",
+            f"[bold red]{escape(record.name)} {record.status}[/] (exit code {code}); logs in {escape(logs_dir)}",
             soft_wrap=True,
         )
         for failure in record.failed_ranks[:1]:

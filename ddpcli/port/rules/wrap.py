@@ -16,6 +16,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.edits import expression
 from ddpcli.port.facts import dotted
+from ddpcli.port.rules import unused
 from ddpcli.port.rules.training import Training, parameter_for
 
 PARAMETER_METHODS = ("parameters", "named_parameters")
@@ -121,7 +122,8 @@ def _wrap_code(port: Port, statement: cst.CSTNode, model: str) -> str:
     """`if _ddp: model = DistributedDataParallel(model)`, then each rank's randomness its own (once per script):
     where training starts, if that is later in the same block (what is drawn before it, a random split of the data
     or synthetic data, stays rank 0's on every rank), else right after the wrap."""
-    code = f"if _ddp:\n{_sync_batchnorm(port, model)}    {model} = DistributedDataParallel({model})\n"
+    wrapped = f"DistributedDataParallel({_ddp_arguments(port, model)})"
+    code = f"if _ddp:\n{_sync_batchnorm(port, model)}    {model} = {wrapped}\n"
     port.needs.add("seed")
     start = _training_after(port, statement)
     if start is None:
@@ -137,6 +139,18 @@ def _wrap_code(port: Port, statement: cst.CSTNode, model: str) -> str:
                     "drawn before (a random split of the data) is alike on every rank; rank 0 and python keep the "
                     "script's RNG streams")  # fmt: skip
     return code
+
+
+def _ddp_arguments(port: Port, model: str) -> str:
+    """`model`, and `find_unused_parameters=True` where the script drops an output only some layers make."""
+    found = unused.dropped_layers(port, model)
+    if found is None:
+        return model
+    call, layers = found
+    port.change(call, "ddp_wrap", f"{model} wrapped with find_unused_parameters=True: this call drops the output of "
+                f"{', '.join(layers)}, whose parameters then get no gradient in that backward (without it, DDP waits "
+                "for them and the next forward fails)")  # fmt: skip
+    return f"{model}, find_unused_parameters=True"
 
 
 def _training_after(port: Port, statement: cst.CSTNode) -> cst.BaseStatement | None:
