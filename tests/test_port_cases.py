@@ -924,3 +924,40 @@ if _ddp:
     if _ddp_rank == 0:
         print("equal", all(torch.equal(_gathered[0], other) for other in _gathered), flush=True)
 """
+
+
+SHIFTED_TARGETS = """\
+import torch
+
+data = torch.arange(41.)
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+seq_length = 4
+for i in range(0, data.size(0) - seq_length, seq_length):
+    inputs = data[i:i+seq_length]
+    targets = data[(i+1):(i+1)+seq_length]
+    assert torch.equal(targets, inputs + 1)
+    loss = torch.nn.functional.mse_loss(model(inputs), targets)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_target_slice_shifted_from_the_input_slice_is_sharded_alike() -> None:
+    """yunjey/pytorch-tutorial's language model slices its targets one step after its inputs: only the inputs were
+    sharded, so rank 1 trained on targets that were not its inputs' next tokens."""
+    lines = lines_of(port(SHIFTED_TARGETS))
+    assert "inputs = data[i + _ddp_rank * seq_length:i + (_ddp_rank + 1) * seq_length]" in lines
+    assert "targets = data[(i+1) + _ddp_rank * seq_length:(i+1) + (_ddp_rank + 1) * seq_length]" in lines
+
+
+def test_a_slice_along_a_later_axis_is_not_a_batch() -> None:
+    """`ids[:, i:i+seq_length]` steps through time (truncated backpropagation through time, its state carried from
+    one chunk to the next): the batch is the first axis, so the loop is not sharded, and the port says so."""
+    source = SHIFTED_TARGETS.replace("data = torch.arange(41.)", "data = torch.arange(82.).view(2, 41)").replace(
+        "data[i:i+seq_length]", "data[:, i:i+seq_length]").replace("data[(i+1):(i+1)+seq_length]",
+        "data[:, (i+1):(i+1)+seq_length]").replace("data.size(0)", "data.size(1)")  # fmt: skip
+    result = port(source)
+    assert "hand_batches" not in kinds(result)
+    assert any("same samples" in item.reason for item in result.not_ported), result.not_ported

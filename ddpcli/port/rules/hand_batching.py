@@ -28,17 +28,28 @@ def _range_by_batch(loop: cst.For) -> tuple[str, cst.Call] | None:
 
 
 def _slices(port: Port, loop: cst.For, variable: str, step: str, sharded: set[str]) -> list[cst.Slice]:
-    """Slices `x[i:i + bs]` in the loop's body that start at the loop variable and span one step (not of data
-    already sharded by column: there the slice is a stretch of every stream, not a batch)."""
+    """Slices of the first axis in the loop's body that start at the loop variable, or a fixed offset from it
+    (`x[i:i + bs]`, the shifted targets `x[(i+1):(i+1) + bs]`), and span one step (not of data already sharded by
+    column: there the slice is a stretch of every stream, not a batch). A slice of a later axis (`x[:, i:i + bs]`,
+    time in truncated backpropagation through time) is not a batch."""
     found = []
     for node in port.facts.walk(loop.body):
-        subscript = port.facts.parents.get(port.facts.parents.get(node))
-        if isinstance(subscript, cst.Subscript) and dotted(subscript.value) in sharded:
+        if not isinstance(node, cst.Slice) or node.lower is None or node.upper is None:
             continue
-        if isinstance(node, cst.Slice) and node.lower is not None and dotted(node.lower) == variable:
-            upper = port.code(node.upper).replace(" ", "") if node.upper is not None else ""
-            if upper in (f"{variable}+{step}", f"{step}+{variable}") or upper.startswith(f"min({variable}+{step},"):
-                found.append(node)
+        element = port.facts.parents.get(node)
+        subscript = port.facts.parents.get(element)
+        if not isinstance(subscript, cst.Subscript) or dotted(subscript.value) in sharded:
+            continue
+        if subscript.slice[0] is not element:
+            continue
+        lower = port.code(node.lower).replace(" ", "")
+        base = lower[1:-1] if lower.startswith("(") and lower.endswith(")") else lower
+        if base != variable and not base.startswith(f"{variable}+"):
+            continue
+        upper = port.code(node.upper).replace(" ", "")
+        spans = {f"{lower}+{step}", f"{step}+{lower}", f"{base}+{step}"}
+        if upper in spans or upper.startswith(f"min({lower}+{step},"):
+            found.append(node)
     return found
 
 
@@ -97,7 +108,8 @@ def apply(port: Port, training: Training | None = None) -> None:
             port.edits.rewrite(stop, lambda n, s=step: cst.parse_expression(
                 f"{cst.Module([]).code_for_node(n)} - ({s}) * (_ddp_world - 1)"))  # fmt: skip
             for piece in slices:
-                port.edits.rewrite(piece, lambda n, v=variable, s=step: n.with_changes(
+                start = port.code(piece.lower)  # type: ignore[arg-type]
+                port.edits.rewrite(piece, lambda n, v=start, s=step: n.with_changes(
                     lower=cst.parse_expression(f"{v} + _ddp_rank * {s}"),
                     upper=cst.parse_expression(f"{v} + (_ddp_rank + 1) * {s}")))  # fmt: skip
             port.change(node, "hand_batches", f"batches sliced by hand: the loop strides world size x {step} and "
