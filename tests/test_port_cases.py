@@ -961,3 +961,31 @@ def test_a_slice_along_a_later_axis_is_not_a_batch() -> None:
     result = port(source)
     assert "hand_batches" not in kinds(result)
     assert any("same samples" in item.reason for item in result.not_ported), result.not_ported
+
+
+ZIPPED_OPTIMIZERS = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+nets = [torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)]
+opts = [torch.optim.Adam(net.parameters(), lr=0.01) for net in nets]
+loader = DataLoader(TensorDataset(torch.randn(8, 1), torch.randn(8, 1)), batch_size=4)
+for x, y in loader:
+    for net, opt in zip(nets, opts):
+        loss = torch.nn.functional.mse_loss(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize("loop", ["for net, opt in zip(nets, opts):", "for index, opt in enumerate(opts):"])
+def test_optimizers_in_a_list_comprehension_stepped_in_a_zip_loop_are_optimizers(loop: str) -> None:
+    """MorvanZhou's 504_batch_normalization: `opts = [Adam(net.parameters()) for net in nets]` stepped in a `zip`
+    loop was refused as a script that "updates its parameters by hand, with no torch.optim optimizer". It is ported,
+    and what it cannot wrap (a model of a list) is said, with the data left whole (no model wrapped)."""
+    source = ZIPPED_OPTIMIZERS.replace("for net, opt in zip(nets, opts):", loop).replace("net(x)", "nets[0](x)")
+    result = port(source)
+    assert result.not_ported, result.changes
+    assert not any("no torch.optim optimizer" in item.reason for item in result.not_ported)
+    assert "DistributedSampler(" not in "\n".join(lines_of(result)[-20:])

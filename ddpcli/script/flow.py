@@ -68,7 +68,7 @@ def origins(reader: Reader, start: cst.CSTNode) -> list[cst.CSTNode]:
 def _same_value(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
     """The expressions whose value `node`'s is, one step back; [] at an end."""
     if isinstance(node, cst.Name):
-        return _reaching(reader, node, reader.values_of(node))
+        return [_unpacked(reader, node, binder) for binder in _reaching(reader, node, reader.values_of(node))]
     if isinstance(node, cst.Attribute) and dotted(node):
         return _attribute_values(reader, dotted(node))
     if isinstance(node, cst.Call):
@@ -77,6 +77,8 @@ def _same_value(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
         return [node.iter]
     if isinstance(node, cst.List | cst.Tuple | cst.Set):
         return [element.value for element in node.elements]
+    if isinstance(node, cst.ListComp | cst.SetComp | cst.GeneratorExp):
+        return [node.elt]  # each element: `[Adam(net.parameters()) for net in nets]`
     if isinstance(node, cst.Param):
         return _arguments(reader, node)
     if isinstance(node, cst.Subscript):
@@ -152,6 +154,28 @@ def _keyed(reader: Reader, node: cst.Subscript) -> list[cst.CSTNode] | None:
         else:
             return None
     return found or None
+
+
+def _unpacked(reader: Reader, name: cst.Name, binder: cst.CSTNode) -> cst.CSTNode:
+    """For a name a loop unpacks from `zip(a, b)` or `enumerate(a)` (`for net, opt in zip(nets, opts)`), the
+    iterable its position takes from (`opts`: an element of it); else the binding itself."""
+    if not isinstance(binder, cst.For | cst.CompFor) or not isinstance(binder.target, cst.Tuple | cst.List):
+        return binder
+    call = binder.iter
+    if not isinstance(call, cst.Call) or dotted(call.func) not in ("zip", "enumerate"):
+        return binder
+    elements = binder.target.elements
+    position = next((i for i, e in enumerate(elements) if _binds_name(e.value, name)), None)
+    arguments = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    if dotted(call.func) == "enumerate":
+        return arguments[0] if position == 1 and len(elements) == 2 and arguments else binder
+    if position is None or len(arguments) != len(elements):
+        return binder
+    return arguments[position]
+
+
+def _binds_name(target: cst.CSTNode, name: cst.Name) -> bool:
+    return isinstance(target, cst.Name) and target.value == name.value
 
 
 def _reaching(reader: Reader, name: cst.Name, binders: list[cst.CSTNode]) -> list[cst.CSTNode]:
