@@ -128,8 +128,14 @@ def test_accumulation_oversubscription_and_unused_parameters() -> None:
     assert codes_for({0: row(local_world_size=4)}, device="cuda") == set()
     assert codes_for({0: row(local_world_size=2, threads=2, cores=4)}) == set()
     unused = ddp(1, 0, find_unused_parameters=1)
-    assert codes_for({0: row(ddp=unused), 1: row(ddp=unused)}) == {"find_unused_parameters_unneeded"}
-    assert codes_for({0: row(ddp=unused), 1: row(ddp={**unused, "unused_parameter_size": 4})}) == set()
+    graded = dict(ddp=unused, ddp_params_without_grad=0)
+    assert codes_for({0: row(**graded), 1: row(**graded)}) == {"find_unused_parameters_unneeded"}
+    assert codes_for({0: row(**graded), 1: row(ddp={**unused, "unused_parameter_size": 4})}) == set()
+    # The reducer's traversal from the forward's outputs reaches a head whose output the loss drops (infogan's
+    # `validity, _, _ = D(x)`): unused_parameter_size 0, yet its parameters got no gradient, and without the flag
+    # the next forward fails. What the parameters held at the step decides; a run that did not record it, nothing.
+    assert codes_for({0: row(**graded), 1: row(ddp=unused, ddp_params_without_grad=2)}) == set()
+    assert codes_for({0: row(ddp=unused), 1: row(ddp=unused)}) == set()
 
 
 def test_model_state_is_rank_zeros_bytes() -> None:
@@ -153,7 +159,7 @@ def test_model_state_is_rank_zeros_bytes() -> None:
 def test_unused_parameters_advice_is_in_the_framework_that_stepped(stepped_by: list[str], says: str) -> None:
     """A Trainer user cannot 'turn off' a DDP argument Trainer passes: the switch is its own flag."""
     unused = ddp(1, 0, find_unused_parameters=1)
-    rows = {0: row(ddp=unused), 1: row(ddp=unused)}
+    rows = {0: row(ddp=unused, ddp_params_without_grad=0), 1: row(ddp=unused, ddp_params_without_grad=0)}
     frameworks = {"imported": stepped_by, "optimizer_stepped_by": stepped_by, "schedulers": []}
     observed = Observed(world_size=2, device="cpu", time_breakdown=time_breakdown(rows), frameworks=frameworks)
     (finding,) = [f for f in slowness_findings(observed, rows) if f.code == "find_unused_parameters_unneeded"]

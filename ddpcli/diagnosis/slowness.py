@@ -12,8 +12,8 @@ Thresholds (docs/contracts.md states them; shares are of the median step time):
   every one of them (no `no_sync`).
 - cpu_oversubscribed: a CPU run whose processes on one host x intra-op threads exceed the cores they may use (the
   union of the CPUs its ranks there may run on).
-- find_unused_parameters_unneeded: DDP's find_unused_parameters=True, and the reducer found no unused parameter on
-  any rank (every parameter got a gradient in the iterations it sampled).
+- find_unused_parameters_unneeded: DDP's find_unused_parameters=True, the reducer found no unused parameter on any
+  rank, and every parameter of the DDP model its optimizers step had a gradient at each rank's first steps.
 """
 
 from __future__ import annotations
@@ -203,6 +203,10 @@ def _unused_parameters(rows: dict[int, dict[str, Any]], frameworks: dict[str, An
     if not stats or not all(
         s.get("find_unused_parameters") == 1 and s.get("unused_parameter_size") == 0 for s in stats
     ):
+        return []
+    # The reducer counts as used every parameter its traversal reaches from the forward's outputs, an output the loss
+    # drops included: that every parameter it steps had a gradient is what each rank recorded at its first steps.
+    if not all(row.get("ddp_params_without_grad") == 0 for row in rows.values() if isinstance(row.get("ddp"), dict)):
         return []
     return [Finding(
         code=FIND_UNUSED_PARAMETERS_UNNEEDED, severity="info",

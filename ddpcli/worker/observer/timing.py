@@ -107,6 +107,7 @@ class StepTiming:
         self.reducer_samples = ReducerSamples()
         self.ddp_models: list[weakref.ref[DistributedDataParallel]] = []
         self.grad_bytes: int | None = None
+        self.params_without_grad: int | None = None  # most parameters of a DDP model stepped without a gradient
         self.ddp_stats: dict[str, int] | None = None
         self.memory_at_first_forward: int | None = None  # the process before any activation: runtime + model
         self.cpu_start = 0.0  # process CPU time (every thread) at the window's start
@@ -180,6 +181,10 @@ class StepTiming:
         if self.grad_bytes is None:  # at the first step, while the gradients exist (zero_grad may drop them)
             params = [param for group in optimizer.param_groups for param in group["params"]]
             self.grad_bytes = sum(_bytes(p.grad) for p in params if p.grad is not None)
+        if self.ddp_models and self.steps < DDP_READ_FIRST:
+            missing = _without_grad(optimizer, self.ddp_models)
+            if missing is not None:
+                self.params_without_grad = max(self.params_without_grad or 0, missing)
 
     def step_done(self, micro_batches: int) -> None:
         """The observer counted an optimizer step of `micro_batches` (its step row's: a backward pass for another
@@ -240,6 +245,7 @@ class StepTiming:
             **cpu_budget(),
             **model_bytes(self.observer.optimizers),
             "grad_bytes": self.grad_bytes,
+            "ddp_params_without_grad": self.params_without_grad,
             "script_collectives": self.observer.collectives.timing(),
             "sharded": sharding(optimizer_params(self.observer.optimizers), self.observer.models.modules()),
         }
@@ -253,6 +259,21 @@ class StepTiming:
                 self.reducer_samples.add(data, self.synced_before_window + 1)
                 return {key: int(data[key]) for key in DDP_KEYS if isinstance(data.get(key), int)}
         return None
+
+
+def _without_grad(optimizer: torch.optim.Optimizer, models: list[weakref.ref[DistributedDataParallel]]) -> int | None:
+    """Parameters of the DDP models that `optimizer` steps and that have no gradient at its step (a layer whose
+    output the loss dropped: the reducer's traversal counts it used); None where it steps none of theirs."""
+    held = {id(param) for group in optimizer.param_groups for param in group["params"]}
+    found = None
+    for ref in models:
+        model = ref()
+        if model is None:
+            continue
+        for param in model.parameters():
+            if param.requires_grad and id(param) in held:
+                found = (found or 0) + (param.grad is None)
+    return found
 
 
 def peak_memory(clock: Clock | None) -> dict[str, Any]:
