@@ -58,7 +58,7 @@ def launch(factory: pytest.TempPathFactory, text: str, *args: str, env: dict[str
     """`ddpcli launch experiments.toml ARGS` of the experiment file `text`, once per session.
 
     `env` is added to the launcher's environment (part of the sweep's identity, as the text and the flags are);
-    `{sweep}` in a flag or an `env` value is the sweep's folder (`--export tensorboard:{sweep}/tb`).
+    `{sweep}` in a flag is the sweep's folder (`--export tensorboard:{sweep}/tb`).
     """
     identity = json.dumps({"text": text, "args": args, "env": env or {}}, sort_keys=True)
     key = hashlib.sha256(identity.encode()).hexdigest()[:16]
@@ -71,10 +71,9 @@ def launch(factory: pytest.TempPathFactory, text: str, *args: str, env: dict[str
             path = folder / "experiments.toml"
             path.write_text(text, encoding="utf-8")
             flags = [arg.replace("{sweep}", str(folder)) for arg in args]
-            added = {key: value.replace("{sweep}", str(folder)) for key, value in (env or {}).items()}
             result = subprocess.run(
                 [sys.executable, "-m", "ddpcli", "launch", str(path), *flags], cwd=folder, capture_output=True,
-                text=True, timeout=900, check=False, env={**os.environ, **added},
+                text=True, timeout=900, check=False, env={**os.environ, **(env or {})},
             )  # fmt: skip
             saved = {"returncode": result.returncode, "stdout": result.stdout, "stderr": result.stderr,
                      "aborted": aborted_at_exit(folder)}  # fmt: skip

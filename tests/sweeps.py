@@ -3,67 +3,17 @@
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.helpers import OBSERVE_SCRIPTS as SCRIPTS
-from tests.helpers import launch, launched_root
+from tests.helpers import launched_root
 
-# -- why is it slow, and predict before you pay: one plain DDP script with knobs, one cause switched on per run -----
-# (tests/test_why_slow_e2e.py reads the findings and time breakdowns, tests/test_predict_e2e.py the predictions)
+# -- why is it slow: one plain DDP script with knobs (tests/test_why_slow_e2e.py, tests/test_predict_e2e.py) --------
 
 KNOB_SCRIPT = SCRIPTS / "slow_knobs.py"
 KNOB_ARGS = ["--batch-size", "{per_device_batch_size}", "--grad-accum", "{grad_accum_steps}", "--steps",
              "{total_steps}"]  # fmt: skip
-KNOB_HIDDEN = 512  # the script's MLP: Linear(64, H), (H, H), (H, 1)
-KNOB_PARAMS = 64 * KNOB_HIDDEN + KNOB_HIDDEN + KNOB_HIDDEN * KNOB_HIDDEN + KNOB_HIDDEN + KNOB_HIDDEN + 1
-# a cache folder of the sweep's own: the all-reduce probe runs in this sweep, whatever ran before it
-KNOB_ENV = {"DDPCLI_CACHE_DIR": "{sweep}/cache"}
-
-
-def _knob_run(name: str, procs: int, *knobs: str, batch: int = 2048, accumulation: int = 1) -> str:
-    return f"""
-[[experiments]]
-name = "{name}"
-nproc_per_node = {procs}
-per_device_batch_size = {batch}
-grad_accum_steps = {accumulation}
-args = {json.dumps(KNOB_ARGS + list(knobs))}
-"""
-
-
-KNOBS = f"""
-[defaults]
-script = "{KNOB_SCRIPT}"
-args = {json.dumps(KNOB_ARGS)}
-max_steps = 10
-dataset_size = 1000000
-scaling = "none"
-per_device_batch_size = 2048
-lr = 0.01
-env = {{ OMP_NUM_THREADS = "1" }}
-
-[baseline]
-name = "clean-1"
-""" + "".join([
-    _knob_run("half-batch-1", 1, batch=1024),  # a second point of the baseline's compute line, before the rest
-    _knob_run("clean-2", 2),
-    _knob_run("slow-data-1", 1, "--slow-getitem", "0.00003"),
-    _knob_run("straggler-2", 2, "--sleepy-rank", "1", "--sleep", "0.1"),
-    _knob_run("crowded-2", 2, "--crowded-rank", "1", batch=1024),
-    _knob_run("accumulation-sync-2", 2, "--sync-every-micro-batch", accumulation=2),
-    _knob_run("accumulation-no-sync-unused-2", 2, "--find-unused", accumulation=2),
-    _knob_run("tiny-batch-2", 2, "--hidden", "2048", batch=4),
-    _knob_run("four-procs", 4),
-])  # fmt: skip
-
-
-def knob_runs(factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """The knob sweep's runs (launched once per session), and "cache": {"dir": its probe cache}."""
-    sweep = launch(factory, KNOBS, env=KNOB_ENV)
-    return {**sweep.runs(), "cache": {"dir": sweep.root / "cache"}}
-
 
 # -- plain DDP, Lightning (with validation), Hugging Face: 1 process, and 2 processes with accumulation 2 ----------
 

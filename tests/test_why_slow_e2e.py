@@ -11,14 +11,51 @@ from typing import Any
 import pytest
 
 from ddpcli.diagnosis.slowness import SLOWNESS_CODES
-from tests.helpers import codes, compare_json
-from tests.sweeps import KNOB_HIDDEN, knob_runs
+from tests.helpers import codes, compare_json, launch
+from tests.sweeps import KNOB_ARGS, KNOB_SCRIPT
 
 pytestmark = pytest.mark.e2e
 
+SCRIPT, ARGS = KNOB_SCRIPT, KNOB_ARGS
+
+
+def _run(name: str, procs: int, *knobs: str, batch: int = 2048, accumulation: int = 1) -> str:
+    return f"""
+[[experiments]]
+name = "{name}"
+nproc_per_node = {procs}
+per_device_batch_size = {batch}
+grad_accum_steps = {accumulation}
+args = {json.dumps(ARGS + list(knobs))}
+"""
+
+
+KNOBS = f"""
+[defaults]
+script = "{SCRIPT}"
+args = {json.dumps(ARGS)}
+max_steps = 10
+dataset_size = 1000000
+scaling = "none"
+per_device_batch_size = 2048
+lr = 0.01
+env = {{ OMP_NUM_THREADS = "1" }}
+
+[baseline]
+name = "clean-1"
+""" + "".join([
+    _run("clean-2", 2),
+    _run("slow-data-1", 1, "--slow-getitem", "0.00003"),
+    _run("straggler-2", 2, "--sleepy-rank", "1", "--sleep", "0.1"),
+    _run("crowded-2", 2, "--crowded-rank", "1", batch=1024),
+    _run("accumulation-sync-2", 2, "--sync-every-micro-batch", accumulation=2),
+    _run("accumulation-no-sync-unused-2", 2, "--find-unused", accumulation=2),
+    _run("tiny-batch-2", 2, "--hidden", "2048", batch=4),
+    _run("four-procs", 4),
+])  # fmt: skip
+
 EXPECTED = {
     "clean-1": set(),
-    "half-batch-1": set(),
     "clean-2": set(),
     "slow-data-1": {"input_bound"},
     "straggler-2": {"straggler_rank"},
@@ -31,9 +68,7 @@ EXPECTED = {
 
 @pytest.fixture(scope="module")
 def knobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    runs = knob_runs(tmp_path_factory)
-    del runs["cache"]
-    return runs
+    return launch(tmp_path_factory, KNOBS).runs()
 
 
 def slow_codes(record: dict[str, Any]) -> set[str]:
@@ -116,7 +151,7 @@ def test_accumulation_counts_all_reduces_per_step(knobs: dict[str, dict[str, Any
 def test_model_state_is_the_exact_byte_count(knobs: dict[str, dict[str, Any]]) -> None:
     """nn.Linear(64, H), (H, H), (H, 1) in float32, SGD with momentum: one buffer per parameter."""
     for name, run in knobs.items():
-        hidden = 2048 if name == "tiny-batch-2" else KNOB_HIDDEN
+        hidden = 2048 if name == "tiny-batch-2" else 512
         count = 64 * hidden + hidden + hidden * hidden + hidden + hidden + 1
         state = run["record"]["observed"]["model_state"]
         assert state["param_count"] == count
