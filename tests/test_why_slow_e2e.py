@@ -98,6 +98,9 @@ def test_each_cause_gets_its_finding_and_the_clean_runs_none(knobs: dict[str, di
     assert record["status"] == "completed", record["failed_ranks"]
     if name == "tiny-batch-2":  # the all-reduce dominates; other causes may show beside it on a loaded machine
         assert "communication_bound" in slow_codes(record), record["observed"]["time_breakdown"]
+    elif name == "accumulation-sync-2":  # its all-reduce per micro-batch can also be 40% of a step under load
+        found = slow_codes_of_the_run(record) - {"communication_bound"}
+        assert found == EXPECTED[name], (record["findings"], record["observed"]["time_breakdown"])
     elif "straggler_rank" in EXPECTED[name]:
         assert slow_codes(record) == EXPECTED[name], (record["findings"], record["observed"]["time_breakdown"])
     else:
