@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 
@@ -30,3 +31,14 @@ def die_with_parent(parent: int | None = None) -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGTERM)
 
     return set_parent_death_signal
+
+
+def ended(pid: int) -> bool:
+    """Whether process `pid` has ended (Linux /proc): gone, or a zombie or dead process whose parent has not waited
+    for it (a child of torchrun's killed group, or a torchrun whose parent, the prestart server, is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    state = stat[stat.rfind(")") + 2 :][:1]
+    return state in ("Z", "X", "")

@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ddpcli.launch.parent_death import die_with_parent
+from ddpcli.launch.parent_death import die_with_parent, ended
 
 TORCHRUN_MODULE = "torch.distributed.run"
 FORK_ANSWER_S = 60.0  # the server answers a fork at once; this long without the pid, it is given up
@@ -167,18 +167,13 @@ class ForkedAgent:
 
 def _gone_within(pid: int, timeout: float | None) -> bool:
     """Whether process `pid` (not a child of ours: its parent, the server, is gone) has ended, waiting up to
-    `timeout` seconds (forever for None); a zombie has ended."""
+    `timeout` seconds (forever for None)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            return True
-        if state in ("Z", "X"):
-            return True
+    while not ended(pid):
         if deadline is not None and time.monotonic() >= deadline:
             return False
         time.sleep(0.02)
+    return True
 
 
 _server: Server | None = None

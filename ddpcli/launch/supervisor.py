@@ -26,7 +26,7 @@ from typing import Any
 from ddpcli.jsonvalues import read_json
 from ddpcli.launch import prestart
 from ddpcli.launch.argv import LaunchSpec
-from ddpcli.launch.parent_death import die_with_parent
+from ddpcli.launch.parent_death import die_with_parent, ended
 from ddpcli.rundir.layout import OBSERVED_DIR, PROGRESS_KINDS, rank_file_name
 from ddpcli.rundir.metrics import iter_new_metrics
 
@@ -196,18 +196,9 @@ def kill_marked(marker: bytes, wait_s: float = 0.0) -> list[int]:
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + wait_s
-    while any(map(_running, killed)) and time.monotonic() < deadline:
+    while not all(map(ended, killed)) and time.monotonic() < deadline:
         time.sleep(0.01)
     return killed
-
-
-def _running(pid: int) -> bool:
-    """Not yet ended: a zombie has (only its parent's wait is missing)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2 :].startswith("Z") is False
 
 
 def group_rank_of_workers(agent_pid: int) -> int | None:
