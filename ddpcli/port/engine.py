@@ -108,6 +108,8 @@ def rules_only(source: str, name: str) -> PortResult:
 
 
 def _no_loader_note(port: Port) -> None:
+    """What stays whole under torchrun: everything, where no model is wrapped (every wrap records a ddp_wrap
+    change and names its model), else the data of a step no sharding rule reached."""
     kinds = {change.kind for change in port.changes}
     steps = port.facts.step_calls()
     if not steps:
@@ -125,9 +127,6 @@ def _no_loader_note(port: Port) -> None:
         step = steps[0]
         port.cannot(step, "no training DataLoader found for this step's data: every rank would train on the "
                     "same samples; shard them by _ddp_rank and _ddp_world")  # fmt: skip
-    if "ddp_wrap" not in kinds and not any("DistributedDataParallel" in item.reason for item in port.not_ported):
-        port.cannot(port.facts.step_calls()[0], "no model found whose parameters an optimizer takes: wrap the "
-                    "trained model in DistributedDataParallel yourself")  # fmt: skip
 
 
 def port_script(path: Path) -> PortResult:
