@@ -1,0 +1,66 @@
+"""CI's install into the running interpreter's environment: what the README's `pip install torch==2.13.0 -e ".[dev]"`
+installs, by uv where it can, by pip where it cannot.
+
+pip takes ~30 s here to resolve and unpack the ~130 distributions (5 % of CI's time); `uv pip install` installs the
+same ones in ~3 s. uv reads no pip configuration, so pip's own (`pip config list`: its files and PIP_* variables)
+is passed on as uv's flags, with `--index-strategy unsafe-best-match`: the newest version across every index, as pip
+picks (uv's default takes the first index that has the package, older releases here). A configuration key that
+this file does not know how to pass on, or any failure of uv, and pip installs instead: CI must not depend on uv.
+Bytecode: neither compiles (see .ci/run).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+REQUIREMENTS = ["torch==2.13.0", "-e", ".[dev]"]  # CPU torch first: any other spelling pulls a multi-GB CUDA build
+AS_FLAGS = {"find-links": "--find-links", "extra-index-url": "--extra-index-url", "index-url": "--index-url",
+            "constraint": "--constraint"}  # fmt: skip
+IGNORED = {"cert", "timeout", "default-timeout", "disable-pip-version-check", "no-input", "progress-bar", "retries"}
+SCOPES = (":env:", "install", "global")  # pip's precedence: the environment, then [install], then [global]
+
+
+def pip_configuration() -> dict[str, str]:
+    """pip's effective settings, name -> value, each from the scope pip would take it from."""
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                            check=True).stdout  # fmt: skip
+    found: dict[tuple[str, str], str] = {}
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        scope, _, name = key.rpartition(".")
+        found[(scope, name)] = ast.literal_eval(value)
+    names = {name for _, name in found}
+    return {name: next(found[(scope, name)] for scope in SCOPES if (scope, name) in found) for name in names}
+
+
+def uv_command(settings: dict[str, str]) -> list[str] | None:
+    """`uv pip install` with pip's settings, or None where one of them has no translation here."""
+    if set(settings) - set(AS_FLAGS) - IGNORED:
+        return None
+    flags = [part for name, flag in AS_FLAGS.items() for value in settings.get(name, "").split()
+             for part in (flag, value)]  # fmt: skip
+    return [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", sys.executable,
+            "--index-strategy", "unsafe-best-match", *flags, *REQUIREMENTS]  # fmt: skip
+
+
+def main() -> int:
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile"]
+    settings = pip_configuration()
+    command = uv_command(settings)
+    if command is not None and subprocess.run([*pip, "uv"], check=False).returncode == 0:
+        env = dict(os.environ)
+        if settings.get("cert"):
+            env["SSL_CERT_FILE"] = settings["cert"]  # pip's certificates, for an index behind a proxy of its own
+        if subprocess.run(command, env=env, check=False).returncode == 0:
+            return 0
+        print("ci: uv could not install; pip installs instead", file=sys.stderr)
+    else:
+        print("ci: pip installs (uv unavailable, or a pip setting uv is not given)", file=sys.stderr)
+    return subprocess.run([*pip, *REQUIREMENTS], check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
