@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import json
 import shutil
+import threading
 import tracemalloc
 from pathlib import Path
 
@@ -85,15 +86,24 @@ def test_memory_per_run_stays_flat(
     """A first compare (no summary written: RACY_S makes the copies never settle, whether the copying took more or
     less than 2 s), and a compare that reads the summaries a first one kept."""
     monkeypatch.setattr(summary_cache, "RACY_S", -1.0 if settled else 1e9)
-    measured = {}
     for runs in (40, 160):
         synthesize(template, tmp_path / f"runs-{runs}", runs)
         compared(tmp_path / f"runs-{runs}", json_rows=json_rows)  # warm: the interpreter's caches; writes summaries
-        measured[runs] = held(tmp_path / f"runs-{runs}", json_rows=json_rows)
-    kept_per_run = (measured[160][0] - measured[40][0]) / 120
-    peak_per_run = (measured[160][1] - measured[40][1]) / 120
-    assert kept_per_run < RETAINED_PER_RUN, f"{kept_per_run:.0f} bytes kept a run"
-    assert peak_per_run < PEAK_PER_RUN, f"{peak_per_run:.0f} bytes at peak a run"
+    kept_per_run, peak_per_run = slopes(tmp_path, json_rows)
+    if kept_per_run >= RETAINED_PER_RUN or peak_per_run >= PEAK_PER_RUN:
+        # tracemalloc counts every thread of this pytest worker: in 1 CI run of ~8 one measurement kept 32 KB a run
+        # (never alone, 0 of 20). Memory that compare itself keeps is kept again; the lower of two is compare's.
+        again = slopes(tmp_path, json_rows)
+        kept_per_run, peak_per_run = min(kept_per_run, again[0]), min(peak_per_run, again[1])
+    threads = [thread.name for thread in threading.enumerate()]
+    assert kept_per_run < RETAINED_PER_RUN, f"{kept_per_run:.0f} bytes kept a run (threads: {threads})"
+    assert peak_per_run < PEAK_PER_RUN, f"{peak_per_run:.0f} bytes at peak a run (threads: {threads})"
+
+
+def slopes(root: Path, json_rows: bool) -> tuple[float, float]:
+    """Bytes kept, and at peak, per run: between compare of the 40 and of the 160 runs under `root`."""
+    measured = {runs: held(root / f"runs-{runs}", json_rows=json_rows) for runs in (40, 160)}
+    return (measured[160][0] - measured[40][0]) / 120, (measured[160][1] - measured[40][1]) / 120
 
 
 def test_a_record_is_held_only_while_its_row_is_built(template: Path, tmp_path: Path) -> None:
