@@ -993,3 +993,42 @@ def test_optimizers_in_a_list_comprehension_stepped_in_a_zip_loop_are_optimizers
     assert result.not_ported, result.changes
     assert not any("no torch.optim optimizer" in item.reason for item in result.not_ported)
     assert "DistributedSampler(" not in "\n".join(lines_of(result)[-20:])
+
+
+CRITIC_EVERY_STEP = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+generator = torch.nn.Linear(2, 4)
+discriminator = torch.nn.Linear(4, 1)
+optimizer_G = torch.optim.Adam(generator.parameters(), lr=0.001)
+optimizer_D = torch.optim.Adam(discriminator.parameters(), lr=0.001)
+loader = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4)
+n_critic = 2
+for i, (real,) in enumerate(loader):
+    optimizer_D.zero_grad()
+    z = torch.randn(real.shape[0], 2)
+    fake = generator(z)
+    d_loss = -torch.mean(discriminator(real)) + torch.mean(discriminator(fake))
+    d_loss.backward()
+    optimizer_D.step()
+    optimizer_G.zero_grad()
+    if i % n_critic == 0:
+        g_loss = -torch.mean(discriminator(generator(z)))
+        g_loss.backward()
+        optimizer_G.step()
+"""
+
+
+def test_a_generator_stepped_every_few_critic_steps_is_not_accumulation() -> None:
+    """eriklindernoren/PyTorch-GAN wgan_gp.py: the generator steps `if i % opt.n_critic == 0`, but
+    `optimizer_G.zero_grad()` runs at every iteration, so no gradient adds up across iterations. The port wrapped
+    the critic's forward and backward in `generator.no_sync()` with a note calling it accumulation (harmless, the
+    generator's gradients there are zeroed; the words untrue). Accumulation needs the stepped optimizer's
+    gradients kept until its step: a zero_grad of it at every iteration means there is none."""
+    result = port(CRITIC_EVERY_STEP)
+    assert "no_sync" not in kinds(result) and "no_sync" not in result.source
+    every_iteration = "    optimizer_G.zero_grad()\n    if i % n_critic == 0:\n"
+    where_it_steps = "    if i % n_critic == 0:\n        optimizer_G.zero_grad()\n"
+    accumulating = CRITIC_EVERY_STEP.replace(every_iteration, where_it_steps)
+    assert "no_sync" in kinds(port(accumulating))  # zeroed only where it steps: the critic's passes add up

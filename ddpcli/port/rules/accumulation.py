@@ -23,6 +23,8 @@ def apply(port: Port) -> None:
         condition = next((a for a in facts.ancestors(step) if a is loop or isinstance(a, cst.If)), None)
         if not isinstance(condition, cst.If) or not _counts_micro_batches(port, condition):
             continue
+        if _zeroed_every_iteration(port, step, loop, condition):
+            continue
         for call in facts.calls:
             if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"):
                 continue
@@ -54,6 +56,21 @@ def _counts_micro_batches(port: Port, condition: cst.If) -> bool:
     micro-batches. `if args.use_optimizer: optimizer.step() else: ...` is a choice of update, not accumulation."""
     test = port.code(condition.test).lower()
     return condition.orelse is None and ("%" in test or "accum" in test)
+
+
+def _zeroed_every_iteration(port: Port, step: cst.Call, loop: cst.CSTNode, condition: cst.If) -> bool:
+    """The stepped optimizer's `zero_grad()` runs at every iteration of the loop (not under the step's condition):
+    nothing adds up between its steps, so there is no accumulation (PyTorch-GAN's wgan_gp zeroes its generator's
+    gradients at every critic step and steps it every n_critic-th)."""
+    stepped = {dotted(step.func.value), *(dotted(arg.value) for arg in step.args)} - {None, ""}  # scaler.step(opt)
+    for call in port.facts.calls:
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "zero_grad" and dotted(func.value) in stepped):
+            continue
+        around = list(port.facts.ancestors(call))
+        if loop in around and condition not in around:
+            return True
+    return False
 
 
 def _calls(port: Port, statement: cst.CSTNode, model: str) -> bool:
