@@ -1032,3 +1032,35 @@ def test_a_generator_stepped_every_few_critic_steps_is_not_accumulation() -> Non
     where_it_steps = "    if i % n_critic == 0:\n        optimizer_G.zero_grad()\n"
     accumulating = CRITIC_EVERY_STEP.replace(every_iteration, where_it_steps)
     assert "no_sync" in kinds(port(accumulating))  # zeroed only where it steps: the critic's passes add up
+
+
+READ_FIRST = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+data = torch.load("traindata.pt")
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(data, torch.randn(len(data), 1)), batch_size=4)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "model.pt")
+"""
+
+
+def test_a_file_read_before_the_script_writes_anything_gets_no_barrier() -> None:
+    """pytorch/examples time_sequence_prediction reads traindata.pt (written by another script, generate_sine_wave.py)
+    at its start and saves later: the port put a barrier before the read, saying "rank 0 has written it", of a file
+    the script never writes. A read at module level, in no loop, before every write needs no barrier; a read after
+    a write, or one the script may run again after writing, keeps it."""
+    result = port(READ_FIRST)
+    assert "barrier" not in kinds(result) and "barrier()" not in result.source
+    read_back = READ_FIRST + 'model.load_state_dict(torch.load("model.pt"))\n'
+    assert "barrier" in kinds(port(read_back))
+    in_a_loop = READ_FIRST.replace('data = torch.load("traindata.pt")\n', "data = torch.randn(16, 4)\n").replace(
+        "for x, y in loader:\n", 'for x, y in loader:\n        model.load_state_dict(torch.load("model.pt"))\n', 1
+    )
+    assert "barrier" in kinds(port(in_a_loop))  # epoch 2 reads what epoch 1 saved

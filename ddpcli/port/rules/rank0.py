@@ -57,14 +57,15 @@ def apply(port: Port) -> None:
                and isinstance(a := facts.parents.get(c), cst.Assign) for t in a.targets}  # fmt: skip
     loggers = {dotted(t.target) for c in facts.calls if facts.resolve(c) == "logging.getLogger"
                and isinstance(a := facts.parents.get(c), cst.Assign) for t in a.targets}  # fmt: skip
-    saves = False
+    written: list[cst.CSTNode] = []  # every write, for the reads that may come after one
     for node in facts.walk(facts.module):
         if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
             value = node.value
             what = _talks_or_writes(port, value, writers, loggers)
             if not what:
                 continue
-            saves |= what == "write"
+            if what == "write":
+                written.append(node)
             line = facts.parents[node]
             if _inside_guard(port, node):
                 pass
@@ -78,7 +79,7 @@ def apply(port: Port) -> None:
         elif isinstance(node, cst.With) and any(
             isinstance(item.item, cst.Call) and _opens_for_writing(item.item) for item in node.items
         ):
-            saves = True
+            written.append(node)
             port.edits.guard(node, "_is_main")
             port.change(node, "rank0", "a file opened for writing: rank 0 writes it, once")
         elif (
@@ -86,7 +87,7 @@ def apply(port: Port) -> None:
             and _opens_for_writing(node)
             and not isinstance(facts.parents.get(facts.parents.get(node)), cst.With)
         ):
-            saves = True
+            written.append(node)
             _open_on_rank_zero(port, node)
         elif isinstance(node, cst.Call) and (
             last_name(node) in WRITER_CLASSES
@@ -99,8 +100,8 @@ def apply(port: Port) -> None:
                 cst.parse_expression("not _is_main"), keyword=cst.Name("disable"),
                 equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))]))  # fmt: skip
             port.change(node, "rank0", "progress bar shown on rank 0 only")
-    if saves:
-        _barriers(port)
+    if written:
+        _barriers(port, written)
 
 
 def _on_rank_zero(func: cst.CSTNode) -> cst.CSTNode:
@@ -167,10 +168,20 @@ def _read_back_statement(port: Port, call: cst.Call) -> cst.CSTNode:
     return statement
 
 
-def _barriers(port: Port) -> None:
+def _before_every_write(port: Port, call: cst.Call, written: list[cst.CSTNode]) -> bool:
+    """A read that runs once, before anything is written: at module level (in no function, which could be called
+    later, and no loop, which could come back to it) and above every write (time_sequence_prediction reads the
+    traindata.pt another script wrote, then saves plots)."""
+    facts = port.facts
+    if any(isinstance(node, cst.FunctionDef | cst.For | cst.While) for node in facts.ancestors(call)):
+        return False
+    return all(facts.line(node) > facts.line(call) for node in written)
+
+
+def _barriers(port: Port, written: list[cst.CSTNode]) -> None:
     facts = port.facts
     for call in facts.calls:
-        if facts.resolve(call) in READS:
+        if facts.resolve(call) in READS and not _before_every_write(port, call, written):
             statement = _read_back_statement(port, call)
             port.edits.insert_before(statement, f"if _ddp:\n    {port.dist}.barrier()  # rank 0 has written it\n")
             port.needs_group_here(statement)
