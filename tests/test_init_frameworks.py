@@ -7,10 +7,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
 from ddpcli.experiment.planning import load_plan
+from ddpcli.experiment.resolved import Plan
 from tests.conftest import REPO
 
 runner = CliRunner()
@@ -18,7 +20,7 @@ SCRIPTS = REPO / "tests" / "init_scripts"
 FABRIC = (SCRIPTS / "fabric_classifier.py").read_text(encoding="utf-8")
 
 
-def init(tmp_path: Path, name: str, text: str | None = None, *args: str):
+def init(tmp_path: Path, name: str, text: str | None = None, *args: str) -> tuple[Plan, str]:
     if text is None:
         shutil.copy(SCRIPTS / name, tmp_path / name)
     else:
@@ -37,8 +39,14 @@ def test_the_trainer_gets_use_cpu_and_a_gloo_backend_on_a_machine_without_cuda(t
     assert "--ddp_backend gloo set:" in text
 
 
-def test_fabric_gets_the_settings_fabric_run_would_set_with_each_runs_device_count(tmp_path: Path) -> None:
-    plan, text = init(tmp_path, "fabric_classifier.py")
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory: pytest.TempPathFactory) -> tuple[Plan, str]:
+    """init of the Fabric script as it is, once for the tests that read it (its --help imports lightning)."""
+    return init(tmp_path_factory.mktemp("fabric"), "fabric_classifier.py")
+
+
+def test_fabric_gets_the_settings_fabric_run_would_set_with_each_runs_device_count(fabric: tuple[Plan, str]) -> None:
+    plan, text = fabric
     envs = {run.name: run.launch.env for run in plan.runs}
     common = {"LT_ACCELERATOR": "cpu", "LT_STRATEGY": "ddp", "LT_NUM_NODES": "1", "LT_CLI_USED": "1"}
     assert envs["1x64"] == {**common, "LT_DEVICES": "1"}
@@ -53,6 +61,6 @@ def test_fabric_that_sets_devices_itself_or_launches_gets_no_lt_cli_used(tmp_pat
         assert "LT_CLI_USED" not in env and env["LT_DEVICES"] == "1" and "LT_CLI_USED is not set" in text
 
 
-def test_adadelta_keeps_its_lr_in_the_runs_comments(tmp_path: Path) -> None:
-    _, text = init(tmp_path, "fabric_classifier.py")
+def test_adadelta_keeps_its_lr_in_the_runs_comments(fabric: tuple[Plan, str]) -> None:
+    _, text = fabric
     assert "global 128, same lr (the script's own)" in text and "lr scaled" not in text

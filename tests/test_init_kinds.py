@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,26 @@ def copy_and_init(tmp_path: Path, name: str, *args: str) -> tuple[Plan, str, str
     code, _, err = init(script, "-o", output, "--nproc-per-node", "2", *args)
     assert code == 0, err
     return load_plan(output), output.read_text(encoding="utf-8"), err
+
+
+Inited = Callable[..., tuple[Path, Plan, str]]
+
+
+@pytest.fixture(scope="module")
+def inited(tmp_path_factory: pytest.TempPathFactory) -> Inited:
+    """copy_and_init once per module for each (script, arguments): the test of what init wrote and the test that
+    launches it read one folder (init runs the script's --help: ~3 CPU-seconds for Lightning's). (folder, plan,
+    file text); a launch adds its runs/ to the folder, which no reader of the plan looks at."""
+    done: dict[tuple[str, ...], tuple[Path, Plan, str]] = {}
+
+    def get(name: str, *args: str) -> tuple[Path, Plan, str]:
+        if (name, *args) not in done:
+            folder = tmp_path_factory.mktemp(name.replace(".", "-"))
+            plan, text, _ = copy_and_init(folder, name, *args)
+            done[(name, *args)] = (folder, plan, text)
+        return done[(name, *args)]
+
+    return get
 
 
 @pytest.mark.parametrize(
@@ -104,13 +125,13 @@ def test_configurator_globals_are_wired_without_running_the_script(tmp_path: Pat
     ]  # fmt: skip
 
 
-def test_required_positionals_are_refused_then_taken_after_the_double_dash(tmp_path: Path) -> None:
+def test_required_positionals_are_refused_then_taken_after_the_double_dash(tmp_path: Path, inited: Inited) -> None:
     shutil.copy(SCRIPTS / "positionals.py", tmp_path / "positionals.py")
     code, _, err = init(tmp_path / "positionals.py", "-o", tmp_path / "e.toml")
     assert code == 2 and err.count("\n") == 1 and not (tmp_path / "e.toml").exists()
     assert "requires total_epochs (positional), save_every (positional): give fixed values after --" in err
     assert "-- TOTAL_EPOCHS SAVE_EVERY`" in err
-    plan, text, _ = copy_and_init(tmp_path, "positionals.py", "--", "2", "1")
+    _, plan, text = inited("positionals.py", "--", "2", "1")
     assert plan.baseline.launch.args == ["2", "1", "--batch_size", "{per_device_batch_size}"]
     assert all(run.launch.workdir == "run" for run in plan.runs)  # snapshot.pt: each run its own working directory
     # lr 1e-3 is hard-coded in the SGD call: a labelled stand-in, never scaled, never passed
@@ -136,8 +157,8 @@ def test_a_required_option_is_named_and_a_wired_value_after_the_dash_is_the_base
     assert plan.experiments[0].plan.scaling == "sqrt"  # AdamW read from the source: not a silent sgd
 
 
-def test_lightning_devices_nodes_strategy_and_accelerator_are_wired(tmp_path: Path) -> None:
-    plan, _, _ = copy_and_init(tmp_path, "lightning_devices.py", "--help-timeout", LIGHTNING_HELP_S)
+def test_lightning_devices_nodes_strategy_and_accelerator_are_wired(inited: Inited) -> None:
+    folder, plan, _ = inited("lightning_devices.py", "--help-timeout", LIGHTNING_HELP_S)
     args = plan.baseline.launch.args
     pairs = dict(zip(args[::2], args[1::2], strict=True))
     assert pairs == {
@@ -145,7 +166,7 @@ def test_lightning_devices_nodes_strategy_and_accelerator_are_wired(tmp_path: Pa
         "--lr": "{lr}", "--max_steps": "{total_steps}", "--devices": "{nproc_per_node}", "--num_nodes": "{nnodes}",
         "--strategy": "ddp", "--accelerator": "cpu",
     }  # fmt: skip
-    command = script_args(dry_run(tmp_path / "experiments.toml")["2x4"], "lightning_devices.py")
+    command = script_args(dry_run(folder / "experiments.toml")["2x4"], "lightning_devices.py")
     filled = dict(zip(command[::2], command[1::2], strict=True))
     assert (filled["--devices"], filled["--num_nodes"], filled["--batch_size"]) == ("2", "1", "4")
 
@@ -166,8 +187,8 @@ def test_lightning_cli_flags_are_dotted_and_fit_comes_first(tmp_path: Path) -> N
     assert baseline.optimizer == "adam"  # configure_optimizers builds torch.optim.Adam
 
 
-def test_accelerate_cpu_switch_and_hard_coded_values_are_stand_ins(tmp_path: Path) -> None:
-    plan, text, _ = copy_and_init(tmp_path, "accelerate_cpu.py")
+def test_accelerate_cpu_switch_and_hard_coded_values_are_stand_ins(inited: Inited) -> None:
+    _, plan, text = inited("accelerate_cpu.py")
     assert plan.baseline.launch.args == ["--gradient_accumulation_steps", "{grad_accum_steps}", "--cpu"]
     baseline, wider = plan.baseline, plan.experiments[0]
     assert baseline.stand_ins == ("per_device_batch_size", "lr", "warmup_steps")
@@ -179,10 +200,10 @@ def test_accelerate_cpu_switch_and_hard_coded_values_are_stand_ins(tmp_path: Pat
     assert "get_linear_schedule_with_warmup(num_warmup_steps=2)" in text
 
 
-def test_timm_style_lr_rule_device_and_warmup_epochs(tmp_path: Path) -> None:
+def test_timm_style_lr_rule_device_and_warmup_epochs(inited: Inited) -> None:
     """--lr is None by design: the baseline's lr is what timm's own rule gives its global batch, --lr is wired
     (which turns timm's rule off) and the file says so; --lr-base is not wired (it would scale twice)."""
-    plan, text, _ = copy_and_init(tmp_path, "timm_style.py")
+    _, plan, text = inited("timm_style.py")
     pairs = dict(zip(plan.baseline.launch.args[::2], plan.baseline.launch.args[1::2], strict=True))
     assert pairs["--lr"] == "{lr}" and pairs["--device"] == "cpu" and "--lr-base" not in pairs
     assert plan.baseline.plan.lr == pytest.approx(0.1 * 16 / 256)
@@ -258,40 +279,40 @@ def test_init_then_launch_a_configurator_script(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-def test_init_then_launch_a_script_with_required_positionals_each_run_in_its_own_directory(tmp_path: Path) -> None:
+def test_init_then_launch_a_script_with_required_positionals_each_run_in_its_own_directory(inited: Inited) -> None:
     """The DDP tutorial's pattern: `-- 2 1` fixed, snapshot.pt in the working directory. With workdir = "run"
     the second run does not resume the first one's snapshot."""
-    plan, _, _ = copy_and_init(tmp_path, "positionals.py", "--", "2", "1")
-    runs = launch_and_read(tmp_path, "1x32", "2x16")
+    folder, plan, _ = inited("positionals.py", "--", "2", "1")
+    runs = launch_and_read(folder, "1x32", "2x16")
     assert_followed(plan, runs)
     for run_dir, _ in runs.values():
         assert (run_dir / "snapshot.pt").is_file()
         assert {(item["cwd"], item["epochs_run"]) for item in received(run_dir)} == {(str(run_dir), 0)}
-    assert not (tmp_path / "snapshot.pt").exists()
+    assert not (folder / "snapshot.pt").exists()
 
 
 @pytest.mark.e2e
-def test_init_then_launch_lightning_with_devices_wired(tmp_path: Path) -> None:
+def test_init_then_launch_lightning_with_devices_wired(inited: Inited) -> None:
     """Was: every multi-process run failed with "devices=1 ... does not match the world size (2)"."""
-    plan, _, _ = copy_and_init(tmp_path, "lightning_devices.py", "--help-timeout", LIGHTNING_HELP_S)
-    assert_followed(plan, launch_and_read(tmp_path, "1x8", "2x4"))
+    folder, plan, _ = inited("lightning_devices.py", "--help-timeout", LIGHTNING_HELP_S)
+    assert_followed(plan, launch_and_read(folder, "1x8", "2x4"))
 
 
 @pytest.mark.e2e
-def test_init_then_launch_accelerate_on_cpu_as_one_training(tmp_path: Path) -> None:
+def test_init_then_launch_accelerate_on_cpu_as_one_training(inited: Inited) -> None:
     """Was: without --cpu, accelerate under torchrun on a CPU machine ran one separate training per process."""
-    plan, _, _ = copy_and_init(tmp_path, "accelerate_cpu.py")
-    runs = launch_and_read(tmp_path, "1x16", "2x16")
+    folder, plan, _ = inited("accelerate_cpu.py")
+    runs = launch_and_read(folder, "1x16", "2x16")
     assert_followed(plan, runs)
     assert {item["distributed_type"] for item in received(runs["2x16"][0])} == {"DistributedType.MULTI_CPU"}
 
 
 @pytest.mark.e2e
-def test_init_then_launch_timm_style_with_its_own_rule_off(tmp_path: Path) -> None:
+def test_init_then_launch_timm_style_with_its_own_rule_off(inited: Inited) -> None:
     """The 2-process run gets --lr 0.0125 (linear from 0.00625) and --device cpu: the lr timm's rule would have
     derived itself, so the observer sees exactly the planned lr (no double scaling)."""
-    plan, _, _ = copy_and_init(tmp_path, "timm_style.py")
-    runs = launch_and_read(tmp_path, "2x16")
+    folder, plan, _ = inited("timm_style.py")
+    runs = launch_and_read(folder, "2x16")
     assert_followed(plan, runs)
     assert {(item["lr"], item["device"]) for item in received(runs["2x16"][0])} == {(0.0125, "cpu")}
 
