@@ -1032,6 +1032,8 @@ def test_a_generator_stepped_every_few_critic_steps_is_not_accumulation() -> Non
     where_it_steps = "    if i % n_critic == 0:\n        optimizer_G.zero_grad()\n"
     accumulating = CRITIC_EVERY_STEP.replace(every_iteration, where_it_steps)
     assert "no_sync" in kinds(port(accumulating))  # zeroed only where it steps: the critic's passes add up
+    window = "    if i % n_critic == 1:\n        optimizer_G.zero_grad()\n    if i % n_critic == 0:\n"
+    assert "no_sync" in kinds(port(CRITIC_EVERY_STEP.replace(every_iteration, window)))  # zeroed as a window opens
 
 
 READ_FIRST = """\

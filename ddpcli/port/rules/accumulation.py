@@ -23,7 +23,7 @@ def apply(port: Port) -> None:
         condition = next((a for a in facts.ancestors(step) if a is loop or isinstance(a, cst.If)), None)
         if not isinstance(condition, cst.If) or not _counts_micro_batches(port, condition):
             continue
-        if _zeroed_every_iteration(port, step, loop, condition):
+        if _zeroed_every_iteration(port, step, loop):
             continue
         for call in facts.calls:
             if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"):
@@ -58,8 +58,8 @@ def _counts_micro_batches(port: Port, condition: cst.If) -> bool:
     return condition.orelse is None and ("%" in test or "accum" in test)
 
 
-def _zeroed_every_iteration(port: Port, step: cst.Call, loop: cst.CSTNode, condition: cst.If) -> bool:
-    """The stepped optimizer's `zero_grad()` runs at every iteration of the loop (not under the step's condition):
+def _zeroed_every_iteration(port: Port, step: cst.Call, loop: cst.CSTNode) -> bool:
+    """The stepped optimizer's `zero_grad()` runs at every iteration of the loop (under no condition inside it):
     nothing adds up between its steps, so there is no accumulation (PyTorch-GAN's wgan_gp zeroes its generator's
     gradients at every critic step and steps it every n_critic-th)."""
     stepped = {dotted(step.func.value), *(dotted(arg.value) for arg in step.args)} - {None, ""}  # scaler.step(opt)
@@ -68,8 +68,8 @@ def _zeroed_every_iteration(port: Port, step: cst.Call, loop: cst.CSTNode, condi
         if not (isinstance(func, cst.Attribute) and func.attr.value == "zero_grad" and dotted(func.value) in stepped):
             continue
         around = list(port.facts.ancestors(call))
-        if loop in around and condition not in around:
-            return True
+        if loop in around and not any(isinstance(node, cst.If) for node in around[: around.index(loop)]):
+            return True  # under no condition inside the loop (`if i % accum == 0: zero_grad()` opens a window)
     return False
 
 
