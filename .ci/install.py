@@ -23,22 +23,28 @@ IGNORED = {"cert", "timeout", "default-timeout", "disable-pip-version-check", "n
 SCOPES = (":env:", "install", "global")  # pip's precedence: the environment, then [install], then [global]
 
 
-def pip_configuration() -> dict[str, str]:
-    """pip's effective settings, name -> value, each from the scope pip would take it from."""
+def pip_configuration() -> dict[str, str] | None:
+    """pip's effective settings, name -> value, each from the scope pip would take it from; None where pip cannot
+    list them or a line does not read as `scope.name='value'` (then pip installs)."""
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                            check=True).stdout  # fmt: skip
+                            check=False)  # fmt: skip
+    if listed.returncode != 0:
+        return None
     found: dict[tuple[str, str], str] = {}
-    for line in listed.splitlines():
+    for line in listed.stdout.splitlines():
         key, _, value = line.partition("=")
         scope, _, name = key.rpartition(".")
-        found[(scope, name)] = ast.literal_eval(value)
+        try:
+            found[(scope, name)] = str(ast.literal_eval(value))
+        except (ValueError, SyntaxError):
+            return None
     names = {name for _, name in found}
     return {name: next(found[(scope, name)] for scope in SCOPES if (scope, name) in found) for name in names}
 
 
-def uv_command(settings: dict[str, str]) -> list[str] | None:
+def uv_command(settings: dict[str, str] | None) -> list[str] | None:
     """`uv pip install` with pip's settings, or None where one of them has no translation here."""
-    if set(settings) - set(AS_FLAGS) - IGNORED:
+    if settings is None or set(settings) - set(AS_FLAGS) - IGNORED:
         return None
     flags = [part for name, flag in AS_FLAGS.items() for value in settings.get(name, "").split()
              for part in (flag, value)]  # fmt: skip
@@ -52,7 +58,7 @@ def main() -> int:
     command = uv_command(settings)
     if command is not None and subprocess.run([*pip, "uv"], check=False).returncode == 0:
         env = dict(os.environ)
-        if settings.get("cert"):
+        if settings and settings.get("cert"):
             env["SSL_CERT_FILE"] = settings["cert"]  # pip's certificates, for an index behind a proxy of its own
         if subprocess.run(command, env=env, check=False).returncode == 0:
             return 0
