@@ -14,6 +14,25 @@ from tests.helpers import launched_root
 KNOB_SCRIPT = SCRIPTS / "slow_knobs.py"
 KNOB_ARGS = ["--batch-size", "{per_device_batch_size}", "--grad-accum", "{grad_accum_steps}", "--steps",
              "{total_steps}"]  # fmt: skip
+KNOB_HIDDEN = 512  # the script's MLP: Linear(64, H), (H, H), (H, 1)
+KNOB_PARAMS = 64 * KNOB_HIDDEN + KNOB_HIDDEN + KNOB_HIDDEN * KNOB_HIDDEN + KNOB_HIDDEN + KNOB_HIDDEN + 1
+
+
+def knob_defaults(max_steps: int, per_device_batch_size: int) -> str:
+    """The `[defaults]` of a sweep of the knob script: one thread a process, a data set no run finishes, the
+    plan's lr kept (why-slow and predict launch a sweep each: one of both took longer than the two side by side)."""
+    return f"""
+[defaults]
+script = "{KNOB_SCRIPT}"
+args = {json.dumps(KNOB_ARGS)}
+max_steps = {max_steps}
+dataset_size = 1000000
+scaling = "none"
+per_device_batch_size = {per_device_batch_size}
+lr = 0.01
+env = {{ OMP_NUM_THREADS = "1" }}
+"""
+
 
 # -- plain DDP, Lightning (with validation), Hugging Face: 1 process, and 2 processes with accumulation 2 ----------
 

@@ -15,23 +15,14 @@ from typing import Any
 import pytest
 
 from tests.helpers import compare_json, launch
-from tests.sweeps import KNOB_ARGS as ARGS
-from tests.sweeps import KNOB_SCRIPT as SCRIPT
+from tests.sweeps import KNOB_PARAMS as PARAMS
+from tests.sweeps import knob_defaults
 
 pytestmark = pytest.mark.e2e
 
-PARAMS = 64 * 512 + 512 + 512 * 512 + 512 + 512 + 1  # the knob script's MLP
-RUNS = f"""
-[defaults]
-script = "{SCRIPT}"
-args = {json.dumps(ARGS)}
-max_steps = 20
-dataset_size = 1000000
-scaling = "none"
-per_device_batch_size = 1024
-lr = 0.01
-env = {{ OMP_NUM_THREADS = "1" }}
-
+RUNS = (
+    knob_defaults(max_steps=20, per_device_batch_size=1024)
+    + """
 [baseline]
 name = "base-1x1024"
 
@@ -49,6 +40,7 @@ nproc_per_node = 2
 per_device_batch_size = 512
 grad_accum_steps = 2
 """
+)
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,9 @@ import pytest
 
 from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from tests.helpers import codes, compare_json, launch
-from tests.sweeps import KNOB_ARGS, KNOB_SCRIPT
+from tests.sweeps import KNOB_ARGS, KNOB_HIDDEN, knob_defaults
 
 pytestmark = pytest.mark.e2e
-
-SCRIPT, ARGS = KNOB_SCRIPT, KNOB_ARGS
 
 
 def _run(name: str, procs: int, *knobs: str, batch: int = 2048, accumulation: int = 1) -> str:
@@ -26,21 +24,11 @@ name = "{name}"
 nproc_per_node = {procs}
 per_device_batch_size = {batch}
 grad_accum_steps = {accumulation}
-args = {json.dumps(ARGS + list(knobs))}
+args = {json.dumps(KNOB_ARGS + list(knobs))}
 """
 
 
-KNOBS = f"""
-[defaults]
-script = "{SCRIPT}"
-args = {json.dumps(ARGS)}
-max_steps = 10
-dataset_size = 1000000
-scaling = "none"
-per_device_batch_size = 2048
-lr = 0.01
-env = {{ OMP_NUM_THREADS = "1" }}
-
+KNOBS = knob_defaults(max_steps=10, per_device_batch_size=2048) + """
 [baseline]
 name = "clean-1"
 """ + "".join([
@@ -154,7 +142,7 @@ def test_accumulation_counts_all_reduces_per_step(knobs: dict[str, dict[str, Any
 def test_model_state_is_the_exact_byte_count(knobs: dict[str, dict[str, Any]]) -> None:
     """nn.Linear(64, H), (H, H), (H, 1) in float32, SGD with momentum: one buffer per parameter."""
     for name, run in knobs.items():
-        hidden = 2048 if name == "tiny-batch-2" else 512
+        hidden = 2048 if name == "tiny-batch-2" else KNOB_HIDDEN
         count = 64 * hidden + hidden + hidden * hidden + hidden + hidden + 1
         state = run["record"]["observed"]["model_state"]
         assert state["param_count"] == count
