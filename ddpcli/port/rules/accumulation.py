@@ -62,7 +62,7 @@ def _zeroed_every_iteration(port: Port, step: cst.Call, loop: cst.CSTNode) -> bo
     """The stepped optimizer's `zero_grad()` runs at every iteration of the loop (under no condition inside it):
     nothing adds up between its steps, so there is no accumulation (PyTorch-GAN's wgan_gp zeroes its generator's
     gradients at every critic step and steps it every n_critic-th)."""
-    stepped = {dotted(step.func.value), *(dotted(arg.value) for arg in step.args)} - {None, ""}  # scaler.step(opt)
+    stepped = {dotted(step.func.value), *(dotted(arg.value) for arg in step.args)} - {""}  # scaler.step(opt)
     for call in port.facts.calls:
         func = call.func
         if not (isinstance(func, cst.Attribute) and func.attr.value == "zero_grad" and dotted(func.value) in stepped):
