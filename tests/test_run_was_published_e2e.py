@@ -111,10 +111,25 @@ def _finding(record: dict[str, Any], code: str) -> dict[str, Any]:
 # -- 1: the Trainer without --use_cpu ----------------------------------------------------------------------------
 
 
+TRAINER_SAVES = ("in save_metrics", "in save_model", "in save_state")  # transformers' Trainer methods that write files
+
+
+def _completed_or_copies_raced_on_their_files(record: dict[str, Any]) -> None:
+    """Unwrapped, each copy of the Trainer is the world's process zero to itself (both print its metrics), so both
+    write output_dir's files: all_results.json, the model, the state. Now and then (1 run of 30 launched three sweeps
+    at a time on 2 cores, 1 of the CI's) one reads the file the other is writing, and the run fails there, after the
+    training the observer saw. That is what this script does when launched so; any other failure fails the test."""
+    if record["status"] == "completed":
+        return
+    assert record["status"] == "failed" and record["failed_ranks"], record
+    for failed in record["failed_ranks"]:
+        assert any(frame in failed["log_tail"] for frame in TRAINER_SAVES), failed
+
+
 def test_the_trainer_without_use_cpu_trains_copies_and_is_told_the_switch(runs: dict[str, dict[str, Any]]) -> None:
     record = runs["trainer-2x4"]["record"]
     observed = record["observed"]
-    assert record["status"] == "completed"
+    _completed_or_copies_raced_on_their_files(record)
     assert (observed["ddp"], observed["processes"], observed["data_parallel_size"]) == (False, 2, 1)
     assert (observed["per_device_batch_size"], observed["grad_accum_steps"], observed["global_batch_size"]) == (4, 2, 8)
     found = codes(record)
