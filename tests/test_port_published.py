@@ -6,7 +6,7 @@ data), and published scripts themselves, read at a recorded commit from a local 
 (DDPCLI_PUBLISHED_MIRRORS; published code is not committed here, and those tests skip without it) with the smallest
 written-down edits for a CPU run; their data comes from _shims/torchvision, synthetic sets of the real shapes. For a
 script it ports: `python OUT` ends with bit-identical parameters and the same files as `python SCRIPT`; 1 x B and
-2 x B/2 are launched through `ddpcli launch` (torchrun, gloo, the observer), and each 2-process run must be
+2 x B/2 are launched through one `ddpcli launch` (torchrun, gloo, the observer), and each 2-process run must be
 data-parallel (both ranks' parameters identical, distinct samples, no error finding), every epoch must be split into
 disjoint halves that cover the training set, each file must be written by rank 0 alone, and where the manifest says
 so 2 x B/2 must end within 1e-5 of 1 x B. What each process did is recorded from outside the script by
@@ -298,47 +298,62 @@ def ported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     return state
 
 
+RUN_FILES = ("run.json", "metrics.jsonl", "final_params.pt", "summary.json")  # ddpcli's, beside the script's files
+RUN_FOLDERS = ("logs", "observed")  # docs/contracts.md: the run directory
+
+
 def launch_pair(name: str, root: Path, out: Path, half_out: Path, half: int,
                 only_two: bool = False) -> dict[str, dict[str, Any]]:  # fmt: skip
-    """1 x B and 2 x B/2 through `ddpcli launch`, each from a working directory of its own (the script's files)."""
+    """1 x B and 2 x B/2 through one `ddpcli launch` (one launcher, one torchrun server), each run in its own run
+    directory as its working directory (`workdir = "run"`: the script's files), each with its own probe folder."""
     entry = MANIFEST[name]
     pairs = [("1x", out, 1, entry["batch"]), ("2x", half_out, 2, half)]
+    pairs = pairs[1:] if only_two else pairs
     switches = switches_for(entry)
-    runs = {}
-    for label, script, nproc, batch in pairs[1:] if only_two else pairs:
-        workdir = root / f"launch-{label}"
-        workdir.mkdir()
-        for folder in entry.get("dirs", []):
-            (workdir / folder).mkdir()
-        probe_dir = root / f"probe-{label}"
-        probe_dir.mkdir()
-        env = {"OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", "PORT_PROBE_DIR": str(probe_dir), **switches}
-        env_toml = ", ".join(f'{key} = "{value}"' for key, value in env.items())
-        sizes = f"dataset_size = {entry['train_samples']}\nepochs = {entry['epochs']}" if "epochs" in entry else ""
-        args = json.dumps(args_for(name, "{per_device_batch_size}", script.parent))
-        text = f"""
+    env = {"OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", **switches}
+    if entry.get("dirs"):
+        env["PORT_PROBE_MKDIRS"] = os.pathsep.join(entry["dirs"])  # folders the script expects, made as a user would
+    env_toml = ", ".join(f'{key} = "{value}"' for key, value in env.items())
+    sizes = f"dataset_size = {entry['train_samples']}\nepochs = {entry['epochs']}" if "epochs" in entry else ""
+    text = f"""
 [defaults]
-script = "{script}"
-args = {args}
 scaling = "none"
+workdir = "run"
 runs_dir = "{root / "runs"}"
 timeout_s = 300
+lr = {entry["lr"]}
 {sizes}
 env = {{ {env_toml} }}
-
-[baseline]
+"""
+    for index, (label, script, nproc, batch) in enumerate(pairs):
+        args = json.dumps(args_for(name, "{per_device_batch_size}", script.parent))
+        (root / f"probe-{label}").mkdir()
+        text += f"""
+[{"baseline" if index == 0 else "[experiments]"}]
 name = "{name}-{label}{batch}"
+script = "{script}"
+args = {args}
 nproc_per_node = {nproc}
 per_device_batch_size = {batch}
-lr = {entry["lr"]}
+env = {{ PORT_PROBE_DIR = "{root / f"probe-{label}"}" }}
 """
-        (workdir / "experiments.toml").write_text(text)
-        result = ddpcli("launch", "experiments.toml", cwd=workdir)
+    launch_dir = root / "launch"
+    launch_dir.mkdir()
+    (launch_dir / "experiments.toml").write_text(text)
+    result = ddpcli("launch", "experiments.toml", cwd=launch_dir)
+    runs = {}
+    for label, _, _, batch in pairs:
         [record_path] = (root / "runs").glob(f"{name}-{label}{batch}/*/run.json")
-        runs[label] = {"launch": result, "record": json.loads(record_path.read_text()), "dir": workdir,
-                       "run_dir": record_path.parent,
-                       "files": files_in(workdir) - {"experiments.toml"}, "probe": read_probe(probe_dir)}  # fmt: skip
+        run_dir = record_path.parent
+        runs[label] = {"launch": result, "record": json.loads(record_path.read_text()), "dir": run_dir,
+                       "run_dir": run_dir, "files": script_files(run_dir),
+                       "probe": read_probe(root / f"probe-{label}")}  # fmt: skip
     return runs
+
+
+def script_files(run_dir: Path) -> set[str]:
+    """What the script wrote in its working directory, the run directory: all but ddpcli's own files."""
+    return {path for path in files_in(run_dir) if path not in RUN_FILES and path.split("/")[0] not in RUN_FOLDERS}
 
 
 def require(state: dict[str, Any]) -> None:

@@ -14,6 +14,8 @@ to both runs compared: PORT_PROBE_FLOAT64=1 (float64 by default: Adam amplifies 
 gradients) and PORT_PROBE_NOISE_OFF=1 (dropout is the identity, randn_like gives zeros: per-sample noise drawn from
 the same seed on every rank is not the noise one process draws for the whole batch). PORT_PROBE_SEED=N seeds torch,
 random and numpy at start-up, for a published script that seeds nothing (its runs are then comparable bit for bit).
+PORT_PROBE_MKDIRS=A:B makes those folders in the working directory first, as a user of a script that expects them
+does (a launched run's working directory is its run directory, made by ddpcli).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ if os.environ.get("PORT_PROBE_DIR"):
     _saves: list[str] = []
     _optimizers: list[torch.optim.Optimizer] = []
 
+    for _folder in filter(None, os.environ.get("PORT_PROBE_MKDIRS", "").split(os.pathsep)):
+        os.makedirs(_folder, exist_ok=True)
     if os.environ.get("PORT_PROBE_SEED"):
         import random
 
@@ -85,7 +89,8 @@ if os.environ.get("PORT_PROBE_DIR"):
 
     def _record_save(obj, f, *args, **kwargs):
         path = os.fspath(f) if isinstance(f, (str, os.PathLike)) else type(f).__name__
-        if not (_RUN_DIR and path.startswith(_RUN_DIR)):  # ddpcli's observer writing final_params.pt
+        if not (_RUN_DIR and path.startswith(_RUN_DIR) and os.path.basename(path).startswith(".")):
+            # not ddpcli's observer writing final_params.pt (by a hidden temporary beside it, then a rename)
             _saves.append(_temporary(path))
         return _save(obj, f, *args, **kwargs)
 
