@@ -6,6 +6,7 @@ synchronized, distinct samples, no error finding and 2 x B/2 "equivalent" to 1 x
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,8 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
+from ddpcli.cli.app import app
 from ddpcli.diagnosis.slowness import SLOWNESS_CODES
+from tests import zygote
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e
@@ -45,9 +49,18 @@ def ddpcli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def python(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    run = subprocess.run([sys.executable, script], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+    """`python SCRIPT` forked from an interpreter that imported torch once (tests/zygote.py): a process of its own
+    with this environment and working directory, without a fresh `import torch` per run."""
+    run = zygote.run([sys.executable, script], env=dict(os.environ), cwd=cwd, timeout=120)
     assert run.returncode == 0, run.stderr
     return run
+
+
+def port_in_process(script: Path) -> None:
+    """`ddpcli port SCRIPT` in this process (Typer's runner): the port is the function under test, not the start of
+    an interpreter; OUT is written beside SCRIPT."""
+    result = CliRunner().invoke(app, ["port", str(script)])
+    assert result.exit_code == 0, result.output
 
 
 def ported_pair(tmp_path: Path, source: Path) -> tuple[Path, Path]:
@@ -57,8 +70,7 @@ def ported_pair(tmp_path: Path, source: Path) -> tuple[Path, Path]:
     port.mkdir()
     shutil.copy(source, original / source.name)
     shutil.copy(source, port / source.name)
-    done = ddpcli("port", source.name, cwd=port)
-    assert done.returncode == 0, done.stderr
+    port_in_process(port / source.name)
     (port / source.name).unlink()
     return original, port
 
