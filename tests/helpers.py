@@ -10,6 +10,7 @@ the same runs. What is launched is never changed by a test: a test that edits ru
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -17,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,13 +178,29 @@ def assert_one_line_error(result: Any, path: Path) -> None:
     assert FIELD_PATH.match(lines[0][len(prefix) :]), lines[0]
 
 
+@contextlib.contextmanager
+def terminal_width(width: int) -> Iterator[None]:
+    """The commands' shared consoles as a terminal of `width` columns would size them."""
+    from ddpcli.cli import console
+
+    saved = (console.stdout._width, console.stderr._width)
+    console.stdout.width = console.stderr.width = width
+    try:
+        yield
+    finally:
+        console.stdout._width, console.stderr._width = saved
+
+
 def compare_text(run_dir: Path) -> str:
-    """`ddpcli compare` as a reader sees it, on one line per note (a wide terminal)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "ddpcli", "compare", str(run_dir.parent.parent)],
-        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "COLUMNS": "400"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    """`ddpcli compare` of the runs folder that holds `run_dir` as a reader sees it, on one line per note (a wide
+    terminal), in this process (Typer's runner: what the command prints)."""
+    from typer.testing import CliRunner
+
+    from ddpcli.cli.app import app
+
+    with terminal_width(400):
+        result = CliRunner().invoke(app, ["compare", str(run_dir.parent.parent)])
+    assert result.exit_code == 0, result.output
     return result.stdout
 
 

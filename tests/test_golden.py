@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,6 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 from ddpcli import compare as cmp
-from ddpcli.cli import console
 from ddpcli.cli.app import app
 from ddpcli.cli.commands.launch import _finish, _summary_row
 from ddpcli.cli.render.compare import comparison_tables
@@ -47,6 +46,7 @@ from ddpcli.rundir.params import param_diff
 from ddpcli.rundir.record import FailedRank, Finding, RunRecord
 from tests.builders import make_run, state
 from tests.conftest import REPO
+from tests.helpers import terminal_width
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("DDPCLI_UPDATE_GOLDEN") == "1"
@@ -70,17 +70,6 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "experiments.toml").write_text(EXPERIMENTS.read_text(encoding="utf-8"), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-@contextmanager
-def terminal_width(width: int) -> Iterator[None]:
-    """The commands' shared consoles as a terminal of `width` columns would size them."""
-    saved = (console.stdout._width, console.stderr._width)
-    console.stdout.width = console.stderr.width = width
-    try:
-        yield
-    finally:
-        console.stdout._width, console.stderr._width = saved
 
 
 def command_output(args: list[str], width: int) -> str:

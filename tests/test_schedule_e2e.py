@@ -8,8 +8,6 @@ micro-batch. Each gets the finding it is due, and no other.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ import pytest
 
 from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from tests.helpers import OBSERVE_SCRIPTS as SCRIPTS
-from tests.helpers import codes, compare_json, launch
+from tests.helpers import codes, compare_json, compare_text, launch
 
 pytestmark = pytest.mark.e2e
 
@@ -112,15 +110,11 @@ def test_a_scheduler_stepped_once_per_process_is_a_schedule_mismatch(compared: d
 
 
 def test_compare_marks_the_runs_whose_schedule_or_steps_were_off(schedules: dict[str, dict[str, Any]]) -> None:
-    root = schedules["loop-1x16"]["dir"].parent.parent
-    result = subprocess.run(
-        [sys.executable, "-m", "ddpcli", "compare", str(root)], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    labels = {line.split()[0]: line.split()[1] for line in result.stdout.splitlines() if " completed " in line}
+    shown = compare_text(schedules["loop-1x16"]["dir"])
+    labels = {line.split()[0]: line.split()[1] for line in shown.splitlines() if " completed " in line}
     marked = {name for name, mark in labels.items() if mark == "!"}
-    assert marked == {"accel-2x8", "loop-2x8x2-modulo"}, result.stdout
-    assert "(lr_schedule_mismatch)" in result.stdout  # the divergence note names it as the cause
+    assert marked == {"accel-2x8", "loop-2x8x2-modulo"}, shown
+    assert "(lr_schedule_mismatch)" in shown  # the divergence note names it as the cause
 
 
 @pytest.mark.parametrize("name", ["loop-2x8", "accel-2x8-fixed", "loop-2x8x2-modulo"])
