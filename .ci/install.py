@@ -23,15 +23,28 @@ IGNORED = {"cert", "timeout", "default-timeout", "disable-pip-version-check", "n
 SCOPES = (":env:", "install", "global")  # pip's precedence: the environment, then [install], then [global]
 
 
-def pip_configuration() -> dict[str, str] | None:
-    """pip's effective settings, name -> value, each from the scope pip would take it from; None where pip cannot
-    list them or a line does not read as `scope.name='value'` (then pip installs)."""
-    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                            check=False)  # fmt: skip
-    if listed.returncode != 0:
-        return None
+def pip_and_its_configuration() -> tuple[list[str], dict[str, str] | None]:
+    """pip installing into this environment, and its settings. First the base interpreter's pip pointed at this
+    environment (`--python`, pip >= 22.3), which needs no pip here (`python -m venv --without-pip`: 0.1 s where
+    ensurepip takes 2-4); where that pip cannot list its settings, this environment's own, made by ensurepip."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    if base != sys.executable:
+        pointed = [base, "-m", "pip", "--python", sys.executable]
+        listed = subprocess.run([*pointed, "config", "list"], capture_output=True, text=True)
+        if listed.returncode == 0:
+            return pointed, settings_from(listed.stdout)
+    own = [sys.executable, "-m", "pip"]
+    if subprocess.run([*own, "--version"], capture_output=True).returncode != 0:
+        subprocess.run([sys.executable, "-m", "ensurepip", "--default-pip"], capture_output=True, check=True)
+    listed = subprocess.run([*own, "config", "list"], capture_output=True, text=True)
+    return own, settings_from(listed.stdout) if listed.returncode == 0 else None
+
+
+def settings_from(listed: str) -> dict[str, str] | None:
+    """pip's effective settings from `pip config list`, name -> value, each from the scope pip would take it from;
+    None where a line does not read as `scope.name='value'` (then pip installs)."""
     found: dict[tuple[str, str], str] = {}
-    for line in listed.stdout.splitlines():
+    for line in listed.splitlines():
         key, _, value = line.partition("=")
         scope, _, name = key.rpartition(".")
         try:
@@ -53,8 +66,8 @@ def uv_command(settings: dict[str, str] | None) -> list[str] | None:
 
 
 def main() -> int:
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile"]
-    settings = pip_configuration()
+    pip, settings = pip_and_its_configuration()
+    pip = [*pip, "install", "--quiet", "--no-compile"]
     command = uv_command(settings)
     if command is not None and subprocess.run([*pip, "uv"], check=False).returncode == 0:
         env = dict(os.environ)
