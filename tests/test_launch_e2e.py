@@ -22,6 +22,7 @@ from ddpcli.rundir.record import RUN_FIELDS
 from tests.conftest import REPO, final_params, max_abs_diff, write_toml
 from tests.helpers import Sweep
 from tests.helpers import launch as launch_once
+from tests.sweeps import REGRESSION, REGRESSION_STEPS, regression_root
 
 pytestmark = pytest.mark.e2e
 
@@ -176,21 +177,9 @@ def test_two_launches_at_once_do_not_clash(tmp_path: Path) -> None:
     assert all("--standalone" in read_json(run_dir / "run.json")["argv"] for run_dir in run_dirs)
 
 
-EXAMPLE = """
-[defaults]
-module = "ddpcli.examples.regression"
-args = ["--steps", "{total_steps}", "--batch-size", "{per_device_batch_size}", "--lr", "{lr}",
-        "--dataset-size", "{dataset_size}", "--seed", "{seed}", "--no-noise-scale"]
-dataset_size = 512
-max_steps = 12
-env = { OMP_NUM_THREADS = "1" }
-
-[baseline]
-name = "2x8"
-nproc_per_node = 2
-per_device_batch_size = 8
-lr = 0.1
-
+# The regression sweep (tests/sweeps.py, launched once per session) and one more run: its 2x8 on two nodes of one
+# process each. Same resolved arguments as the sweep's 2x8 (global batch 16, the baseline's lr and warmup).
+TWO_NODES = f"""{REGRESSION}
 [[experiments]]
 name = "2nodes"
 nnodes = 2
@@ -199,13 +188,12 @@ per_device_batch_size = 8
 """
 
 
-def test_two_agents_on_loopback_form_one_world(tmp_path: Path) -> None:
-    """Two `ddpcli launch` agents (nnodes 2 x 1 process) on 127.0.0.1 end like one node with 2 processes."""
+def test_two_agents_on_loopback_form_one_world(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Two `ddpcli launch` agents (nnodes 2 x 1 process) on 127.0.0.1 end like one node with 2 processes (the
+    regression sweep's 2x8)."""
     import socket
 
-    path = write_toml(tmp_path, EXAMPLE)
-    single = launch(path, "--only", "2x8")
-    assert single.returncode == 0, single.stderr
+    path = write_toml(tmp_path, TWO_NODES)
     with socket.socket() as probe:  # a free loopback port for the c10d store
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -226,6 +214,9 @@ def test_two_agents_on_loopback_form_one_world(tmp_path: Path) -> None:
     assert record["plan"]["nnodes"] == 2 and record["plan"]["nproc_per_node"] == 1
     assert sorted(path.name for path in run_dir.glob("node-*.json")) == ["node-0.json", "node-1.json"]
     assert sorted(path.name for path in (run_dir / "logs").iterdir()) == ["node-0", "node-1"]
-    assert [row["step"] for row in read_metrics(run_dir / "metrics.jsonl").rows] == list(range(1, 13))
-    single_dir = only_run_dir(tmp_path, "2x8")
+    assert [row["step"] for row in read_metrics(run_dir / "metrics.jsonl").rows] == list(range(1, REGRESSION_STEPS + 1))
+    (single_dir,) = (regression_root(tmp_path_factory) / "runs" / "2x8").iterdir()
+    single_argv = read_json(single_dir / "run.json")["argv"]
+    script = record["argv"].index("ddpcli.examples.regression")
+    assert single_argv[single_argv.index("ddpcli.examples.regression") :] == record["argv"][script:]  # same args
     assert max_abs_diff(final_params(run_dir), final_params(single_dir)) <= 1e-6
