@@ -4,7 +4,7 @@
 
 Knobs: --slow-getitem S (every sample's __getitem__ sleeps S seconds: input-bound), --sleepy-rank R --sleep S
 (rank R's model sleeps S seconds in every forward: a straggler), --crowded-rank R (rank R shares its one CPU with
-a busy-looping process of a higher priority for the whole run: a straggler whose host, not its work, is the
+a busy-looping process of a higher priority for every step: a straggler whose host, not its work, is the
 cause), --grad-accum N with --sync-every-micro-batch (no `no_sync`: an all-reduce per micro-batch) or without it
 (no_sync on all but the last), --find-unused (DDP's find_unused_parameters=True on a model that uses every
 parameter). An MLP big enough that its compute, not the all-reduce, dominates a clean run.
@@ -98,7 +98,6 @@ def main() -> None:
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     if world > 1:
         dist.init_process_group("gloo")
-    hog = crowd_this_process() if rank == args.crowded_rank else None
     torch.manual_seed(0)
     sleep = args.sleep if rank == args.sleepy_rank else 0.0
     model: nn.Module = nn.Sequential(
@@ -111,6 +110,8 @@ def main() -> None:
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, collate_fn=lambda batch: batch)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    # Crowded from the first step on: the start-up before it (torch's imports at the optimizer) is no step's time.
+    hog = crowd_this_process() if rank == args.crowded_rank else None
     batches, step = iter(loader), 0
     while step < args.steps:
         for index in range(args.grad_accum):
