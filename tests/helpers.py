@@ -178,6 +178,18 @@ def assert_one_line_error(result: Any, path: Path) -> None:
     assert FIELD_PATH.match(lines[0][len(prefix) :]), lines[0]
 
 
+def port_command(script: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """`ddpcli port SCRIPT FLAGS` run in this process (Typer's runner: what the command prints, its exit code), not
+    a fresh interpreter's start per port; OUT is written beside SCRIPT."""
+    from typer.testing import CliRunner
+
+    from ddpcli.cli.app import app
+
+    result = CliRunner().invoke(app, ["port", str(script), *flags])
+    assert not isinstance(result.exception, AssertionError), result.exception
+    return subprocess.CompletedProcess(["ddpcli", "port", str(script)], result.exit_code, result.stdout, result.stderr)
+
+
 @contextlib.contextmanager
 def terminal_width(width: int) -> Iterator[None]:
     """The commands' shared consoles as a terminal of `width` columns would size them."""

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from ddpcli.cli.app import app
 from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from tests import zygote
 from tests.conftest import REPO
+from tests.helpers import port_command
 
 pytestmark = pytest.mark.e2e
 EXAMPLE = REPO / "ddpcli" / "examples" / "single_device.py"
@@ -56,13 +55,6 @@ def python(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return run
 
 
-def port_in_process(script: Path) -> None:
-    """`ddpcli port SCRIPT` in this process (Typer's runner): the port is the function under test, not the start of
-    an interpreter; OUT is written beside SCRIPT."""
-    result = CliRunner().invoke(app, ["port", str(script)])
-    assert result.exit_code == 0, result.output
-
-
 def ported_pair(tmp_path: Path, source: Path) -> tuple[Path, Path]:
     """SCRIPT in one folder and OUT (its port) in another, so each run's files are its own."""
     original, port = tmp_path / "original", tmp_path / "port"
@@ -70,7 +62,8 @@ def ported_pair(tmp_path: Path, source: Path) -> tuple[Path, Path]:
     port.mkdir()
     shutil.copy(source, original / source.name)
     shutil.copy(source, port / source.name)
-    port_in_process(port / source.name)
+    done = port_command(port / source.name)  # in this process: the port is under test, not a start-up
+    assert done.returncode == 0, done.stdout + done.stderr
     (port / source.name).unlink()
     return original, port
 

@@ -32,6 +32,7 @@ import tomllib
 from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from tests import zygote
 from tests.conftest import REPO
+from tests.helpers import port_command
 
 pytestmark = pytest.mark.e2e
 
@@ -129,15 +130,7 @@ def published_copy(upstream: dict[str, Any], target_dir: Path) -> Path:
 
 
 def port(script: Path, as_json: bool = True) -> subprocess.CompletedProcess[str]:
-    """`ddpcli port SCRIPT --json` run in this process (Typer's runner: what the command prints, its exit code),
-    not a fresh interpreter's start per port."""
-    from typer.testing import CliRunner
-
-    from ddpcli.cli.app import app
-
-    result = CliRunner().invoke(app, ["port", str(script), *(["--json"] if as_json else [])])
-    assert not isinstance(result.exception, AssertionError), result.exception
-    return subprocess.CompletedProcess(["ddpcli", "port", str(script)], result.exit_code, result.stdout, result.stderr)
+    return port_command(script, *(["--json"] if as_json else []))
 
 
 def ported_path(script: Path) -> Path:
