@@ -38,7 +38,7 @@ def test_it_writes_stem_ddp_beside_the_script_and_lists_changes_then_the_next_co
     assert result.exit_code == 0, result.output
     out = script.with_name("single_device_ddp.py")
     assert out.is_file() and script.read_text(encoding="utf-8") == before
-    assert "DistributedDataParallel(model)" in out.read_text(encoding="utf-8")
+    assert "_DDPModel(model)" in out.read_text(encoding="utf-8")
     assert "ddp_wrap" in result.stdout and "sampler" in result.stdout and "set_epoch" in result.stdout
     assert f"next: ddpcli init {out}, then ddpcli launch" in result.stdout
 
@@ -74,7 +74,7 @@ def test_diff_prints_a_unified_diff_and_writes_nothing(script: Path) -> None:
     result = port(script, "--diff")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"--- {script}\n+++ {script.with_name('single_device_ddp.py')}\n")
-    assert "+    if _ddp:\n+        model = DistributedDataParallel(model)\n" in result.stdout
+    assert "+    if _ddp:\n+        model = _DDPModel(model)\n" in result.stdout
     assert sorted(p.name for p in script.parent.iterdir()) == ["single_device.py"]
 
 

@@ -57,14 +57,18 @@ def test_a_flat_script_gets_the_group_at_its_start_and_the_teardown_at_its_end()
     assert "import torch.distributed as dist" in lines and "import os" in lines
 
 
-def test_the_model_is_wrapped_before_its_optimizer_and_saved_unwrapped() -> None:
-    lines = lines_of(port(LOOP))
-    wrap = lines.index("model = DistributedDataParallel(model)")
+def test_the_model_is_wrapped_before_its_optimizer_and_saved_as_it_is() -> None:
+    result = port(LOOP)
+    lines = lines_of(result)
+    wrap = lines.index("model = _DDPModel(model)")
     assert lines[wrap - 1] == "if _ddp:"
     assert lines[wrap + 1].startswith("optimizer = torch.optim.SGD(")
     # each rank its own randomness once the wrap made the ranks equal, where training starts
     assert lines[lines.index("_ddp_seed()") + 1].startswith("for epoch in ")
-    assert 'torch.save(_unwrap(model).state_dict(), "m.pt")' in lines
+    assert 'torch.save(model.state_dict(), "m.pt")' in lines  # the wrapper's state_dict is the model's
+    assert [change.text for change in result.changes if change.kind == "unwrap"] == [
+        "model.state_dict: the script's model's, through its DDP wrapper (with the names it has without DDP)"
+    ]
 
 
 def test_the_training_loader_is_sharded_and_reshuffled_each_epoch() -> None:
@@ -79,7 +83,7 @@ def test_the_training_loader_is_sharded_and_reshuffled_each_epoch() -> None:
 def test_prints_and_saves_are_rank_zero_only() -> None:
     lines = lines_of(port(LOOP))
     assert lines[lines.index("print(epoch, loss.item())") - 1] == "if _is_main:"
-    assert lines[lines.index('torch.save(_unwrap(model).state_dict(), "m.pt")') - 1] == "if _is_main:"
+    assert lines[lines.index('torch.save(model.state_dict(), "m.pt")') - 1] == "if _is_main:"
 
 
 def test_a_loader_given_to_a_training_function_is_sharded_and_the_test_loader_is_not() -> None:
@@ -135,8 +139,8 @@ def test_every_trained_model_of_a_gan_is_wrapped_after_it_moves_to_its_device() 
     """)
     lines = lines_of(result)
     assert lines[lines.index("netD.to(device)") + 1 : lines.index("netD.to(device)") + 3] == [
-        "if _ddp:", "netD = DistributedDataParallel(netD)"]  # fmt: skip
-    assert lines.index("netG = DistributedDataParallel(netG)") < lines.index(
+        "if _ddp:", "netD = _DDPModel(netD)"]  # fmt: skip
+    assert lines.index("netG = _DDPModel(netG)") < lines.index(
         "optimizerG = torch.optim.Adam(netG.parameters())")  # fmt: skip
     assert 'device = torch.device(f"cuda:{_ddp_local_rank}" if torch.cuda.is_available() else "cpu")' in lines
     assert kinds(result).count("ddp_wrap") == 2
@@ -198,7 +202,7 @@ def test_a_file_opened_for_writing_is_rank_zero_only_and_a_read_back_waits_at_a_
                           'model.load_state_dict(torch.load("m.pt"))\n'))  # fmt: skip
     assert lines[lines.index('with open("log.txt", "w") as f:') - 1] == "if _is_main:"
     barrier = lines.index("dist.barrier()  # rank 0 has written it")
-    assert lines[barrier + 1] == '_unwrap(model).load_state_dict(torch.load("m.pt", map_location=_ddp_map_location))'
+    assert lines[barrier + 1] == 'model.load_state_dict(torch.load("m.pt", map_location=_ddp_map_location))'
 
 
 def test_hand_batching_by_slices_is_sharded_by_rank() -> None:
@@ -418,9 +422,9 @@ def test_a_model_given_to_an_optimizer_builder_is_wrapped_where_the_builder_is_c
     """)
     lines = lines_of(result)
     at = lines.index("optimizer = make_optimizer(model, 0.1)")
-    assert lines[at - 2 : at] == ["if _ddp:", "model = DistributedDataParallel(model)"]
+    assert lines[at - 2 : at] == ["if _ddp:", "model = _DDPModel(model)"]
     assert lines[lines.index("_ddp_seed()") + 1] == "for x, y in data:"
-    assert "net = DistributedDataParallel(net)" not in lines
+    assert "net = _DDPModel(net)" not in lines
 
 
 def test_a_loader_with_its_own_sampler_is_listed_as_not_ported() -> None:
@@ -505,7 +509,7 @@ def test_a_save_inside_a_guarded_open_is_not_guarded_twice() -> None:
     lines = lines_of(port(LOOP + 'with open("m.pt", "wb") as f:\n    torch.save(model, f)\n'))
     opened = lines.index('with open("m.pt", "wb") as f:')
     assert lines[opened - 1] == "if _is_main:"
-    assert lines[opened + 1] == "torch.save(_unwrap(model), f)"
+    assert lines[opened + 1] == "torch.save(model, f)"
 
 
 DOWNLOADS = """

@@ -28,7 +28,7 @@ def test_a_port_never_asks_libcst_for_children(monkeypatch: pytest.MonkeyPatch) 
     source = script(400)
     result = port_source(source, "long.py")
     assert asked == []
-    assert "model = DistributedDataParallel(model)" in result.source
+    assert "model = _DDPModel(model)" in result.source
     assert source.count("\n") >= 380
 
 

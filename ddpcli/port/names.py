@@ -1,4 +1,4 @@
-"""The names the port adds (`_ddp`, `_is_main`, `_unwrap`, `os`, `dist`, ...) against the script's own: where the
+"""The names the port adds (`_ddp`, `_is_main`, `_DDPModel`, `os`, `dist`, ...) against the script's own: where the
 script binds one of them to something else (or may: a name it uses that a star import could bind), the port's is
 renamed (`_is_main` -> `_is_main_`, `import os as os_`) and the script's own stays as it was.
 
@@ -18,9 +18,10 @@ ADDED: dict[str, str | None] = {
     "os": "os", "torch": "torch", "dist": "torch.distributed", "contextlib": "contextlib",
     "DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
     "DistributedSampler": "torch.utils.data.distributed.DistributedSampler",
-    **dict.fromkeys(("_ddp", "_ddp_rank", "_ddp_world", "_ddp_local_rank", "_is_main", "_ddp_setup", "_unwrap",
+    **dict.fromkeys(("_ddp", "_ddp_rank", "_ddp_world", "_ddp_local_rank", "_is_main", "_ddp_setup", "_DDPModel",
                      "_ddp_shard", "_ddp_epoch", "_ddp_seed", "_ddp_seeded", "_ddp_quiet", "_ddp_shared",
-                     "_ddp_map_location")),
+                     "_ddp_map_location", "_ddp_data_parallel", "_ddp_data_parallel_models")),
+    "weakref": "weakref",
 }  # fmt: skip
 PLACEHOLDER = "__ddpcli_script_name__"
 

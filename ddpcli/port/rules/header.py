@@ -34,11 +34,71 @@ def _ddp_setup():
         held = [DIST.group.WORLD]
         atexit.register(lambda: (gc.collect(), held.clear()))
 '''
-UNWRAP = '''
+MODEL = '''
 
-def _unwrap(model):
-    """The script's own module inside DistributedDataParallel: its state_dict keys and its methods."""
-    return model.module if isinstance(model, DistributedDataParallel) else model
+class _DDPModel(DistributedDataParallel):
+    """DistributedDataParallel that is still the script's model everywhere but in its training forward (after
+    Lightning Fabric's _FabricModule): what the script, or any module it imports, reads, writes or calls on it that
+    DDP does not have reaches the script's own module; state_dict, load_state_dict and named_parameters keep the
+    names the script's model had (nn.DataParallel's `module.` only where the script used it); copy.deepcopy,
+    pickle and torch.save give the script's model, not the wrapper."""
+
+    def __init__(self, module, *args, **kwargs):
+        super().__init__(module, *args, **kwargs)
+        self._ddp_built = True
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            inner = self.__dict__["_modules"].get("module")
+            if inner is None:
+                raise
+            return getattr(inner, name)
+
+    def __setattr__(self, name, value):
+        inner = self.__dict__.get("_modules", {}).get("module")
+        if self.__dict__.get("_ddp_built") and not name.startswith("_") and name not in self.__dict__:
+            setattr(inner, name, value)  # an attribute the script's module has, or gets (its forward reads it)
+        else:
+            super().__setattr__(name, value)
+
+    def _ddp_original(self):
+        """The model as the script had it: nn.DataParallel's view of it where the script used one."""
+        marked = globals().get("_ddp_data_parallel_models", ())
+        if self.module not in marked and self not in marked:
+            return self.module
+        view = torch.nn.DataParallel.__new__(torch.nn.DataParallel)  # as nn.DataParallel builds it without GPUs
+        torch.nn.Module.__init__(view)
+        view.module, view.device_ids = self.module, []
+        return view
+
+    def state_dict(self, *args, **kwargs):
+        return self._ddp_original().state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        return self._ddp_original().load_state_dict(*args, **kwargs)
+
+    def named_parameters(self, *args, **kwargs):
+        return self._ddp_original().named_parameters(*args, **kwargs)
+
+    def named_buffers(self, *args, **kwargs):
+        return self._ddp_original().named_buffers(*args, **kwargs)
+
+    def __reduce_ex__(self, protocol):
+        # protocol 1's form (copyreg._reconstructor): protocol 2's would tie the class pickled to the wrapper's
+        return self._ddp_original().__reduce_ex__(1)
+'''
+DATA_PARALLEL = '''
+
+_ddp_data_parallel_models = weakref.WeakSet()
+
+
+def _ddp_data_parallel(model):
+    """Under torchrun, the model the script puts in nn.DataParallel, as it is (one process drives one device),
+    remembered: its DistributedDataParallel keeps the `module.` names DataParallel's state_dict had."""
+    _ddp_data_parallel_models.add(model)
+    return model
 '''
 SHARD = '''
 
@@ -125,7 +185,9 @@ def imports(port: Port) -> list[str]:
                "torch.distributed")]  # fmt: skip
     if "contextlib" in port.needs:
         wanted.insert(0, ("contextlib", "import contextlib", "contextlib"))
-    if "ddp" in port.needs or "unwrap" in port.needs:
+    if "data_parallel" in port.needs:
+        wanted.append(("weakref", "import weakref", "weakref"))
+    if "ddp" in port.needs:
         wanted.append(("DistributedDataParallel", "from torch.nn.parallel import DistributedDataParallel",
                        "torch.nn.parallel.DistributedDataParallel"))  # fmt: skip
     if "shard" in port.needs:
@@ -166,7 +228,8 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 
 
 # The helpers the rules may need (port.needs), in the order the header defines them.
-_HELPERS = (("unwrap", UNWRAP), ("shard", SHARD), ("quiet", QUIET), ("map", MAP), ("seed", SEED), ("shared", SHARED))
+_HELPERS = (("ddp", MODEL), ("data_parallel", DATA_PARALLEL), ("shard", SHARD), ("quiet", QUIET), ("map", MAP),
+            ("seed", SEED), ("shared", SHARED))  # fmt: skip
 
 
 def apply(port: Port) -> None:

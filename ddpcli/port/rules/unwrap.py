@@ -1,7 +1,10 @@
-"""Where the script reaches into a wrapped model, it gets the model itself: `_unwrap(model).state_dict()` saves
-the keys the single-device script saved (no `module.` prefix), `_unwrap(model).decode(z)` finds the script's own
-method, `torch.save(_unwrap(model), path)` pickles the module. Calling the model (`model(x)`) and the nn.Module
-methods the wrapper passes through (train, eval, parameters, to, zero_grad, ...) stay as they are."""
+"""Where the script reaches into a wrapped model after the wrap, listed: `model.state_dict()`, `model.decode(z)`,
+`model.n_classes = 3`, `torch.save(model, path)`. Nothing is rewritten: the wrapper (`_DDPModel`, the header's) is
+the script's model for all of these wherever they happen, in this script or in a module it imports (which the port
+does not read): attributes and methods reach the script's module, state_dict keeps its names (DataParallel's
+`module.` only where the script used it), torch.save and copy.deepcopy give the script's model. Calling the model
+(`model(x)`) and what DDP and nn.Module answer themselves (train, eval, parameters, to, zero_grad, ...) are not
+listed."""
 
 from __future__ import annotations
 
@@ -21,31 +24,24 @@ PASSES_THROUGH = {
 SAVES = ("torch.save",)
 
 
-def _unwrapped(node: cst.CSTNode) -> cst.CSTNode:
-    return cst.Call(func=cst.Name("_unwrap"), args=[cst.Arg(node)])  # type: ignore[arg-type]
-
-
 def apply(port: Port) -> None:
     if not port.models:
         return
     facts, models = port.facts, set(port.models)
     for node in facts.walk(facts.module):
         if isinstance(node, cst.Attribute) and dotted(node.value) in models and node.attr.value not in PASSES_THROUGH:
-            port.edits.rewrite(node.value, _unwrapped)
-            port.needs.add("unwrap")
             what = node.attr.value
             why = (
-                "the keys of the script's own model, without DDP's `module.` prefix"
+                "with the names it has without DDP"
                 if "state_dict" in what or what.startswith("named_")
-                else "the script's own module's attribute"
+                else "its own attribute"
             )
-            port.change(node, "unwrap", f"{dotted(node.value)}.{what}: the unwrapped model under DDP ({why})")
+            port.change(node, "unwrap", f"{dotted(node.value)}.{what}: the script's model's, through its DDP wrapper "
+                        f"({why})")  # fmt: skip
         elif isinstance(node, cst.Call) and facts.resolve(node) in SAVES and node.args:
             for model in _saved_models(port, node.args[0].value, models):
-                port.edits.rewrite(model, _unwrapped)
-                port.needs.add("unwrap")
-                port.change(model, "unwrap", f"torch.save of {dotted(model)}: the unwrapped model, as the script "
-                            "saved it (a pickled DDP wrapper loads only where a process group is set up)")  # fmt: skip
+                port.change(model, "unwrap", f"torch.save of {dotted(model)}: pickles the script's model, not its "
+                            "DDP wrapper (which loads only where a process group is set up)")  # fmt: skip
 
 
 CONTAINERS = (cst.Dict, cst.List, cst.Tuple, cst.Set)

@@ -2,9 +2,12 @@
 DistributedDataParallel under torchrun, after it is on its device and before its optimizer, rebinding its own name:
 
     if _ddp:
-        model = DistributedDataParallel(model)
+        model = _DDPModel(model)
 
-`nn.DataParallel` (one process, several GPUs) is skipped under torchrun: each process has one device.
+`_DDPModel` (the header's) is DistributedDataParallel that is still the script's model for everything but the
+training forward, wherever the program reaches it: its attributes and methods, state_dict's names, deepcopy and
+pickling (ddpcli.port.rules.unwrap lists where this script does). `nn.DataParallel` (one process, several GPUs) is
+skipped under torchrun, each process having one device, and its `module.` names are kept.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from ddpcli.port.rules import unused
 from ddpcli.port.rules.training import Training, parameter_for
 
 PARAMETER_METHODS = ("parameters", "named_parameters")
+STILL_THE_MODEL = ("the wrapper (_DDPModel) is still the script's model for its attributes, methods, state_dict and "
+                   "copies, wherever the program uses them")  # fmt: skip
 
 
 def trained_models(port: Port, optimizer: cst.Call) -> list[str]:
@@ -105,7 +110,7 @@ def _wrap_after(port: Port, optimizer: cst.Call, statement: cst.BaseStatement, t
     port.edits.insert_after(statement, _wrapping(port, statement, target))
     port.change(statement, "ddp_wrap", f"{target} wrapped in DistributedDataParallel under torchrun once it is on "
                 "its device (its optimizer, built before, holds the same parameters): each backward averages its "
-                "gradients across ranks")  # fmt: skip
+                f"gradients across ranks; {STILL_THE_MODEL}")  # fmt: skip
 
 
 def _wrapping(port: Port, statement: cst.BaseStatement, model: str) -> str:
@@ -122,7 +127,7 @@ def _wrap_code(port: Port, statement: cst.CSTNode, model: str) -> str:
     """`if _ddp: model = DistributedDataParallel(model)`, then each rank's randomness its own (once per script):
     where training starts, if that is later in the same block (what is drawn before it, a random split of the data
     or synthetic data, stays rank 0's on every rank), else right after the wrap."""
-    wrapped = f"DistributedDataParallel({_ddp_arguments(port, model)})"
+    wrapped = f"_DDPModel({_ddp_arguments(port, model)})"
     code = f"if _ddp:\n{_sync_batchnorm(port, model)}    {model} = {wrapped}\n"
     port.needs.add("seed")
     start = _training_after(port, statement)
@@ -187,7 +192,7 @@ def _wrap_at_calls(port: Port, optimizer: cst.Call, helper: cst.FunctionDef, mod
         port.edits.insert_before(statement, _wrapping(port, statement, name))
         port.change(call, "ddp_wrap", f"{name} wrapped in DistributedDataParallel under torchrun before "
                     f"{helper.name.value}(...) builds its optimizer: each backward averages its gradients across "
-                    "ranks")  # fmt: skip
+                    f"ranks; {STILL_THE_MODEL}")  # fmt: skip
 
 
 def _sync_batchnorm(port: Port, model: str) -> str:
@@ -231,12 +236,14 @@ def apply(port: Port) -> None:
                 port.models.append(model)
             port.change(optimizer, "ddp_wrap", f"{model} wrapped in DistributedDataParallel under torchrun, after "
                         "it is on its device and before its optimizer: each backward averages its gradients "
-                        "across ranks, so every rank steps the same")  # fmt: skip
+                        f"across ranks, so every rank steps the same; {STILL_THE_MODEL}")  # fmt: skip
     for call in facts.calls:
         name = facts.resolve(call)
         if name.rsplit(".", 1)[-1] == "DataParallel" and call.args:
             inner = port.code(call.args[0].value)
             port.edits.rewrite(call, lambda node, inner=inner: cst.IfExp(
-                test=expression("_ddp"), body=expression(inner), orelse=node))  # fmt: skip
+                test=expression("_ddp"), body=expression(f"_ddp_data_parallel({inner})"), orelse=node))  # fmt: skip
+            port.needs.add("data_parallel")
             port.change(call, "data_parallel", "nn.DataParallel skipped under torchrun: each process drives one "
-                        "device and DistributedDataParallel replaces it")  # fmt: skip
+                        "device and DistributedDataParallel replaces it, keeping DataParallel's `module.` names in "
+                        "the model's state_dict, so checkpoints load in both directions")  # fmt: skip

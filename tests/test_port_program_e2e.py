@@ -1,0 +1,93 @@
+"""`ddpcli port` on programs whose model is used after the wrap where the port does not rewrite it (issue 48, class
+2): a module of the project reads the model's attributes, the script writes one its forward reads, a helper saves
+and loads its state_dict, an EMA is a deepcopy of it, and a script that used nn.DataParallel resumes from the
+checkpoints it wrote. Each runs under python (the port is the script, bit for bit) and under torchrun with 2
+processes (the checkpoints keep the original's keys in both directions).
+
+Cost: 2 torchrun runs of 2 processes (about 6 s each here) and 7 python runs forked from tests/zygote."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests import zygote
+from tests.conftest import REPO
+from tests.helpers import port_command
+
+pytestmark = pytest.mark.e2e
+SCRIPTS = REPO / "tests" / "port_scripts"
+
+
+def python(folder: Path, *argv: str) -> str:
+    run = zygote.run([sys.executable, *argv], env=dict(os.environ), cwd=folder, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def torchrun(folder: Path, *argv: str) -> str:
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          *argv], cwd=folder, capture_output=True, text=True, timeout=180, check=False)  # fmt: skip
+    # gloo may abort at exit in about 1 run of 4 (observing-runs.md): the files and rank 0's last line say it ran
+    assert run.returncode == 0 or "Signal 6" in run.stderr, run.stderr[-3000:]
+    return run.stdout
+
+
+def ported(tmp_path: Path, source: Path) -> tuple[Path, Path]:
+    """The program (a folder, or one script) copied twice: as it is, and with SCRIPT ported beside its modules."""
+    original, port = tmp_path / "original", tmp_path / "port"
+    for folder in (original, port):
+        if source.is_dir():
+            shutil.copytree(source, folder, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            folder.mkdir()
+            shutil.copy(source, folder)
+    script = "train.py" if source.is_dir() else source.name
+    done = port_command(port / script)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (port / script).unlink()
+    return original, port
+
+
+def assert_close(mine: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor]) -> None:
+    assert mine.keys() == theirs.keys()
+    assert all(torch.allclose(mine[key], theirs[key], atol=1e-5) for key in mine), (mine, theirs)
+
+
+def test_a_project_reads_writes_saves_loads_and_copies_the_wrapped_model_as_its_own(tmp_path: Path) -> None:
+    original, port = ported(tmp_path, SCRIPTS / "helpers_project")
+    assert python(original, "train.py") == python(port, "train_ddp.py")
+    for name in ("checkpoint.pt", "ema.pt"):  # the port under python writes the script's bytes' tensors
+        mine, theirs = torch.load(original / name), torch.load(port / name)
+        assert str(mine) == str(theirs)
+    shutil.copy(original / "checkpoint.pt", port / "start.pt")
+    shutil.copy(original / "checkpoint.pt", original / "start.pt")
+    # the original's checkpoint loaded after the wrap (utils.load_checkpoint), 1 x 8 against 2 x 4 from it
+    expected = python(original, "train.py", "--load", "start.pt")
+    printed = torchrun(port, "train_ddp.py", "--load", "start.pt", "--batch-size", "4")
+    assert printed.count("classes 3") == 1 and printed.splitlines()[-1] == expected.splitlines()[-1]
+    single, both = torch.load(original / "checkpoint.pt"), torch.load(port / "checkpoint.pt")
+    assert list(both["state_dict"]) == ["body.weight", "body.bias"]  # the script's own keys, no `module.`
+    assert_close(both["state_dict"], single["state_dict"])  # the temperature the script set reached its forward
+    assert_close(torch.load(port / "ema.pt"), torch.load(original / "ema.pt"))  # the EMA is a copy of Net
+    shutil.copy(port / "checkpoint.pt", original / "from_port.pt")
+    assert "classes 3" in python(original, "train.py", "--load", "from_port.pt", "--epochs", "1")
+
+
+def test_a_data_parallel_script_resumes_from_its_own_checkpoints_in_both_directions(tmp_path: Path) -> None:
+    original, port = ported(tmp_path, SCRIPTS / "data_parallel_resume.py")
+    keys = "keys ['module.0.bias', 'module.0.weight', 'module.2.bias', 'module.2.weight']\n"
+    assert python(original, "data_parallel_resume.py") == keys
+    shutil.copy(original / "checkpoint.pth.tar", port / "checkpoint.pth.tar")
+    printed = torchrun(port, "data_parallel_resume_ddp.py", "--resume", "checkpoint.pth.tar", "--batch-size", "4")
+    assert printed == keys  # rank 0 alone, DataParallel's keys under DistributedDataParallel
+    written = torch.load(port / "checkpoint.pth.tar")
+    assert written["epoch"] == 2 and sorted(written["state_dict"]) == sorted(keys[6:-2].replace("'", "").split(", "))
+    shutil.copy(port / "checkpoint.pth.tar", original / "checkpoint.pth.tar")
+    assert python(original, "data_parallel_resume.py", "--resume", "checkpoint.pth.tar") == keys
