@@ -305,6 +305,70 @@ def test_a_loader_over_an_iterable_dataset_is_said_not_ported_at_port_time() -> 
     assert "its own sampler" not in " ".join(n.reason for n in result.not_ported)
 
 
+PINNED_GPUS = """\
+import argparse
+import os
+
+import torch
+from torch import nn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gpu_id", default="0")
+parser.add_argument("--device", default="cuda:0")
+args = parser.parse_args()
+os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu_id
+torch.cuda.set_device(0)
+device = torch.device("cuda", 0)
+flagged = torch.device(args.device)
+model = nn.Linear(4, 1).cuda(0)
+spare = nn.Linear(4, 1).to("cuda:1")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in [torch.randn(2, 4).cuda(device=0)]:
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_every_pinned_gpu_is_the_ranks_own_under_torchrun_whatever_spells_its_index() -> None:
+    """Issue 48 class 4 / 49.14: `torch.device("cuda", 0)`, `.cuda(0)`, `set_device(0)`, a flag's "cuda:0" and
+    CUDA_VISIBLE_DEVICES=args.gpu_id kept every rank on GPU 0."""
+    result = port(PINNED_GPUS)
+    lines = lines_of(result)
+    assert lines[lines.index('os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu_id') - 1] == "if not _ddp:"
+    for line in ("torch.cuda.set_device(_ddp_device(0))", 'device = _ddp_device(torch.device("cuda", 0))',
+                 "flagged = _ddp_device(torch.device(args.device))", "model = nn.Linear(4, 1).cuda(_ddp_device(0))",
+                 'spare = nn.Linear(4, 1).to(_ddp_device("cuda:1"))',
+                 "for x in [torch.randn(2, 4).cuda(device=_ddp_device(0))]:"):  # fmt: skip
+        assert line in lines
+    assert [c.line for c in result.changes if c.kind == "device"] == [11, 12, 13, 14, 15, 16, 18]
+
+
+@pytest.mark.parametrize(("rank", "expected"), [
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, [1, "1", "cuda:1", "cuda:1", "cuda", "cpu", True]),
+    ({}, [0, "0", "cuda:0", "cuda:3", "cuda", "cpu", True]),
+])  # fmt: skip
+def test_ddp_device_names_the_ranks_gpu_under_torchrun_and_the_scripts_under_python(
+    rank: dict[str, str], expected: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The header's `_ddp_device` as the port writes it, run with and without torchrun's variables (no GPU is needed
+    to name one)."""
+    import torch
+
+    from ddpcli.port.rules.header import DEVICE, RANKS
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in rank.items():
+        monkeypatch.setenv(name, value)
+    space: dict[str, Any] = {"os": os, "torch": torch}
+    exec(RANKS.split("\n\ndef _ddp_setup")[0] + DEVICE, space)  # the port's own text
+    device = space["_ddp_device"]
+    pinned = device(torch.device("cuda", 3))
+    assert [device(0), device("0"), device("cuda:0"), str(pinned), str(device(torch.device("cuda"))),
+            str(device(torch.device("cpu"))), device(True)] == expected  # fmt: skip
+
+
 def test_a_cuda_device_string_stays_the_scripts_so_comparisons_with_it_hold() -> None:
     source = (
         HEAD

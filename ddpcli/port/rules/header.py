@@ -131,6 +131,24 @@ def _ddp_shard(loader, epoch=None):
 MAP = """
 _ddp_map_location = {"cuda:0": f"cuda:{_ddp_local_rank}"} if _ddp else None  # torch.load: GPU 0's on this rank's
 """
+DEVICE = '''
+
+
+def _ddp_device(device):
+    """Under torchrun, this rank's GPU where `device` pins one (an index, "cuda:N", "N", torch.device("cuda", N)),
+    so that no two ranks share a GPU; anything else, and everything under python, as the script gave it."""
+    if not _ddp or isinstance(device, bool):
+        return device
+    if isinstance(device, int):
+        return _ddp_local_rank
+    if isinstance(device, str) and device.isdigit():
+        return str(_ddp_local_rank)
+    if isinstance(device, str) and device.startswith("cuda:"):
+        return f"cuda:{_ddp_local_rank}"
+    if isinstance(device, torch.device) and device.type == "cuda" and device.index is not None:
+        return torch.device("cuda", _ddp_local_rank)
+    return device
+'''
 SEED = '''
 
 def _ddp_seed():
@@ -229,7 +247,7 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 
 # The helpers the rules may need (port.needs), in the order the header defines them.
 _HELPERS = (("ddp", MODEL), ("data_parallel", DATA_PARALLEL), ("shard", SHARD), ("quiet", QUIET), ("map", MAP),
-            ("seed", SEED), ("shared", SHARED))  # fmt: skip
+            ("device", DEVICE), ("seed", SEED), ("shared", SHARED))  # fmt: skip
 
 
 def apply(port: Port) -> None:
