@@ -4,10 +4,14 @@ and loads its state_dict, an EMA is a deepcopy of it, and a script that used nn.
 checkpoints it wrote. Each runs under python (the port is the script, bit for bit) and under torchrun with 2
 processes (the checkpoints keep the original's keys in both directions).
 
-Cost: 2 torchrun runs of 2 processes (about 6 s each here) and 7 python runs forked from tests/zygote."""
+A loop around the batch loop that is not an epoch count (issue 49.13: `for lr in (0.1, 0.05, 0.01)`) shuffles
+anew each pass under torchrun.
+
+Cost: 3 torchrun runs of 2 processes (about 6 s each here) and 9 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -91,3 +95,14 @@ def test_a_data_parallel_script_resumes_from_its_own_checkpoints_in_both_directi
     assert written["epoch"] == 2 and sorted(written["state_dict"]) == sorted(keys[6:-2].replace("'", "").split(", "))
     shutil.copy(port / "checkpoint.pth.tar", original / "checkpoint.pth.tar")
     assert python(original, "data_parallel_resume.py", "--resume", "checkpoint.pth.tar") == keys
+
+
+def test_a_loop_over_learning_rates_around_the_batch_loop_reshuffles_each_pass(tmp_path: Path) -> None:
+    original, port = ported(tmp_path, SCRIPTS / "lr_passes.py")
+    assert python(original, "lr_passes.py") == python(port, "lr_passes_ddp.py")
+    assert torch.equal(torch.load(original / "model.pt")["weight"], torch.load(port / "model.pt")["weight"])
+    printed = torchrun(port, "lr_passes_ddp.py").splitlines()
+    passes = [json.loads(line.split(": ", 1)[1]) for line in printed]
+    assert [line.split(":")[0] for line in printed] == ["lr 0.1", "lr 0.05", "lr 0.01"]  # rank 0 alone prints
+    assert all(len(seen) == len(set(seen)) == 8 for seen in passes)  # this rank's half of the 16 samples
+    assert len({tuple(seen) for seen in passes}) == 3  # a new permutation each pass (set_epoch of a count)

@@ -583,3 +583,37 @@ def test_a_while_epoch_loop_counts_its_rounds_for_set_epoch() -> None:
         "if _ddp:", "_ddp_epoch += 1", "if _ddp:", "train_loader.sampler.set_epoch(_ddp_epoch - 1)"
     ]  # fmt: skip
     assert "set_epoch" in kinds(result) and not result.not_ported
+
+
+@pytest.mark.parametrize(
+    ("outer", "set_epoch"),
+    [
+        ('for phase in ("warmup", "main"):', "train_loader.sampler.set_epoch(_ddp_epoch - 1)"),
+        ("for lr in [0.1, 0.01]:", "train_loader.sampler.set_epoch(_ddp_epoch - 1)"),
+        ("for epoch in tqdm(range(3)):", "train_loader.sampler.set_epoch(epoch)"),
+        ("for epoch in epochs:", "train_loader.sampler.set_epoch(epoch)"),
+        ("for epoch, lr in enumerate([0.1, 0.01]):", "train_loader.sampler.set_epoch(epoch)"),
+        ("for epoch, lr in zip(range(2), [0.1, 0.01]):", "train_loader.sampler.set_epoch(_ddp_epoch - 1)"),
+    ],
+)
+def test_set_epoch_takes_the_loops_count_of_passes_never_a_value_it_iterates(outer: str, set_epoch: str) -> None:
+    """Issue 49.13: any loop around the batch loop was taken for the epoch loop and its variable for the epoch
+    (`set_epoch(lr)`: "manual_seed expected a long" under torchrun)."""
+    lines = lines_of(
+        port(f"""
+    from tqdm import tqdm
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    train_loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    epochs = range(2)
+    {outer}
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+    """)
+    )
+    at = next(i for i, line in enumerate(lines) if line.startswith(outer.split("(range")[0].rstrip(":")))
+    batches = lines.index("for x, y in train_loader:")
+    assert lines[at:batches].count(set_epoch) == 1 and lines[lines.index(set_epoch) - 1] == "if _ddp:"

@@ -49,7 +49,12 @@ def _loader_names(port: Port, call: cst.Call) -> list[str]:
 EPOCH_COUNTER = "_ddp_epoch"
 
 
-def _epoch_of(loop: cst.For | cst.While) -> str | None:
+COUNTING = ("range", "itertools.count", "tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange")
+WRAPPERS = ("tqdm",)  # a progress bar over what it is given: `tqdm(range(n))` counts as range(n) does
+
+
+def _target(loop: cst.For | cst.While) -> str | None:
+    """The name a `for` binds (the first of a tuple's)."""
     if isinstance(loop, cst.For):
         target = loop.target
         if isinstance(target, cst.Tuple) and target.elements:
@@ -57,6 +62,35 @@ def _epoch_of(loop: cst.For | cst.While) -> str | None:
         if isinstance(target, cst.Name):
             return target.value
     return None
+
+
+def _epoch_of(port: Port, loop: cst.For | cst.While) -> str | None:
+    """The name a `for` binds to the count of its passes, what `set_epoch` takes: `for epoch in range(n)` (or a
+    progress bar over one, or a name bound to one), `for epoch, lr in enumerate(lrs)`. None for a loop over
+    anything else (`for lr in (0.1, 0.05)`, `for phase in ("warmup", "main")`): its passes are counted instead."""
+    name = _target(loop)
+    if name is None or not isinstance(loop, cst.For):
+        return None
+    if isinstance(loop.target, cst.Tuple):
+        call = loop.iter
+        counted = isinstance(call, cst.Call) and port.facts.resolve(call) == "enumerate"
+        return name if counted and len(loop.target.elements) == 2 else None
+    return name if _counts(port, loop.iter) else None
+
+
+def _counts(port: Port, node: cst.CSTNode, depth: int = 0) -> bool:
+    """Every value `node` may be is a counting call (`range(...)`), seen through names and progress bars."""
+    ends = origins(port.facts, node)
+    for end in ends:
+        if not isinstance(end, cst.Call):
+            return False
+        name = port.facts.resolve(end)
+        if name.rsplit(".", 1)[-1] in WRAPPERS and end.args and depth < 3:
+            if not _counts(port, end.args[0].value, depth + 1):
+                return False
+        elif name not in COUNTING:
+            return False
+    return bool(ends)
 
 
 def _factory_sites(port: Port, call: cst.Call) -> list[tuple[cst.Call, str]] | None:
@@ -134,9 +168,9 @@ def _shard_by_phase(port: Port, training: Training, call: cst.Call) -> bool:
     port.change(call, "sampler", f"{name}[{key}]: a DistributedSampler under torchrun (the phase that steps; the "
                 "other phases whole on every rank), keeping its shuffle and drop_last; the batch stays the "
                 "script's")  # fmt: skip
-    outer = [a for a in facts.loops_around(loop) if _epoch_of(a) != phase]
+    outer = [a for a in facts.loops_around(loop) if _target(a) != phase]
     if outer and isinstance(outer[0].body, cst.IndentedBlock):
-        epoch = _epoch_of(outer[0])
+        epoch = _epoch_of(port, outer[0])
         if epoch is not None:
             port.edits.insert_before(outer[0].body.body[0], f"if _ddp:\n    {name}[{key}].sampler.set_epoch({epoch})\n")
             port.change(outer[0], "set_epoch", f"{name}[{key}].sampler.set_epoch({epoch}) at the top of each "
@@ -186,7 +220,7 @@ def _shard_inline(port: Port, call: cst.Call, loop: cst.For) -> None:
                     "draw the same batches; give each rank its share by _ddp_rank and _ddp_world")  # fmt: skip
         return
     outer = port.facts.loops_around(loop)
-    epoch = _epoch_of(outer[0]) if outer else None
+    epoch = _epoch_of(port, outer[0]) if outer else None
     args = [cst.Arg(cst.Name(epoch))] if epoch else []
     port.edits.rewrite(call, lambda node: cst.Call(
         func=cst.Name("_ddp_shard"), args=[cst.Arg(node, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
@@ -305,14 +339,14 @@ def _set_epoch(port: Port, name: str, loop: cst.For, at: cst.CSTNode, epoch_loop
     if id(epoch_loop) in seen:
         return
     seen.add(id(epoch_loop))
-    epoch = _epoch_of(epoch_loop)
+    epoch = _epoch_of(port, epoch_loop)
     loader = name if at is loop else port.code(next(a.value for a in at.args if dotted(a.value) == name))
     body = epoch_loop.body
     if not isinstance(body, cst.IndentedBlock):
         port.cannot(epoch_loop, f"{name}: this epoch loop is on one line; call "
                     f"{name}.sampler.set_epoch(epoch) at the top of each epoch")  # fmt: skip
         return
-    if epoch is None:  # `while epoch < n:`, `for self.epoch in ...`: count the loop's rounds
+    if epoch is None:  # `while epoch < n:`, `for self.epoch in ...`, `for lr in lrs`: count the loop's rounds
         if id(epoch_loop) not in port.counted_loops:
             port.counted_loops.add(id(epoch_loop))
             start = f"if _ddp:\n    {EPOCH_COUNTER} = 0  # epochs begun: the shuffle's seed\n"
