@@ -60,7 +60,8 @@ def test_the_checker_sees_a_wrong_field() -> None:
 
 HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
 SCRIPTS = {
-    # wrap, unwrap, sampler, rank0 (print, save, writer, tqdm, open outside a with), DataParallel, .cuda(), device
+    # wrap, unwrap, sampler, rank0 (print, save, writer, tqdm, open outside a with), DataParallel, .cuda(), device,
+    # a pinned GPU
     "many": HEAD
     + textwrap.dedent("""\
         from torch.utils.tensorboard import SummaryWriter
@@ -68,6 +69,7 @@ SCRIPTS = {
         writer = SummaryWriter()
         log = open("log.txt", "w")
         device = torch.device("cuda")
+        pinned = torch.device("cuda", 0)
         model = nn.DataParallel(nn.Linear(4, 1))
         model.cuda()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
