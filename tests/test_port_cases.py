@@ -392,21 +392,72 @@ for x, y in DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batc
     assert "device" not in kinds(result)
 
 
-def test_the_shard_helper_names_an_iterable_dataset_it_meets_at_run_time() -> None:
+def _shard_helper(rank: int) -> dict[str, Any]:
+    """The header's sharding helper as the port writes it, for rank `rank` of 2 (no process group: it needs none)."""
     import torch
-    from torch.utils.data import DataLoader, IterableDataset
+    from torch.utils.data import DistributedSampler
 
-    source = port(EVALUATE).source
-    helper = source[source.index("def _ddp_shard(") : source.index("def _ddp_quiet(")]
-    scope: dict[str, Any] = {"torch": torch, "_ddp": True, "_ddp_rank": 0, "_ddp_world": 2}
-    exec(compile(helper, "train_ddp.py", "exec"), scope)
+    from ddpcli.port.rules.header import SHARD
+
+    scope: dict[str, Any] = {"torch": torch, "DistributedSampler": DistributedSampler, "_ddp": True,
+                             "_ddp_rank": rank, "_ddp_world": 2}  # fmt: skip
+    exec(compile(SHARD, "train_ddp.py", "exec"), scope)
+    return scope
+
+
+def test_the_shard_helper_leaves_what_it_cannot_shard_whole_with_a_warning_never_stopping_the_run() -> None:
+    """Issue 48 class 3: a loader built to show one batch over an IterableDataset got the helper, which raised and
+    ended the whole run."""
+    from torch.utils.data import DataLoader, IterableDataset, WeightedRandomSampler
 
     class Stream(IterableDataset):  # type: ignore[type-arg]
         def __iter__(self) -> Any:
             return iter(range(4))
 
-    with pytest.raises(RuntimeError, match="this DataLoader iterates an IterableDataset, which a DistributedSampler"):
-        scope["_ddp_shard"](DataLoader(Stream(), batch_size=2))
+    shard = _shard_helper(0)["_ddp_shard"]
+    stream = DataLoader(Stream(), batch_size=2)
+    with pytest.warns(UserWarning, match="a DataLoader iterates an IterableDataset: it stays whole on every rank"):
+        assert shard(stream) is stream
+    weighted = DataLoader(list(range(8)), sampler=WeightedRandomSampler([1.0] * 8, 8))
+    with pytest.warns(UserWarning, match="a DataLoader has its own sampler: it stays whole"):
+        assert shard(weighted) is weighted
+
+
+def test_the_shard_helper_deals_whole_batches_and_shares_draws_with_replacement() -> None:
+    """Issue 49.11 (a data set of whole batches, batch_size=None: "has its own sampler", raised) and 49.5
+    (RandomSampler(replacement=True, num_samples=128) over 32 samples: an epoch became 16 + 16 samples)."""
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler
+
+    ranks = [_shard_helper(rank)["_ddp_shard"] for rank in (0, 1)]
+    batches = [torch.full((3,), float(i)) for i in range(6)]
+    dealt = [[int(b[0]) for b in shard(DataLoader(batches, batch_size=None, shuffle=True))] for shard in ranks]
+    assert sorted(dealt[0] + dealt[1]) == list(range(6)) and len(dealt[0]) == 3  # each rank half the batches
+    drawn = DataLoader(list(range(32)), batch_size=8, sampler=RandomSampler(range(32), True, num_samples=128))
+    shared = [shard(drawn) for shard in ranks]
+    assert [len(loader.sampler) for loader in shared] == [64, 64]  # 128 draws in all, as one process made
+    assert all(loader.sampler.replacement for loader in shared)
+
+
+def test_every_pass_of_a_sharded_loader_is_a_new_permutation_alike_on_every_rank() -> None:
+    """Issue 48 class 3 and 49.6/49.10: a loader iterated where the port puts no set_epoch (handed to a function
+    it does not follow, `next(iter(loader))` each step, built anew each epoch) repeated one permutation."""
+    from torch.utils.data import DataLoader
+
+    data = list(range(16))
+    ranks = [_shard_helper(rank)["_ddp_shard"] for rank in (0, 1)]
+    loaders = [shard(DataLoader(data, batch_size=4, shuffle=True)) for shard in ranks]
+    passes = [[[int(i) for batch in loader for i in batch] for _ in range(3)] for loader in loaders]
+    for first, second in zip(*passes, strict=True):
+        assert sorted(first + second) == data  # one permutation, dealt out: the ranks agree on each pass
+    assert len({tuple(seen) for seen in passes[0]}) == 3  # and each pass is a new one
+    rebuilt = [[[int(i) for batch in shard(DataLoader(data, batch_size=4, shuffle=True)) for i in batch]
+                for _ in range(2)] for shard in ranks]  # fmt: skip
+    assert rebuilt[0][0] != rebuilt[0][1] and sorted(rebuilt[0][1] + rebuilt[1][1]) == data
+    loaders[0].sampler.set_epoch(7)
+    named = [int(i) for batch in loaders[0] for i in batch]
+    loaders[1].sampler.set_epoch(7)
+    assert sorted(named + [int(i) for batch in loaders[1] for i in batch]) == data  # set_epoch(7) is epoch 7's
 
 
 TRANSFER = (

@@ -617,3 +617,56 @@ def test_set_epoch_takes_the_loops_count_of_passes_never_a_value_it_iterates(out
     at = next(i for i, line in enumerate(lines) if line.startswith(outer.split("(range")[0].rstrip(":")))
     batches = lines.index("for x, y in train_loader:")
     assert lines[at:batches].count(set_epoch) == 1 and lines[lines.index(set_epoch) - 1] == "if _ddp:"
+
+
+def test_a_loader_built_anew_in_each_epoch_gets_no_set_epoch_above_its_binding() -> None:
+    """Issue 49.10: `loader.sampler.set_epoch(epoch)` went above the loader's assignment in the epoch loop
+    (UnboundLocalError on every rank), and twice where a loader of that name was built before the loop too; each
+    pass of the rebuilt loader is the next epoch of _DDPLoader's count (test_port_cases checks the helper)."""
+    result = port("""
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_loader = DataLoader(data, batch_size=8, shuffle=True)
+    def main():
+        for epoch in range(3):
+            train_loader = DataLoader(data, batch_size=8, shuffle=True)
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.mse_loss(model(x), y).backward()
+                optimizer.step()
+    main()
+    """)
+    lines = lines_of(result)
+    assert not [line for line in lines if line.startswith("train_loader.sampler.set_epoch(")]
+    assert "train_loader = _ddp_shard(DataLoader(data, batch_size=8, shuffle=True))" in lines
+    assert [change.text.split(":")[0] for change in result.changes if change.kind == "set_epoch"] == [
+        "train_loader is built anew in each pass of this loop"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "built",
+    [
+        'kwargs = {"batch_size": 8, "sampler": WeightedRandomSampler(torch.ones(64), 64)}',
+        "kwargs = dict(batch_size=8, sampler=WeightedRandomSampler(torch.ones(64), 64))",
+        'kwargs = {"batch_size": 8, "batch_sampler": None}',
+    ],
+)
+def test_a_sampler_given_through_kwargs_is_the_loaders_own(built: str) -> None:
+    """Issue 49.12: the dict behind `**` was not read: ported with a DistributedSampler over a weighted sampler's
+    loader, and torchrun raised."""
+    result = port(f"""
+    from torch.utils.data import WeightedRandomSampler
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    {built}
+    train_loader = DataLoader(data, **kwargs)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+    """)
+    assert "train_loader = DataLoader(data, **kwargs)" in lines_of(result)
+    assert [item.reason.split(" (")[0] for item in result.not_ported] == ["train_loader draws with its own sampler"]

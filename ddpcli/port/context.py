@@ -23,6 +23,7 @@ class Port:
     wraps_at_module_level: bool = False  # a DDP wrap or barrier outside any function: set up the group there
     dist: str = "dist"  # the name torch.distributed goes by in the output
     counted_loops: set[int] = field(default_factory=set)  # epoch loops given a round counter (no epoch variable)
+    epochs_set: set[tuple[int, str]] = field(default_factory=set)  # (epoch loop, loader) pairs given set_epoch
     loaders_not_ported: bool = False  # a training loader was listed as not ported (its own sampler, ...)
     renames: dict[str, str] = field(default_factory=dict)  # the port's names the script takes -> the port's instead
     seeded: set[int] = field(default_factory=set)  # ids of the statements `_ddp_seed()` is placed before

@@ -102,31 +102,61 @@ def _ddp_data_parallel(model):
 '''
 SHARD = '''
 
+class _DDPLoader(torch.utils.data.DataLoader):
+    """The script's DataLoader over this rank's share, each pass a new permutation as a RandomSampler's is in one
+    process: a pass after its sampler's set_epoch(epoch) (the port calls it at the top of each epoch it sees) is that
+    epoch's; any other pass (the loader handed to code the port does not read, `next(iter(loader))` each step, a
+    loader built anew each epoch) takes the next number of this process's count of such passes, the same on every
+    rank since every rank makes the same passes (Lightning Fabric's loader sets the epoch at each iter too)."""
+
+    passes = 0  # passes no set_epoch named, over every loader this process sharded
+
+    def __iter__(self):
+        sampler = self.sampler
+        if isinstance(sampler, DistributedSampler):
+            if sampler.epoch == self._ddp_epoch_seen:  # no set_epoch since the last pass
+                sampler.set_epoch(_DDPLoader.passes)
+                _DDPLoader.passes += 1
+            self._ddp_epoch_seen = sampler.epoch
+        return super().__iter__()
+
+
 def _ddp_shard(loader, epoch=None):
     """Under torchrun, the same DataLoader over this rank's share of each epoch: a DistributedSampler keeping the
-    loader's shuffle and drop_last (and, for a loader built each epoch, that epoch's shuffle); the batch stays the
-    script's, per device."""
+    loader's shuffle and drop_last (and, for a loader built each epoch, that epoch's shuffle), or, for draws with
+    replacement or a count of their own, this rank's share of the draws; the batch stays the script's, per device
+    (a data set of whole batches, batch_size=None, is dealt out batch by batch). A loader the port cannot shard
+    stays whole, with a warning: the run goes on (the port listed it, where it saw it)."""
     if not _ddp:
         return loader
-    data, dataset = torch.utils.data, loader.dataset
-    if isinstance(dataset, data.IterableDataset):
-        raise RuntimeError("ddpcli port: this DataLoader iterates an IterableDataset, which a DistributedSampler "
-                           "cannot shard; have its __iter__ yield every _ddp_world-th sample from _ddp_rank")
-    if isinstance(loader.sampler, data.SubsetRandomSampler):  # a split of the data set: shard the split
-        dataset = data.Subset(dataset, list(loader.sampler.indices))
-    elif loader.batch_size is None or not isinstance(loader.sampler, (data.RandomSampler, data.SequentialSampler)):
-        raise RuntimeError("ddpcli port: this DataLoader has its own sampler; shard it by _ddp_rank yourself")
-    shuffle = isinstance(loader.sampler, (data.RandomSampler, data.SubsetRandomSampler))
-    sampler = DistributedSampler(dataset, num_replicas=_ddp_world, rank=_ddp_rank, shuffle=shuffle,
-                                 drop_last=loader.drop_last)
-    if epoch is not None:
-        sampler.set_epoch(epoch)
-    return data.DataLoader(
+    data, dataset, drawn = torch.utils.data, loader.dataset, loader.sampler
+    if isinstance(dataset, data.IterableDataset) or not isinstance(
+        drawn, (data.RandomSampler, data.SequentialSampler, data.SubsetRandomSampler)
+    ):
+        import warnings
+        what = "iterates an IterableDataset" if isinstance(dataset, data.IterableDataset) else "has its own sampler"
+        warnings.warn(f"ddpcli port: a DataLoader {what}: it stays whole on every rank; where it is a training "
+                      "loader, shard it by _ddp_rank and _ddp_world yourself", stacklevel=2)
+        return loader
+    if isinstance(drawn, data.SubsetRandomSampler):  # a split of the data set: shard the split
+        dataset = data.Subset(dataset, list(drawn.indices))
+    if isinstance(drawn, data.RandomSampler) and (drawn.replacement or drawn._num_samples is not None):
+        share = -(-drawn.num_samples // _ddp_world)  # each rank draws its share, from its own RNG stream
+        sampler = data.RandomSampler(dataset, replacement=drawn.replacement, num_samples=share)
+    else:
+        shuffle = isinstance(drawn, (data.RandomSampler, data.SubsetRandomSampler))
+        sampler = DistributedSampler(dataset, num_replicas=_ddp_world, rank=_ddp_rank, shuffle=shuffle,
+                                     drop_last=loader.drop_last)
+        if epoch is not None:
+            sampler.set_epoch(epoch)
+    sharded = _DDPLoader(
         dataset, batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
         collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
         timeout=loader.timeout, worker_init_fn=loader.worker_init_fn, generator=loader.generator,
         prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,
     )
+    sharded._ddp_epoch_seen = None if epoch is not None else getattr(sampler, "epoch", None)
+    return sharded
 '''
 MAP = """
 _ddp_map_location = {"cuda:0": f"cuda:{_ddp_local_rank}"} if _ddp else None  # torch.load: GPU 0's on this rank's

@@ -15,9 +15,45 @@ from ddpcli.port.facts import dotted, keyword, string_value
 from ddpcli.port.rules.training import Training
 from ddpcli.script.flow import origins
 
-# Samplers `_ddp_shard` turns into a DistributedSampler (a split's indices kept); any other is the script's own.
-SHARDABLE = ("SubsetRandomSampler", "RandomSampler", "SequentialSampler", "torch.utils.data.SubsetRandomSampler",
-             "torch.utils.data.RandomSampler", "torch.utils.data.SequentialSampler", "None")  # fmt: skip
+# Samplers `_ddp_shard` shards (a DistributedSampler, a split's indices kept, draws with replacement shared out);
+# any other is the script's own.
+SHARDABLE = ("torch.utils.data.SubsetRandomSampler", "torch.utils.data.RandomSampler",
+             "torch.utils.data.SequentialSampler", "torch.utils.data.sampler.SubsetRandomSampler",
+             "torch.utils.data.sampler.RandomSampler", "torch.utils.data.sampler.SequentialSampler")  # fmt: skip
+OWN = ("sampler", "batch_sampler")
+
+
+def _own_sampler(port: Port, call: cst.Call) -> str | None:
+    """The loader's own sampler where `_ddp_shard` cannot shard it, as the script writes it: the `sampler=` or
+    `batch_sampler=` it is given by keyword or through `**kwargs` (a dict the script builds), whatever names it,
+    decided by what each value may be (a batch_sampler is always the script's own)."""
+    facts = port.facts
+    given: list[tuple[str, cst.CSTNode]] = []
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value in OWN:
+            given.append((arg.keyword.value, arg.value))
+        elif arg.star == "**":
+            for mapping in origins(facts, arg.value):
+                if isinstance(mapping, cst.Dict):
+                    given += [
+                        (key, element.value)
+                        for element in mapping.elements
+                        if isinstance(element, cst.DictElement) and (key := string_value(element.key)) in OWN
+                    ]
+                elif isinstance(mapping, cst.Call) and facts.resolve(mapping) == "dict":
+                    given += [(arg2.keyword.value, arg2.value) for arg2 in mapping.args
+                              if arg2.keyword is not None and arg2.keyword.value in OWN]  # fmt: skip
+    for kind, value in given:
+        ends = origins(facts, value)
+        if kind == "batch_sampler" or not all(_shardable(port, end) for end in ends):
+            return port.code(value)
+    return None
+
+
+def _shardable(port: Port, node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.Name) and node.value == "None":
+        return True
+    return isinstance(node, cst.Call) and port.facts.resolve(node) in SHARDABLE
 
 
 def _loader_name(port: Port, call: cst.Call) -> str:
@@ -213,10 +249,10 @@ def _inline_loop(port: Port, training: Training, call: cst.CSTNode) -> cst.For |
 def _shard_inline(port: Port, call: cst.Call, loop: cst.For) -> None:
     """A loader built anew each epoch: sharded with the epoch of the loop around it (its shuffle a new one each
     epoch, as `set_epoch` gives a kept loader), or the rounds of that loop counted."""
-    own = keyword(call, "batch_sampler") or keyword(call, "sampler")
-    if own is not None and not port.code(own.value).startswith(SHARDABLE):
+    own = _own_sampler(port, call)
+    if own is not None:
         port.loaders_not_ported = True
-        port.cannot(call, f"this DataLoader draws with its own sampler ({port.code(own.value)}): every rank would "
+        port.cannot(call, f"this DataLoader draws with its own sampler ({own}): every rank would "
                     "draw the same batches; give each rank its share by _ddp_rank and _ddp_world")  # fmt: skip
         return
     outer = port.facts.loops_around(loop)
@@ -290,10 +326,10 @@ def apply(port: Port) -> None:
         if not shard:
             continue
         name = shard[0][1]
-        own = keyword(call, "batch_sampler") or keyword(call, "sampler")
-        if own is not None and not port.code(own.value).startswith(SHARDABLE):
+        own = _own_sampler(port, call)
+        if own is not None:
             port.loaders_not_ported = True
-            port.cannot(call, f"{name or 'this DataLoader'} draws with its own sampler ({port.code(own.value)}): "
+            port.cannot(call, f"{name or 'this DataLoader'} draws with its own sampler ({own}): "
                         "every rank would draw the same batches; give each rank its share by _ddp_rank and "
                         "_ddp_world")  # fmt: skip
             continue
@@ -334,13 +370,26 @@ def _set_epochs(port: Port, name: str, loops: list[tuple[cst.For, cst.CSTNode, s
             _set_epoch(port, spelling, loop, at, epoch_loop, seen)
 
 
+def _built_in(port: Port, loader: str, epoch_loop: cst.For | cst.While) -> bool:
+    """`loader` is bound inside `epoch_loop` (a DataLoader built each epoch): set_epoch at the loop's top would read
+    it before its first binding, and name last epoch's loader after that."""
+    inside = set(port.facts.walk(epoch_loop.body))
+    return any(statement in inside for statement in port.facts.assigned_in(port.facts.scope(epoch_loop), loader))
+
+
 def _set_epoch(port: Port, name: str, loop: cst.For, at: cst.CSTNode, epoch_loop: cst.For | cst.While,
                seen: set[int]) -> None:  # fmt: skip
-    if id(epoch_loop) in seen:
+    loader = name if at is loop else port.code(next(a.value for a in at.args if dotted(a.value) == name))
+    if id(epoch_loop) in seen or (id(epoch_loop), loader) in port.epochs_set:
         return
     seen.add(id(epoch_loop))
+    port.epochs_set.add((id(epoch_loop), loader))
+    if _built_in(port, loader, epoch_loop):
+        port.change(epoch_loop, "set_epoch", f"{loader} is built anew in each pass of this loop: no set_epoch (it "
+                    "would name the loader before it is built); each pass over a sharded loader that no set_epoch "
+                    "names is the next epoch of the process's count, the same on every rank")  # fmt: skip
+        return
     epoch = _epoch_of(port, epoch_loop)
-    loader = name if at is loop else port.code(next(a.value for a in at.args if dotted(a.value) == name))
     body = epoch_loop.body
     if not isinstance(body, cst.IndentedBlock):
         port.cannot(epoch_loop, f"{name}: this epoch loop is on one line; call "
