@@ -64,7 +64,7 @@ def test_table(runs: Path) -> None:
     # run * status procs batch global lr steps samples loss loss@base wall samples/s predicted/s speedup eff step-time
     # peak-mem noise equivalence curve (not observed: no prediction, step time or memory)
     expected = {
-        "1x16": "1x16 *~ | completed 1 16 16 0.05 100 1,600 1 1 3.6 1,000 - 1.00x 100% - - - -",
+        "1x16": "1x16 *~ | completed 1 16 16 0.05 100 1,600 1 1 3.6 1,000 - 1.00x - - - - -",
         "4x16": "4x16 ~ | completed 4 16 64 0.2 25 1,600 0.04 0.04 2.5 3,200 - 3.20x 80% - - - equivalent vs 1x64, "
         "2.4e-07",
         "8x8": "8x8 ~ | completed 8 8 64 0.2 25 1,600 0.04 0.04 2.3 5,120 - 5.12x 64% - - - diverged vs 1x64, 1",

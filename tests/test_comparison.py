@@ -33,6 +33,8 @@ def test_speedup_and_efficiency_arithmetic() -> None:
     assert cmp.speedup(None, 1000.0) is None
     assert cmp.speedup(10.0, None) is None
     assert cmp.scaling_efficiency(None, 4, 1) is None
+    # issue 49: 1 x 64 against 1 x 16 at 7.62x the samples/s is a larger batch, not 762% scaling
+    assert cmp.scaling_efficiency(7.62, 1, 1) is None and cmp.scaling_efficiency(1.0, 2, 2) is None
 
 
 def test_samples_per_s_leaves_the_first_steps_set_up_out(tmp_path: Path) -> None:

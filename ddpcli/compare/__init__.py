@@ -26,7 +26,8 @@ Definitions (the numbers people quote, so they are fixed here and documented in 
   first forward/backward, DDP's bucket building); `wall_time_s` (run.json) includes everything. With a single
   row it is null (so are speedup and prediction error), and a note says why (diagnosis.throughput).
 - speedup = samples_per_s / the baseline's samples_per_s.
-- scaling_efficiency = speedup / (world_size / the baseline's world_size): 1.0 is perfect linear scaling.
+- scaling_efficiency = speedup / (world_size / the baseline's world_size): 1.0 is perfect linear scaling; none where
+  the world size is the baseline's (a larger batch on as many processes is not scaling).
 - loss_at_baseline_samples: the run's loss linearly interpolated (on samples seen) at the baseline's final sample
   count; null when the run did not get that far (or had not logged a row before it).
 - equivalence: a multi-process run is checked against a single-process run with the same global batch, lr

@@ -160,8 +160,10 @@ def speedup(samples_per_s: float | None, baseline_samples_per_s: float | None) -
 def scaling_efficiency(
     speedup_value: float | None, world_size: int | None, baseline_world_size: int | None
 ) -> float | None:
-    """Speedup per unit of extra hardware: 1.0 means N processes ran N times as fast as the baseline's."""
-    if speedup_value is None or not world_size or not baseline_world_size:
+    """Speedup per unit of extra hardware: 1.0 means N processes ran N times as fast as the baseline's. None where
+    the run has the baseline's world size: there is no extra hardware, and 1 x 64 against 1 x 16 running 7.6x the
+    samples/s is a larger batch, not 762% scaling."""
+    if speedup_value is None or not world_size or not baseline_world_size or world_size == baseline_world_size:
         return None
     return finite_or_none(speedup_value / (world_size / baseline_world_size))
 

@@ -122,7 +122,8 @@ def _caption(comparison: ComparisonHead) -> str:
         "plan's.",
         "batch: per process (x accumulation). samples/s: from the first to the last metrics row, per model where "
         "the processes trained separate models (then no speedup). "
-        "eff: speedup / world-size ratio. noise scale: last measured B_simple (the critical batch, roughly).",
+        "eff: speedup / world-size ratio (- at the baseline's world size). noise scale: last measured B_simple (the "
+        "critical batch, roughly).",
         "predicted: the baseline's prediction, before the run (its error against samples/s). "
         f"{BAR_LEGEND} (median rank; the first step left out). peak mem: the largest rank's.",
         f"loss at base: loss at the baseline's {fmt_number(base)} samples seen (- : the run did not get there). "
