@@ -55,6 +55,16 @@ def test_no_flag_shows_a_value_type(path: list[str]) -> None:
 
 
 @pytest.mark.parametrize("path", COMMAND_PATHS, ids=lambda p: " ".join(p) or "ddpcli")
+def test_no_python_type_is_shown(path: list[str]) -> None:
+    """Issue 49: `RUNS <list[Path]>` (compare, export) and `-- ARGS <list[str]>` (init) showed Python's types; a
+    repeated value shows what each one is (`<path>`), the usage line its `...`."""
+    text = help_text(path, width=160)
+    assert not re.search(r"<(list|tuple|dict)\[|<Path\b", text), text
+    if path in (["compare"], ["export"]):
+        assert re.search(r"│\s+RUNS\s+<path>\s", text), text
+
+
+@pytest.mark.parametrize("path", COMMAND_PATHS, ids=lambda p: " ".join(p) or "ddpcli")
 def test_nothing_is_cut_at_80_columns(path: list[str]) -> None:
     text = help_text(path)
     assert "…" not in text, text

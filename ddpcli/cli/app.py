@@ -36,7 +36,8 @@ def house_style(params: list[Any], ctx: Any) -> list[Any]:
     `file` beside port's `SCRIPT`); the usage line is ours (collect_usage). A number with bounds is
     `<int> [x>=1]`, not typer 0.29's `<int range> [x>=1]` (`display_type()`, absent before): the bounds say it, and
     the shorter type column leaves init's `--per-device-batch-size` uncut at 80 columns. A repeatable option
-    shows the value it takes each time (`--only <str>`, not `<list[str]>`, which reads as one value holding a list).
+    shows the value it takes each time (`--only <str>`, not `<list[str]>`, which reads as one value holding a list),
+    and so does a repeated positional (`RUNS <path>`; typer 0.29 gives an argument no metavar in that column).
     Applied to the parameters of every command here, and to --help, which click adds to them.
     """
     for param in params:
@@ -48,8 +49,13 @@ def house_style(params: list[Any], ctx: Any) -> list[Any]:
                 param.metavar = label.removesuffix(" range>") + ">"
             elif param.multiple and label.startswith("<list[") and label.endswith("]>"):
                 param.metavar = f"<{label[len('<list[') : -len(']>')].lower()}>"  # one value each time it is given
-        elif param.param_type_name == "argument" and param.metavar is None and param.name:
-            param.metavar = param.name.upper()
+        elif param.param_type_name == "argument":
+            if param.metavar is None and param.name:
+                param.metavar = param.name.upper()
+            label = param.display_type(ctx) if hasattr(param, "display_type") else ""
+            if param.nargs != 1 and label.startswith("<list[") and label.endswith("]>"):
+                each = f"<{label[len('<list[') : -len(']>')].lower()}>"  # `RUNS <path>`, the usage line's `...`
+                param.display_type_rich = lambda ctx, each=each: each
     return params
 
 
