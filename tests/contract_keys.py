@@ -44,6 +44,7 @@ FINDING_CODES = {
     "loss_not_finite", "copies_of_one_training", "same_file_written_by_ranks",
 }  # fmt: skip
 
-PORT_JSON_KEYS = ("script", "output", "changes", "not_ported")  # `ddpcli port --json`
+PORT_JSON_KEYS = ("script", "output", "changes", "not_ported", "modules")  # `ddpcli port --json`
+PORT_MODULE_KEYS = ("module", "output", "changes", "not_ported")  # each of its "modules"
 PORT_CHANGE_KEYS = ("line", "kind", "text")
 PORT_NOT_PORTED_KEYS = ("line", "reason")

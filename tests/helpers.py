@@ -230,3 +230,41 @@ HOST_MODULES = (
     "ddpcli.init.inspect_script",
     "ddpcli.launch.lost",
 )
+
+
+# Runs a ported script under torchrun, keeping every DistributedDataParallel it builds, then saves this rank's
+# parameters of each wrapped model (test-side instrumentation: the port knows nothing of it).
+RANK_PARAMS = """
+import os, runpy, sys, torch
+from torch.nn.parallel import DistributedDataParallel
+wrapped, init = [], DistributedDataParallel.__init__
+def keep(self, module, *args, **kwargs):
+    init(self, module, *args, **kwargs)
+    wrapped.append(module)
+DistributedDataParallel.__init__ = keep
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+state = [{k: v.detach().cpu() for k, v in module.state_dict().items()} for module in wrapped]
+torch.save(state, f"rank{os.environ['RANK']}.params")
+"""
+
+
+def torchrun_ranks(port: Path, script: str, *args: str) -> tuple[str, list[dict], list[dict]]:
+    """`torchrun --nproc-per-node 2 SCRIPT ARGS` in `port`, with each rank's parameters of every model it wrapped
+    in DDP (RANK_PARAMS), and what rank 0 printed."""
+    import torch
+
+    (port / "rank_params.py").write_text(RANK_PARAMS, encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "rank_params.py", script, *args], cwd=port, capture_output=True, text=True, timeout=180,
+                         check=False)  # fmt: skip
+    assert (port / "rank1.params").exists(), run.stderr[-3000:]  # (gloo may abort at exit: the files say it ran)
+    return run.stdout, torch.load(port / "rank0.params"), torch.load(port / "rank1.params")
+
+
+def assert_equal_ranks(zero: list[dict], one: list[dict], models: int) -> None:
+    import torch
+
+    assert len(zero) == len(one) == models  # every trained model in DDP
+    for mine, theirs in zip(zero, one, strict=True):
+        assert all(torch.equal(mine[key], theirs[key]) for key in mine)

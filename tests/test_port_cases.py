@@ -362,7 +362,7 @@ def test_ddp_device_names_the_ranks_gpu_under_torchrun_and_the_scripts_under_pyt
     for name, value in rank.items():
         monkeypatch.setenv(name, value)
     space: dict[str, Any] = {"os": os, "torch": torch}
-    exec(RANKS.split("\n\ndef _ddp_setup")[0] + DEVICE, space)  # the port's own text
+    exec(RANKS + DEVICE, space)  # the port's own text
     device = space["_ddp_device"]
     pinned = device(torch.device("cuda", 3))
     assert [device(0), device("0"), device("cuda:0"), str(pinned), str(device(torch.device("cuda"))),

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from ddpcli.cli.app import app
-from ddpcli.port.records import PORT_JSON_KEYS
+from ddpcli.port.records import MODULE_JSON_KEYS, PORT_JSON_KEYS
 from tests.conftest import REPO
-from tests.contract_keys import PORT_CHANGE_KEYS, PORT_NOT_PORTED_KEYS
+from tests.contract_keys import PORT_CHANGE_KEYS, PORT_MODULE_KEYS, PORT_NOT_PORTED_KEYS
 from tests.contract_keys import PORT_JSON_KEYS as CONTRACT
 
 runner = CliRunner()
@@ -86,6 +86,8 @@ def test_json_has_exactly_the_contract_keys(script: Path) -> None:
     contracts = (REPO / "docs" / "contracts.md").read_text(encoding="utf-8")
     assert "`script, output`" in contracts and "`line, kind, text`" in contracts and "`line, reason`" in contracts
     assert (PORT_CHANGE_KEYS, PORT_NOT_PORTED_KEYS) == (("line", "kind", "text"), ("line", "reason"))
+    assert MODULE_JSON_KEYS == PORT_MODULE_KEYS and "`module, output, changes, not_ported`" in contracts
+    assert data["modules"] == []  # the bundled example is one file
     assert (data["script"], data["output"]) == (str(script), str(script.with_name("single_device_ddp.py")))
     assert all(list(change) == ["line", "kind", "text"] for change in data["changes"])
     lines = script.read_text(encoding="utf-8").splitlines()

@@ -18,26 +18,11 @@ import torch
 from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from tests import zygote
 from tests.conftest import REPO
-from tests.helpers import port_command
+from tests.helpers import assert_equal_ranks, port_command, torchrun_ranks
 
 pytestmark = pytest.mark.e2e
 EXAMPLE = REPO / "ddpcli" / "examples" / "single_device.py"
 MIXED = REPO / "tests" / "port_rules" / "mixed.py"
-# Runs a ported script under torchrun, keeping every DistributedDataParallel it builds, then saves this rank's
-# parameters of each wrapped model (test-side instrumentation: the port knows nothing of it).
-RANK_PARAMS = """
-import os, runpy, sys, torch
-from torch.nn.parallel import DistributedDataParallel
-wrapped, init = [], DistributedDataParallel.__init__
-def keep(self, module, *args, **kwargs):
-    init(self, module, *args, **kwargs)
-    wrapped.append(module)
-DistributedDataParallel.__init__ = keep
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-state = [{k: v.detach().cpu() for k, v in module.state_dict().items()} for module in wrapped]
-torch.save(state, f"rank{os.environ['RANK']}.params")
-"""
 TRAINER = REPO / "tests" / "port_rules" / "trainer_class.py"
 DOWNLOADS = REPO / "tests" / "port_rules" / "downloads.py"
 
@@ -83,21 +68,6 @@ def assert_same_under_python(original: Path, port: Path, script: str, checkpoint
 def test_python_out_is_python_script_bit_for_bit_on_a_script_with_several_rules(tmp_path: Path) -> None:
     original, port = ported_pair(tmp_path, MIXED)
     assert_same_under_python(original, port, "mixed.py", "mixed.pt")
-
-
-def torchrun_ranks(port: Path, script: str) -> tuple[str, list[dict], list[dict]]:
-    (port / "rank_params.py").write_text(RANK_PARAMS, encoding="utf-8")
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          "rank_params.py", script], cwd=port, capture_output=True, text=True, timeout=180,
-                         check=False)  # fmt: skip
-    assert (port / "rank1.params").exists(), run.stderr[-3000:]  # (gloo may abort at exit: the files say it ran)
-    return run.stdout, torch.load(port / "rank0.params"), torch.load(port / "rank1.params")
-
-
-def assert_equal_ranks(zero: list[dict], one: list[dict], models: int) -> None:
-    assert len(zero) == len(one) == models  # every trained model in DDP
-    for mine, theirs in zip(zero, one, strict=True):
-        assert all(torch.equal(mine[key], theirs[key]) for key in mine)
 
 
 def test_under_torchrun_the_ranks_end_equal_and_the_checkpoint_is_written_once(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import libcst as cst
 
-from ddpcli.port.engine import rules_only
+from ddpcli.port.engine import port_program, rules_only
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = sorted((REPO / "ddpcli" / "port").rglob("*.py"))
@@ -141,7 +141,22 @@ SCRIPTS = {
 }
 
 
-def test_every_construction_is_built_while_porting() -> None:
+# a program of several files (ddpcli.port.program): each import spelling a copy is pointed at, in the script and a
+# package's module
+PROGRAM = {
+    "train.py": HEAD
+    + "import utils\nimport utils as u\nfrom pkg import io\nfrom pkg.io import save\n"
+    + SCRIPTS["phases"]
+    + "utils.save(model, 'a.pt'); u.save(model, 'b.pt'); io.save(model, 'c.pt')\n",
+    "utils.py": "import torch\n\n\ndef save(model, path):\n    torch.save(model.state_dict(), path)\n",
+    "pkg/__init__.py": "",
+    "pkg/io.py": "import torch\nfrom . import helper\nfrom .helper import hold\n\n\ndef save(model, path):\n"
+    "    torch.save(model.state_dict(), path)\n",
+    "pkg/helper.py": "import torch\n\n\ndef hold(path):\n    torch.save({}, path)\n",
+}
+
+
+def test_every_construction_is_built_while_porting(tmp_path: Path) -> None:
     wanted = {(str(path), line) for path, line, _ in constructions()}
     ran: set[tuple[str, int]] = set()
     files = {str(path) for path in SOURCES}
@@ -157,6 +172,12 @@ def test_every_construction_is_built_while_porting() -> None:
     try:
         for name, source in SCRIPTS.items():
             compile(rules_only(source, f"{name}.py").source, name, "exec")
+        for name, source in PROGRAM.items():
+            (tmp_path / name).parent.mkdir(exist_ok=True)
+            (tmp_path / name).write_text(source, encoding="utf-8")
+        ported = port_program(tmp_path / "train.py")
+        for module in ported.modules:
+            compile(module.result.source, module.name, "exec")  # type: ignore[union-attr]
     finally:
         sys.settrace(None)
     missing = sorted(f"{Path(path).relative_to(REPO)}:{line}" for path, line in wanted - ran)

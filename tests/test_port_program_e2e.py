@@ -1,4 +1,6 @@
-"""`ddpcli port` on programs whose model is used after the wrap where the port does not rewrite it (issue 48, class
+"""`ddpcli port` on programs, not files (issue 48): the training step, a logger and a checkpoint helper in modules
+of the project (class 1: ported copies beside them, the script importing the copies); and programs whose model is
+used after the wrap where the port does not rewrite it (issue 48, class
 2): a module of the project reads the model's attributes, the script writes one its forward reads, a helper saves
 and loads its state_dict, an EMA is a deepcopy of it, and a script that used nn.DataParallel resumes from the
 checkpoints it wrote. Each runs under python (the port is the script, bit for bit) and under torchrun with 2
@@ -7,7 +9,7 @@ processes (the checkpoints keep the original's keys in both directions).
 A loop around the batch loop that is not an epoch count (issue 49.13: `for lr in (0.1, 0.05, 0.01)`) shuffles
 anew each pass under torchrun.
 
-Cost: 3 torchrun runs of 2 processes (about 6 s each here) and 9 python runs forked from tests/zygote."""
+Cost: 4 torchrun runs of 2 processes (about 6 s each here) and 11 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import torch
 
 from tests import zygote
 from tests.conftest import REPO
-from tests.helpers import port_command
+from tests.helpers import assert_equal_ranks, port_command, torchrun_ranks
 
 pytestmark = pytest.mark.e2e
 SCRIPTS = REPO / "tests" / "port_scripts"
@@ -106,3 +108,26 @@ def test_a_loop_over_learning_rates_around_the_batch_loop_reshuffles_each_pass(t
     assert [line.split(":")[0] for line in printed] == ["lr 0.1", "lr 0.05", "lr 0.01"]  # rank 0 alone prints
     assert all(len(seen) == len(set(seen)) == 8 for seen in passes)  # this rank's half of the 16 samples
     assert len({tuple(seen) for seen in passes}) == 3  # a new permutation each pass (set_epoch of a count)
+
+
+def test_a_project_with_its_step_logger_and_checkpoints_in_modules_is_ported_as_one_program(tmp_path: Path) -> None:
+    """Issue 48 class 1: the step in engine.Engine was refused ("no optimizer step found ... nothing trains"); the
+    Logger and save_checkpoint of utils.py then wrote from every rank."""
+    original, port = ported(tmp_path, SCRIPTS / "engine_project")
+    written = sorted(path.name for path in port.iterdir() if path.suffix == ".py")
+    assert written == ["engine.py", "engine_ddp.py", "train_ddp.py", "utils.py", "utils_ddp.py"]
+    for name in ("engine.py", "utils.py"):  # the user's own files are never written
+        assert (port / name).read_bytes() == (SCRIPTS / "engine_project" / name).read_bytes()
+    assert python(original, "train.py") == python(port, "train_ddp.py")
+    assert (original / "log.txt").read_text() == (port / "log.txt").read_text()
+    for name in ("checkpoint_0.pt", "checkpoint_1.pt"):
+        assert str(torch.load(original / name)) == str(torch.load(port / name))
+        (port / name).unlink()
+    (port / "log.txt").unlink()
+    printed, zero, one = torchrun_ranks(port, "train_ddp.py", "--batch-size", "4")
+    assert printed == "trained on 32 samples\ntrained on 32 samples\ndone 2\n"  # rank 0's half, once
+    assert_equal_ranks(zero, one, models=1)
+    rows = (port / "log.txt").read_text().splitlines()
+    assert rows[0] == "epoch\tloss\tsamples"
+    assert [row.split("\t")[::2] for row in rows[1:]] == [["0", "32"], ["1", "32"]]  # two rows, whole, once
+    assert sorted(path.name for path in port.glob("checkpoint_*.pt")) == ["checkpoint_0.pt", "checkpoint_1.pt"]

@@ -29,7 +29,8 @@ from ddpcli.script.frameworks import (
     TORCH_OPTIM,
     is_trainer,
 )
-from ddpcli.script.reader import Reader, dotted, keyword, last_name, string_value
+from ddpcli.script.modules import imported_names, module_file
+from ddpcli.script.reader import Reader, keyword, last_name, string_value
 from ddpcli.script.source import NotPython, read
 
 # A call of one of these (as its import resolves it) builds a parser; the first kind found in this order wins.
@@ -289,21 +290,12 @@ def _reads_argv(tree: Reader) -> bool:
 def _local_modules(tree: Reader, roots: list[Path]) -> list[Path]:
     """The `.py` files under `roots` (the script's folder; for `-m`, also the folder it runs from) that the
     script imports: `import utils`, `from model import GPT`, `from pkg.args import parse`, `from pkg import args`."""
-    names: list[str] = []
-    for node in tree.order:
-        if isinstance(node, cst.Import):
-            names += [dotted(alias.name) for alias in node.names]
-        elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
-            module = dotted(node.module)
-            aliases = node.names if not isinstance(node.names, cst.ImportStar) else ()
-            names += [module, *(f"{module}.{dotted(alias.name)}" for alias in aliases)]
     found: list[Path] = []
-    for name in dict.fromkeys(names):
+    for name in dict.fromkeys(imported_names(tree)):
         for root in roots:
-            base = root.joinpath(*name.split("."))
-            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-                if candidate.is_file() and candidate not in found:
-                    found.append(candidate)
+            candidate = module_file(root, name)
+            if candidate is not None and candidate not in found:
+                found.append(candidate)
     return found[:MAX_LOCAL_MODULES]
 
 

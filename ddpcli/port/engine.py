@@ -5,12 +5,13 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
 
 from ddpcli.errors import UserError
-from ddpcli.port import names, refusals
+from ddpcli.port import names, program, refusals
 from ddpcli.port.context import Port
 from ddpcli.port.facts import Facts
 from ddpcli.port.records import PortRefused, PortResult
@@ -64,17 +65,19 @@ def port_source(source: str, name: str, path: Path | None = None) -> PortResult:
         return _port(source, name, path)
 
 
-def _port(source: str, name: str, path: Path | None) -> PortResult:
+def _port(source: str, name: str, path: Path | None, whole: Program | None = None) -> PortResult:
     facts = read(source, name)
     facts.folder = path.parent if path is not None else None
+    if whole is not None:
+        facts.feeding_elsewhere = whole.facts.feeding_elsewhere("__main__")
     reasons = refusals.already_parallel(facts, name)
     reasons += refusals.self_launching(facts, path, name) if path is not None else []
-    if not reasons:
+    if not reasons and not (whole is not None and whole.facts.steps):  # a module of the program may step
         reasons += refusals.nothing_trains(facts, name)
     if reasons:
         raise PortRefused(reasons)
     try:
-        return _run_rules(facts)
+        return _run_rules(facts, program_trains=whole is not None and whole.facts.trains)
     except RecursionError:
         raise PortRefused([f"{name}: nested too deeply for the port to read; port it by hand"]) from None
 
@@ -84,13 +87,16 @@ def _port(source: str, name: str, path: Path | None) -> PortResult:
 SHARDING = (sampler.apply, hand_batching.apply)
 
 
-def _run_rules(facts: Facts) -> PortResult:
-    port = Port(facts, renames=names.taken(facts))
+def _run_rules(facts: Facts, module: bool = False, program_trains: bool = False) -> PortResult:
+    port = Port(facts, renames=names.taken(facts), module=module, program_trains=program_trains)
     for rule in RULES:
-        if rule in SHARDING and not port.models:
+        if rule in SHARDING and not (port.models or port.program_trains):
             continue
+        if rule is header.apply and module and not port.changes:
+            break  # a module nothing in it changes: left as it is
         rule(port)
-    _no_loader_note(port)
+    if not module:
+        _no_loader_note(port)
     port.changes.sort(key=lambda change: change.line)
     port.not_ported.sort(key=lambda item: item.line)
     for node in names.set_aside(facts, port.renames):  # before any rule's edit of the node
@@ -99,6 +105,17 @@ def _run_rules(facts: Facts) -> PortResult:
     if port.renames:
         written = written.visit(names.Rename(port.renames))
     return PortResult(written.code, port.changes, port.not_ported)
+
+
+def port_module(
+    source: str, name: str, program_trains: bool, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]
+) -> PortResult:
+    """A module of the script's program (ddpcli.port.program): every rule, no refusal (the script's decide), and
+    no process group of its own; its source unchanged where no rule changed it."""
+    with _no_cyclic_gc():
+        facts = read(source, name)
+        facts.feeding_elsewhere = feeding
+        return _run_rules(facts, module=True, program_trains=program_trains)
 
 
 def rules_only(source: str, name: str) -> PortResult:
@@ -130,13 +147,60 @@ def _no_loader_note(port: Port) -> None:
 
 
 def port_script(path: Path) -> PortResult:
-    """The port of the script at `path`, read as Python reads it (its coding cookie or byte order mark: the result
-    says the encoding to write it back in); a syntax error at Python's line."""
+    """The port of the script at `path` alone, read as Python reads it (its coding cookie or byte order mark: the
+    result says the encoding to write it back in); a syntax error at Python's line."""
+    return port_program(path).script
+
+
+@dataclass
+class Program:
+    """The script and the modules of its folder it imports (ddpcli.port.program), ported together."""
+
+    script: PortResult
+    modules: list[program.Module] = field(default_factory=list)  # those written as ported copies
+    facts: program.ProgramFacts = field(default_factory=program.ProgramFacts)
+
+
+def port_program(path: Path) -> Program:
+    """The port of the script at `path` and of each module of its program a rule changes: the script's result
+    (refused as the script alone would be, unless a module steps), and the modules to write beside their originals,
+    every import of a copied module pointing at its copy."""
     try:
         source = script_source.read(path)
         script_source.parse_ast(source)
     except UserError as error:
         raise PortRefused([str(error)]) from None
-    result = port_source(source.text, str(path), path)
+    modules = program.modules_of(path)
+    ported = Program(PortResult(""), facts=program.read_program(modules))
+    with _no_cyclic_gc():
+        ported.script = _port(source.text, str(path), path, ported)
+    ported.script.encoding = source.encoding
+    for name, module in modules.items():
+        if name != "__main__":
+            module.result = _module_port(module, ported.facts, name)
+    copies = program.copied(modules)
+    mapping = {name: modules[name].ported_name for name in copies}
+    for name, module in modules.items():  # in the order the program imports them
+        if name not in copies or module.result is None:
+            continue
+        original = script_source.read(module.path).text
+        module.result.source = program.point_at_copies(module.result.source, original, mapping, module.package,
+                                                       module.result)  # fmt: skip
+        ported.modules.append(module)
+    ported.script.source = program.point_at_copies(ported.script.source, source.text, mapping, "", ported.script)
+    for module in modules.values():
+        if module.path.name == "__init__.py" and module.result is not None and module.result.changes:
+            ported.script.not_ported.append(program.init_not_copied(module))
+    return ported
+
+
+def _module_port(module: program.Module, facts: program.ProgramFacts, name: str) -> PortResult | None:
+    """A module's port (None where Python could not read it either: it is left as it is)."""
+    try:
+        source = script_source.read(module.path)
+        script_source.parse_ast(source)
+        result = port_module(source.text, str(module.path), facts.trains, facts.feeding_elsewhere(name))
+    except (UserError, PortRefused, RecursionError):
+        return None
     result.encoding = source.encoding
     return result

@@ -3,7 +3,7 @@ their steps, the models they train, its DataLoaders and its loops. Read once, sh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
@@ -31,6 +31,8 @@ class Facts(Reader):
     port's rules ask of it: statements and blocks, loops, optimizers and their steps, the `__main__` guard."""
 
     folder: Path | None = None  # the script's folder (its own modules: utils.py), when read from a file
+    feeding_elsewhere: dict[str, tuple[tuple[str, ...], frozenset[str]]] = field(default_factory=dict)
+    # functions of the program's other files whose parameters reach a backward (ddpcli.port.program)
     _training_loaders: list[cst.Call] | None = None
 
     def statement(self, node: cst.CSTNode) -> cst.BaseStatement:

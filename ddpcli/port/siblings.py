@@ -10,6 +10,7 @@ from pathlib import Path
 import libcst as cst
 
 from ddpcli.errors import UserError
+from ddpcli.script.modules import module_file
 from ddpcli.script.reader import Reader
 from ddpcli.script.source import read
 
@@ -18,14 +19,11 @@ PRINTS = {"print", "sys.stdout.write", "sys.stderr.write"}
 
 @cache
 def _module(folder: Path, module: str) -> Reader | None:
-    base = folder.joinpath(*module.split("."))
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file():
-            try:
-                return Reader.of(read(path))
-            except (UserError, cst.ParserSyntaxError):
-                return None
-    return None
+    path = module_file(folder, module)
+    try:
+        return Reader.of(read(path)) if path is not None else None
+    except (UserError, cst.ParserSyntaxError):
+        return None
 
 
 def only_prints(folder: Path | None, imported: str) -> bool:

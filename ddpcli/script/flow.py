@@ -46,6 +46,23 @@ def training_loaders(reader: Reader) -> list[cst.Call]:
     return [call for call in reader.calls if call in reached]
 
 
+def feeding_parameters(reader: Reader) -> dict[str, tuple[tuple[str, ...], frozenset[str]]]:
+    """For each function of the file whose parameters reach a back-propagated loss (`def train(model, loader,
+    optimizer): for x, y in loader: ... loss.backward()`): its name, its parameters in order (a method's without
+    `self` / `cls`), and those that feed the loss. What another file of the program hands to such a parameter is
+    training data (ddpcli.port.program)."""
+    found: dict[str, tuple[tuple[str, ...], set[str]]] = {}
+    for call in backward_calls(reader):
+        assert isinstance(call.func, cst.Attribute)
+        for node in sources(reader, call.func.value):
+            function = _function_of(reader, node) if isinstance(node, cst.Param) else None
+            if function is None or not isinstance(node, cst.Param):
+                continue
+            params = tuple(p.name.value for p in function.params.params if p.name.value not in ("self", "cls"))
+            found.setdefault(_called_as(reader, function), (params, set()))[1].add(node.name.value)
+    return {name: (params, frozenset(feeding)) for name, (params, feeding) in found.items()}
+
+
 def origins(reader: Reader, start: cst.CSTNode) -> list[cst.CSTNode]:
     """What the value of `start` is (not what it is computed from): followed through names, attributes, loop
     targets, parameters and the script's own functions' returns, never into a call's arguments. The ends: calls

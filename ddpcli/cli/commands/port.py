@@ -15,7 +15,7 @@ import typer
 
 from ddpcli.cli.console import error, say, user_errors, wrote
 from ddpcli.errors import UserError
-from ddpcli.port.engine import port_script
+from ddpcli.port.engine import Program, port_program
 from ddpcli.port.output import check_output, default_output, unified_diff
 from ddpcli.port.records import PortRefused
 from ddpcli.script import source as script_source
@@ -47,7 +47,7 @@ def port_command(
     if not diff:
         check_output(script, out, force)
     try:
-        result = port_script(script)
+        ported = port_program(script)
     except PortRefused as refused:
         for reason in refused.reasons:  # one line a reason, nothing written
             error(reason)
@@ -60,25 +60,48 @@ def port_command(
         error(f"{script}: ddpcli port could not port it ({type(bug).__name__}: {bug}); nothing written. This is "
               "a bug of ddpcli port: please report it with the script")  # fmt: skip
         raise typer.Exit(2) from None
+    result = ported.script
+    if not diff:
+        for module in ported.modules:  # every file checked before any is written
+            check_output(module.path, module.output, force)
     if diff:
         text = unified_diff(script_source.read(script).text, result.source, str(script), str(out))
+        for module in ported.modules:
+            assert module.result is not None
+            text += unified_diff(script_source.read(module.path).text, module.result.source, str(module.path),
+                                 str(module.output))  # fmt: skip
         if not as_json:
             typer.echo(text, nl=False)
     else:
         _write(out, result.source.encode(result.encoding))
+        for module in ported.modules:
+            assert module.result is not None
+            _write(module.output, module.result.source.encode(module.result.encoding))
     if as_json:
-        typer.echo(json.dumps(result.as_json(str(script), str(out)), indent=2, allow_nan=False))
+        modules = [m.result.module_json(str(m.path), str(m.output)) for m in ported.modules if m.result is not None]
+        typer.echo(json.dumps(result.as_json(str(script), str(out), modules), indent=2, allow_nan=False))
         return
-    say(f"{'would port' if diff else 'ported'} {script} -> {out}: {len(result.changes)} changes, "
-        f"{len(result.not_ported)} not ported", to_stdout=not diff)  # fmt: skip
-    width = max((len(change.kind) for change in result.changes), default=0)
-    for change in result.changes:
-        say(f"  line {change.line:>4}  {change.kind:<{width}}  {change.text}", to_stdout=not diff)
-    for item in result.not_ported:
-        say(f"  line {item.line:>4}  not ported: {item.reason}", style="yellow", to_stdout=not diff)
+    _list(script, out, ported, diff)
     if not diff:
         wrote(out)
+        for module in ported.modules:
+            wrote(module.output)
         say(f"next: ddpcli init {out}, then ddpcli launch (N x B/N against 1 x B proves the port)", to_stdout=True)
+
+
+def _list(script: Path, out: Path, ported: Program, diff: bool) -> None:
+    """Each file's changes and what it could not port, the script first, then each module of its program."""
+    files = [(script, out, ported.script)] + [(m.path, m.output, m.result) for m in ported.modules if m.result]
+    width = max((len(change.kind) for _, _, result in files for change in result.changes), default=0)
+    for number, (path, output, result) in enumerate(files):
+        what = "would port" if diff else "ported"
+        module = " (a module of its program)" if number else ""
+        say(f"{what} {path} -> {output}{module}: {len(result.changes)} changes, {len(result.not_ported)} not ported",
+            to_stdout=not diff)  # fmt: skip
+        for change in result.changes:
+            say(f"  line {change.line:>4}  {change.kind:<{width}}  {change.text}", to_stdout=not diff)
+        for item in result.not_ported:
+            say(f"  line {item.line:>4}  not ported: {item.reason}", style="yellow", to_stdout=not diff)
 
 
 def _during_interrupt(error: BaseException) -> bool:

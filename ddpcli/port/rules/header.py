@@ -11,7 +11,7 @@ from ddpcli.port.context import Port
 from ddpcli.port.edits import statements
 from ddpcli.port.facts import import_aliases
 
-RANKS = '''
+RANKS = """
 # ddpcli port: under torchrun (RANK and WORLD_SIZE set) this script trains data-parallel; without them it runs on
 # one device exactly as before.
 _ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -19,7 +19,8 @@ _ddp_rank = int(os.environ["RANK"]) if _ddp else 0
 _ddp_world = int(os.environ["WORLD_SIZE"]) if _ddp else 1
 _ddp_local_rank = int(os.environ.get("LOCAL_RANK", 0)) if _ddp else 0
 _is_main = _ddp_rank == 0  # rank 0 alone prints, logs and writes files
-
+"""
+SETUP_FUNCTION = '''
 
 def _ddp_setup():
     """One process group from env:// (nccl with CUDA, gloo otherwise), each rank on its own GPU."""
@@ -284,10 +285,14 @@ def apply(port: Port) -> None:
     facts = port.facts
     anchor = _anchor(port)
     code = "\n".join(imports(port)) + "\n" + RANKS
+    code += SETUP_FUNCTION if not port.module or port.wraps_at_module_level else ""
     code += "".join(helper for need, helper in _HELPERS if need in port.needs)
     code = code.replace("DIST.", f"{port.dist}.")
     guard = facts.main_guard()
     at_start = guard is None or port.wraps_at_module_level or not isinstance(guard.body, cst.IndentedBlock)
+    if port.module:
+        _module_header(port, anchor, code)
+        return
     if at_start:
         code += "\n\n_ddp_setup()\n"
     if not facts.module.body:  # nothing but comments (an empty __init__.py): the header is the whole module
@@ -315,6 +320,21 @@ def apply(port: Port) -> None:
             port.edits.insert_after(guard.body.body[-1], teardown)
         port.change(guard, "process_group", f"one process group from env:// {SETUP} at the start of the script's "
                     "main; destroy_process_group at its end")  # fmt: skip
+
+
+def _module_header(port: Port, anchor: cst.BaseStatement | None, code: str) -> None:
+    """A module of the program: the same names, read from the same environment; the script sets the group up
+    before it calls in (its setup runs first even where a module wraps at import: `_ddp_setup` is idempotent)."""
+    if port.wraps_at_module_level:
+        code += "\n\n_ddp_setup()\n"
+    body = port.facts.module.body  # not empty: a rule changed something in it
+    (port.edits.insert_after if anchor is not None else port.edits.insert_before)(anchor or body[0], code)
+    port.change(
+        anchor or body[0],
+        "process_group",
+        "rank, world size and local rank from torchrun's environment, "
+        "as the script reads them (a module of its program: the script sets up the process group)",
+    )
 
 
 def _exits(port: Port, statement: cst.BaseStatement) -> bool:

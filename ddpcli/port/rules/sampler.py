@@ -11,7 +11,7 @@ import json
 import libcst as cst
 
 from ddpcli.port.context import Port
-from ddpcli.port.facts import dotted, keyword, string_value
+from ddpcli.port.facts import dotted, keyword, last_name, string_value
 from ddpcli.port.rules.training import Training
 from ddpcli.script.flow import origins
 
@@ -295,9 +295,28 @@ def _feeds_the_loss(port: Port, site: cst.CSTNode, call: cst.Call, name: str) ->
     loss (ddpcli.script.flow: through a function's parameters, returns, attributes); by its name only where the
     flow cannot tell: no loader found, or one DataLoader call of a factory serving every site."""
     flow = port.facts.training_loaders()
+    if _handed_to_a_step(port, call):
+        return True
     if flow and site is call:
         return call in flow
     return "train" in name.lower()
+
+
+def _handed_to_a_step(port: Port, loader: cst.Call) -> bool:
+    """The loader is handed to a function of another file of the program whose parameter reaches a backward
+    (`engine.train_one_epoch(train_loader)` with the loop in engine.py), by position or keyword."""
+    feeding = port.facts.feeding_elsewhere
+    for call in port.facts.calls if feeding else ():
+        found = feeding.get(last_name(call))
+        if found is None:
+            continue
+        params, feeds = found
+        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        handed = [value for param, value in zip(params, positional, strict=False) if param in feeds]
+        handed += [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value in feeds]
+        if any(loader in origins(port.facts, value) for value in handed):
+            return True
+    return False
 
 
 def apply(port: Port) -> None:

@@ -1,0 +1,209 @@
+"""The script's program: the modules it imports from its own folder (what `python SCRIPT` finds there first, its
+`utils.py`, `engine.py`, `pkg/trainer.py`), read through the one reader and ported with it. A module a rule
+changes gets a ported copy beside it (`utils_ddp.py`, `pkg/trainer_ddp.py`), and every file of the program that
+imports a copied module imports its copy instead; the user's own files are never written. Installed packages are
+not the program: their loops are the library's (the refusals name them).
+
+What is read across files: which modules make up the program, whether any of them trains a model (the loaders of
+every file are then data the wrap averages), and which imports to point at the copies. Each rule still reads one
+file at a time: a loader built in the script and iterated in `engine.py` is judged in the script by the flow the
+script shows (ddpcli.script.flow), by its name where the flow leaves the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from ddpcli.errors import UserError
+from ddpcli.port.facts import Facts
+from ddpcli.port.records import Change, NotPorted, PortResult
+from ddpcli.script.flow import feeding_parameters
+from ddpcli.script.modules import absolute, imported_names, module_file
+from ddpcli.script.reader import Reader, dotted
+from ddpcli.script.source import read
+
+SUFFIX = "_ddp"
+
+
+@dataclass
+class Module:
+    """One module of the program: its dotted name as imported, its file, and (once ported) its port."""
+
+    name: str
+    path: Path
+    package: str  # the package its relative imports start from ("" at the top level)
+    imports: set[str] = field(default_factory=set)  # the program's modules it imports
+    result: PortResult | None = None
+
+    @property
+    def output(self) -> Path:
+        return self.path.with_name(f"{self.path.stem}{SUFFIX}.py")
+
+    @property
+    def ported_name(self) -> str:
+        head, _, last = self.name.rpartition(".")
+        return f"{head}.{last}{SUFFIX}" if head else f"{last}{SUFFIX}"
+
+
+def modules_of(script: Path) -> dict[str, Module]:
+    """Every module of the script's folder the script imports, and those they import, by dotted name (parse
+    errors and unreadable files are left out: Python would fail on them, or they are not imported)."""
+    root = script.parent
+    found: dict[str, Module] = {}
+    queue: list[tuple[Path, str, set[str]]] = []
+    top = Module("__main__", script, "")
+    queue.append((script, "", top.imports))
+    found["__main__"] = top
+    while queue:
+        path, package, imports = queue.pop()
+        try:
+            reader = Reader.of(read(path))
+        except (UserError, cst.ParserSyntaxError, RecursionError):
+            continue
+        for name in imported_names(reader, package):
+            file = module_file(root, name)
+            if file is None or file == script:
+                continue
+            imports.add(name)
+            if name not in found:
+                own = name if file.name == "__init__.py" else name.rpartition(".")[0]
+                found[name] = Module(name, file, own)
+                queue.append((file, own, found[name].imports))
+    return found
+
+
+@dataclass
+class ProgramFacts:
+    """What the port asks of the program as a whole, read from every file of it."""
+
+    steps: bool = False  # a module besides the script steps an optimizer
+    trains: bool = False  # some file builds an optimizer: every file's loaders may be its data
+    feeding: dict[str, dict[str, tuple[tuple[str, ...], frozenset[str]]]] = field(default_factory=dict)
+    # file -> {function name: (its parameters, those reaching a backward)} (ddpcli.script.flow.feeding_parameters)
+
+    def feeding_elsewhere(self, name: str) -> dict[str, tuple[tuple[str, ...], frozenset[str]]]:
+        """The functions of the program's other files whose parameters feed a loss: what `name` may hand data to."""
+        merged: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        for other, functions in self.feeding.items():
+            if other != name:
+                merged.update(functions)
+        return merged
+
+
+def read_program(modules: dict[str, Module]) -> ProgramFacts:
+    found = ProgramFacts()
+    for name, module in modules.items():
+        try:
+            facts = Facts.read(read(module.path).text)
+        except (UserError, cst.ParserSyntaxError, RecursionError):
+            continue
+        found.trains = found.trains or bool(facts.optimizer_calls())
+        found.steps = found.steps or (name != "__main__" and bool(facts.step_calls()))
+        found.feeding[name] = feeding_parameters(facts)
+    return found
+
+
+def copied(modules: dict[str, Module]) -> set[str]:
+    """The modules that get a ported copy: those a rule changed, and those importing one (their import must name
+    the copy), to a fixed point; never the script (written as OUT) nor a package's `__init__.py` (a copy of it is
+    not the package Python imports)."""
+    copyable = {name for name, module in modules.items() if module.result is not None and name != "__main__"
+                and module.path.name != "__init__.py"}  # fmt: skip
+    changed = {name for name in copyable if modules[name].result.changes}  # type: ignore[union-attr]
+    while True:
+        more = {name for name in copyable - changed if modules[name].imports & changed}
+        if not more:
+            return changed
+        changed |= more
+
+
+class ImportsOfCopies(cst.CSTTransformer):
+    """`import utils` -> `import utils_ddp as utils`, `from utils import f` -> `from utils_ddp import f`,
+    `from pkg import trainer` -> `from pkg import trainer_ddp as trainer`, relative imports alike: each name the
+    file binds stays the one it bound, bound to the copy."""
+
+    def __init__(self, copies: dict[str, str], package: str) -> None:
+        super().__init__()
+        self.copies = copies  # dotted module -> dotted copy
+        self.package = package
+        self.changed: list[tuple[str, str]] = []  # (the module, what changed), in the order met
+        self.missed: list[tuple[str, str]] = []
+
+    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> cst.Import:
+        names = []
+        for alias in updated_node.names:
+            name = dotted(alias.name)
+            if name in self.copies and (alias.asname is not None or "." not in name):
+                self.changed.append((name, f"import {name} -> {self.copies[name]}"))
+                bound = alias.asname or cst.AsName(cst.Name(name))
+                alias = alias.with_changes(name=_dotted_node(self.copies[name]), asname=bound)
+            elif name in self.copies:  # `import pkg.trainer` binds pkg: its uses spell the original's path
+                self.missed.append((name, f"import {name}: the program's code reaches it as {name}, not its copy "
+                                   f"{self.copies[name]}; write `from {name.rpartition('.')[0]} import "
+                                   f"{name.rpartition('.')[2]}` to use the port's copy"))  # fmt: skip
+            names.append(alias)
+        return updated_node.with_changes(names=names)
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
+        base = absolute(updated_node, self.package)
+        if base is None:
+            return updated_node
+        if base in self.copies:
+            copy = self.copies[base].rpartition(".")[2]
+            module = updated_node.module
+            if module is None:
+                return updated_node
+            parts = dotted(module).split(".")
+            self.changed.append((base, f"from {base} import ... -> {self.copies[base]}"))
+            return updated_node.with_changes(module=_dotted_node(".".join([*parts[:-1], copy])))
+        if isinstance(updated_node.names, cst.ImportStar):
+            return updated_node
+        names = []
+        for alias in updated_node.names:
+            full = f"{base}.{dotted(alias.name)}" if base else dotted(alias.name)
+            if full in self.copies:
+                self.changed.append((full, f"from {base} import {dotted(alias.name)} -> {self.copies[full]}"))
+                alias = alias.with_changes(name=cst.Name(self.copies[full].rpartition(".")[2]),
+                                           asname=alias.asname or cst.AsName(cst.Name(dotted(alias.name))))  # fmt: skip
+            names.append(alias)
+        return updated_node.with_changes(names=names)
+
+
+def _dotted_node(name: str) -> cst.Attribute | cst.Name:
+    node: cst.Attribute | cst.Name = cst.Name(name.split(".")[0])
+    for part in name.split(".")[1:]:
+        node = cst.Attribute(value=node, attr=cst.Name(part))
+    return node
+
+
+def point_at_copies(source: str, original: str, copies: dict[str, str], package: str, result: PortResult) -> str:
+    """`source` (a ported file of the program) with its imports of copied modules pointing at the copies, each
+    listed as a change at its line in `original`, the user's file."""
+    imports = ImportsOfCopies(copies, package)
+    written = cst.parse_module(source).visit(imports)
+    for module, text in dict.fromkeys(imports.changed):
+        line = _import_line(original, module)
+        result.changes.append(Change(line, "program", f"{text}: the ported copy of the program's module"))
+    result.not_ported.extend(NotPorted(_import_line(original, module), text) for module, text in imports.missed)
+    result.changes.sort(key=lambda change: change.line)
+    return written.code
+
+
+def _import_line(original: str, module: str) -> int:
+    """The first line of the user's file importing `module` or the package holding it (1 if none is found)."""
+    last = module.rpartition(".")[2]
+    for number, line in enumerate(original.splitlines(), 1):
+        words = line.replace(",", " ").split()
+        if words[:1] in (["import"], ["from"]) and any(w.rstrip(".").split(".")[-1] == last or w == module
+                                                       for w in words[1:]):  # fmt: skip
+            return number
+    return 1
+
+
+def init_not_copied(module: Module) -> NotPorted:
+    return NotPorted(1, f"{module.path.name} of package {module.name}: its changes ({len(module.result.changes)}) "
+                     "are not written (a copy of a package's __init__.py is not the package Python imports); make "
+                     "them by hand")  # fmt: skip

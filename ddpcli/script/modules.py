@@ -1,0 +1,60 @@
+"""Which modules of a script's own folder an import loads, and their files: what `python SCRIPT` finds first on
+sys.path (its folder), found by reading, never by importing. Shared by init (options read from the script's own
+modules) and port (the program it ports with the script)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import libcst as cst
+
+from ddpcli.script.reader import Reader, dotted
+
+
+def module_file(root: Path, name: str) -> Path | None:
+    """The file of module `name` under `root`: `name.py`, or the package's `__init__.py`."""
+    base = root.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def imported_names(reader: Reader, package: str = "") -> Iterator[str]:
+    """The dotted names of modules the file's imports may load: `import a.b` (a, a.b), `from a import b` (a, and
+    a.b: b may be a submodule), `from .b import c` in package p (p.b, p.b.c). Relative imports outside a package
+    load nothing (Python refuses them)."""
+    for node in reader.order:
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                yield from _with_parents(dotted(alias.name))
+        elif isinstance(node, cst.ImportFrom):
+            base = absolute(node, package)
+            if base is None:
+                continue
+            if base:
+                yield from _with_parents(base)
+            if not isinstance(node.names, cst.ImportStar):
+                yield from (f"{base}.{dotted(alias.name)}" if base else dotted(alias.name) for alias in node.names)
+
+
+def _with_parents(name: str) -> Iterator[str]:
+    parts = name.split(".")
+    yield from (".".join(parts[: i + 1]) for i in range(len(parts)))
+
+
+def absolute(node: cst.ImportFrom, package: str) -> str | None:
+    """The module an ImportFrom names, made absolute (None for a relative import outside a package, or past its
+    top)."""
+    module = dotted(node.module) if node.module is not None else ""
+    level = len(node.relative)
+    if not level:
+        return module
+    if not package:
+        return None
+    parts = package.split(".")
+    if level - 1 > len(parts):
+        return None
+    base = parts[: len(parts) - (level - 1)]
+    return ".".join([*base, module] if module else base)

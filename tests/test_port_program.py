@@ -1,0 +1,127 @@
+"""The program `ddpcli port` reads (issue 48, class 1): the modules of the script's folder it imports, ported copies
+of those a rule changes (and of those importing them), every import spelling pointed at the copies, nothing of the
+user's written, and what --json, --diff and a refusal say about the program. In-process, no torch run: the runs
+are tests/test_port_program_e2e.py."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ddpcli.port.engine import port_program
+from tests.helpers import port_command
+
+TRAIN = """\
+import torch
+from torch import nn
+{imports}
+
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2)
+for epoch in range(2):
+    {step}
+"""
+WRITES = """\
+import torch
+
+
+def save(model, path):
+    torch.save(model.state_dict(), path)
+"""
+STEPS = """\
+def step(model, optimizer, loader):
+    for x in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+"""
+QUIET = "def helper(x):\n    return x + 1\n"
+
+
+def program(tmp_path: Path, imports: str, step: str, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN.format(imports=imports, step=step), encoding="utf-8")
+    return script
+
+
+@pytest.mark.parametrize(
+    ("imports", "call", "ported_import"),
+    [
+        ("import utils", "utils.save(model, 'm.pt')", "import utils_ddp as utils"),
+        ("import utils as u", "u.save(model, 'm.pt')", "import utils_ddp as u"),
+        ("from utils import save", "save(model, 'm.pt')", "from utils_ddp import save"),
+        ("from pkg import utils", "utils.save(model, 'm.pt')", "from pkg import utils_ddp as utils"),
+        ("from pkg.utils import save", "save(model, 'm.pt')", "from pkg.utils_ddp import save"),
+    ],
+)
+def test_each_import_spelling_of_a_changed_module_names_its_copy(
+    tmp_path: Path, imports: str, call: str, ported_import: str
+) -> None:
+    where = "pkg/utils.py" if "pkg" in imports else "utils.py"
+    files = {where: WRITES, "pkg/__init__.py": ""} if "pkg" in imports else {where: WRITES}
+    script = program(tmp_path, imports, f"for x in loader:\n        optimizer.zero_grad()\n        model(x).sum()"
+                     f".backward()\n        optimizer.step()\n    {call}", files)  # fmt: skip
+    ported = port_program(script)
+    assert ported_import in ported.script.source.splitlines()
+    [module] = ported.modules
+    assert module.output == tmp_path / where.replace(".py", "_ddp.py")
+    assert "    if _is_main:\n        torch.save(model.state_dict(), path)" in module.result.source  # type: ignore[union-attr]
+    assert [c.kind for c in ported.script.changes if c.kind == "program"] == ["program"]
+    assert next(c.line for c in ported.script.changes if c.kind == "program") == 3  # the import's line in SCRIPT
+
+
+def test_the_step_in_a_module_is_not_refused_and_a_module_importing_a_copy_is_copied_too(tmp_path: Path) -> None:
+    files = {"engine.py": "from helpers import save\n" + STEPS, "helpers.py": WRITES, "quiet.py": QUIET}
+    script = program(tmp_path, "import engine\nimport quiet", "engine.step(model, optimizer, loader)", files)
+    ported = port_program(script)
+    assert [m.name for m in ported.modules] == ["helpers", "engine"] or [m.name for m in ported.modules] == [
+        "engine", "helpers"]  # fmt: skip
+    engine = next(m for m in ported.modules if m.name == "engine")
+    assert "from helpers_ddp import save" in engine.result.source.splitlines()  # type: ignore[union-attr]
+    assert "import quiet" in ported.script.source.splitlines()  # nothing in it changes: the user's module
+    assert "loader = _ddp_shard(torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2))" in (
+        ported.script.source)  # the script's loader: the program trains a model  # fmt: skip
+
+
+def test_a_dotted_import_and_a_package_init_that_would_change_are_said_not_ported(tmp_path: Path) -> None:
+    files = {"pkg/__init__.py": WRITES, "pkg/io.py": WRITES}
+    step = (
+        "for x in loader:\n        optimizer.zero_grad()\n        model(x).sum().backward()\n        optimizer.step()"
+    )
+    script = program(tmp_path, "import pkg.io\nfrom pkg import save", f"{step}\n    pkg.io.save(model, 'a.pt')", files)
+    ported = port_program(script)
+    reasons = [item.reason for item in ported.script.not_ported]
+    assert any(r.startswith("import pkg.io: the program's code reaches it as pkg.io, not its copy") for r in reasons)
+    assert any("__init__.py of package pkg: its changes" in r for r in reasons)
+    assert [m.name for m in ported.modules] == ["pkg.io"]
+
+
+def test_the_cli_writes_every_copy_lists_it_and_never_overwrites_one_without_force(tmp_path: Path) -> None:
+    step = (
+        "for x in loader:\n        optimizer.zero_grad()\n        model(x).sum().backward()\n        optimizer.step()"
+    )
+    script = program(tmp_path, "import utils", f"{step}\n    utils.save(model, 'm.pt')", {"utils.py": WRITES})
+    (tmp_path / "utils_ddp.py").write_text("# mine\n", encoding="utf-8")
+    refused = port_command(script)
+    assert refused.returncode == 2 and "utils_ddp.py exists: --force overwrites it" in refused.stderr
+    assert not (tmp_path / "train_ddp.py").exists()  # nothing written when one file may not be
+    diff = port_command(script, "--diff")
+    assert diff.returncode == 0 and "+++ " + str(tmp_path / "utils_ddp.py") in diff.stdout
+    assert (tmp_path / "utils_ddp.py").read_text() == "# mine\n"
+    done = port_command(script, "--force", "--json")
+    data = json.loads(done.stdout)
+    assert list(data) == ["script", "output", "changes", "not_ported", "modules"]
+    [module] = data["modules"]
+    assert (module["module"], module["output"]) == (str(tmp_path / "utils.py"), str(tmp_path / "utils_ddp.py"))
+    assert [change["kind"] for change in module["changes"]] == ["process_group", "rank0"]
+    assert (tmp_path / "utils.py").read_text() == WRITES  # the user's module, as it was
+    listed = port_command(script, "--force")
+    assert f"ported {tmp_path / 'utils.py'} -> {tmp_path / 'utils_ddp.py'} (a module of its program)" in listed.stdout
