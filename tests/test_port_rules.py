@@ -670,3 +670,50 @@ def test_a_sampler_given_through_kwargs_is_the_loaders_own(built: str) -> None:
     """)
     assert "train_loader = DataLoader(data, **kwargs)" in lines_of(result)
     assert [item.reason.split(" (")[0] for item in result.not_ported] == ["train_loader draws with its own sampler"]
+
+
+@pytest.mark.parametrize(
+    ("build", "wrapped_before"),
+    [
+        (  # issue 49.15: an optimizer built by a lambda
+            "make_optimizer = lambda m: torch.optim.SGD(m.parameters(), lr=0.05)\noptimizer = make_optimizer(model)",
+            "optimizer = make_optimizer(model)",
+        ),
+        (  # issue 49.16: an optimizer class of the script's own
+            "class SignSGD(torch.optim.Optimizer):\n"
+            "    def __init__(self, params, lr=0.01):\n"
+            "        super().__init__(params, dict(lr=lr))\n"
+            "    @torch.no_grad()\n"
+            "    def step(self):\n"
+            "        for group in self.param_groups:\n"
+            "            for p in group['params']:\n"
+            "                p.add_(p.grad.sign(), alpha=-group['lr'])\n"
+            "class Momentumless(SignSGD):\n"
+            "    pass\n"
+            "optimizer = Momentumless(model.parameters(), lr=0.05)",
+            "optimizer = Momentumless(model.parameters(), lr=0.05)",
+        ),
+    ],
+)
+def test_an_optimizer_from_a_lambda_or_a_class_of_the_scripts_own_is_an_optimizer(
+    build: str, wrapped_before: str
+) -> None:
+    """Both were refused: "updates its parameters by hand, with no torch.optim optimizer" (false)."""
+    result = port(
+        "data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+        "train_loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+        "model = nn.Linear(4, 1)\n"
+        f"{build}\n"
+        "for epoch in range(2):\n"
+        "    for x, y in train_loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        F.mse_loss(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+    )
+    lines = lines_of(result)
+    assert lines[lines.index(wrapped_before) - 2 : lines.index(wrapped_before)] == [
+        "if _ddp:",
+        "model = _DDPModel(model)",
+    ]
+    assert "train_loader = _ddp_shard(DataLoader(data, batch_size=8, shuffle=True))" in lines
+    assert result.not_ported == []

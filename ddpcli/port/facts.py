@@ -25,6 +25,12 @@ def call_name(node: cst.Call) -> str:
     return dotted(node.func)
 
 
+def _optimizer_class(name: str) -> bool:
+    """A qualified name that is a torch.optim optimizer class, or one of the optimizer classes init knows."""
+    head, _, last = name.rpartition(".")
+    return last in OPTIMIZER_CLASSES or (head in OPTIMIZER_MODULES and last[:1].isupper())
+
+
 @dataclass
 class Facts(Reader):
     """The script as ddpcli.script.reader reads it (names resolved through imports and scopes), with what the
@@ -34,6 +40,7 @@ class Facts(Reader):
     feeding_elsewhere: dict[str, tuple[tuple[str, ...], frozenset[str]]] = field(default_factory=dict)
     # functions of the program's other files whose parameters reach a backward (ddpcli.port.program)
     _training_loaders: list[cst.Call] | None = None
+    _own_optimizers: set[str] | None = None
 
     def statement(self, node: cst.CSTNode) -> cst.BaseStatement:
         """The statement (a line or a compound statement) holding `node`, as it stands in its block."""
@@ -64,8 +71,20 @@ class Facts(Reader):
 
     def is_optimizer_call(self, call: cst.Call) -> bool:
         name = self.resolve(call)
-        head, _, last = name.rpartition(".")
-        return last in OPTIMIZER_CLASSES or (head in OPTIMIZER_MODULES and last[:1].isupper())
+        return _optimizer_class(name) or name in self.own_optimizer_classes()
+
+    def own_optimizer_classes(self) -> set[str]:
+        """The classes the script defines on an optimizer: `class SignSGD(torch.optim.Optimizer)`, or on a class of
+        its own that is one (worked out once)."""
+        if self._own_optimizers is None:
+            classes = [node for node in self.order if isinstance(node, cst.ClassDef)]
+            found: set[str] = set()
+            while more := {c.name.value for c in classes if c.name.value not in found and any(
+                    _optimizer_class(base := self.resolve(arg.value)) or base.endswith(".Optimizer") or base in found
+                    for arg in c.bases)}:  # fmt: skip
+                found |= more
+            self._own_optimizers = found
+        return self._own_optimizers
 
     def optimizer_calls(self) -> list[cst.Call]:
         return [call for call in self.calls if self.is_optimizer_call(call)]

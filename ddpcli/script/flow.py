@@ -233,11 +233,19 @@ def _attribute_values(reader: Reader, spelled: str) -> list[cst.CSTNode]:
 
 
 def _returned(reader: Reader, call: cst.Call) -> list[cst.CSTNode]:
-    """A call of the script's own function: what it returns (`make_loader(...)`, `train_step(model, batch)`)."""
+    """A call of the script's own function: what it returns (`make_loader(...)`, `train_step(model, batch)`), a
+    lambda's body where the name called is bound to one (`make_optimizer = lambda m: SGD(m.parameters())`)."""
     function = reader.functions.get(last_name(call)) if dotted(call.func) else None
     if function is None:
-        return []
+        return [lam.body for lam in lambdas_called(reader, call)]
     return [node.value for node in reader.walk(function) if isinstance(node, cst.Return) and node.value is not None]
+
+
+def lambdas_called(reader: Reader, call: cst.Call) -> list[cst.Lambda]:
+    """The lambdas a call's name is bound to in its scope."""
+    if not isinstance(call.func, cst.Name) or call.func not in reader.parents:
+        return []
+    return [value for value in reader.values_of(call.func) if isinstance(value, cst.Lambda)]
 
 
 def _arguments(reader: Reader, param: cst.Param) -> list[cst.CSTNode]:

@@ -70,7 +70,7 @@ def _within(facts: Facts, node: cst.CSTNode, container: cst.CSTNode) -> bool:
     return node is container or any(a is container for a in facts.ancestors(node))
 
 
-def parameter_for(function: cst.FunctionDef, call: cst.Call, use: cst.CSTNode) -> str | None:
+def parameter_for(function: cst.FunctionDef | cst.Lambda, call: cst.Call, use: cst.CSTNode) -> str | None:
     """The parameter of `function` that the argument `use` of `call` binds (positional or keyword)."""
     params = [p.name.value for p in function.params.params]
     for index, arg in enumerate(call.args):

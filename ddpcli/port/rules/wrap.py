@@ -170,28 +170,36 @@ def _training_after(port: Port, statement: cst.CSTNode) -> cst.BaseStatement | N
     return next((later for later in body[index + 1 :] if training.steps_in(later)), None)
 
 
-def _builder(port: Port, optimizer: cst.Call, model: str) -> cst.FunctionDef | None:
-    """The function that builds the optimizer from a model it is given, and does not train it itself."""
+def _builder(port: Port, optimizer: cst.Call, model: str) -> tuple[str, cst.FunctionDef | cst.Lambda] | None:
+    """The function that builds the optimizer from a model it is given, and does not train it itself, with the name
+    it is called by: a def, or a lambda bound to a name (`make_optimizer = lambda m: SGD(m.parameters())`)."""
+    lam = next((a for a in port.facts.ancestors(optimizer) if isinstance(a, cst.Lambda | cst.FunctionDef)), None)
+    if isinstance(lam, cst.Lambda):
+        bound = port.facts.parents.get(lam)
+        names = [t.target.value for t in bound.targets if isinstance(t.target, cst.Name)] if isinstance(
+            bound, cst.Assign) else []  # fmt: skip
+        params = {param.name.value for param in lam.params.params}
+        return (names[0], lam) if names and model in params else None
     scope = port.facts.scope(optimizer)
     if not isinstance(scope, cst.FunctionDef) or model not in _parameters_of(scope):
         return None
-    return None if Training(port.facts).steps_in(scope) else scope
+    return None if Training(port.facts).steps_in(scope) else (scope.name.value, scope)
 
 
-def _wrap_at_calls(port: Port, optimizer: cst.Call, helper: cst.FunctionDef, model: str) -> None:
+def _wrap_at_calls(port: Port, helper: str, function: cst.FunctionDef | cst.Lambda, model: str) -> None:
     facts = port.facts
-    calls = [call for call in facts.calls if dotted(call.func).rsplit(".", 1)[-1] == helper.name.value]
+    calls = [call for call in facts.calls if dotted(call.func).rsplit(".", 1)[-1] == helper]
     for call in calls:
-        argument = next((a.value for a in call.args if parameter_for(helper, call, a.value) == model), None)
+        argument = next((a.value for a in call.args if parameter_for(function, call, a.value) == model), None)
         name = dotted(argument) if argument is not None else ""
         if not name:
-            port.cannot(call, f"{helper.name.value}(...) builds the optimizer of a model it is given: wrap that "
+            port.cannot(call, f"{helper}(...) builds the optimizer of a model it is given: wrap that "
                         "model in DistributedDataParallel yourself before this call")  # fmt: skip
             continue
         statement = facts.statement(call)
         port.edits.insert_before(statement, _wrapping(port, statement, name))
         port.change(call, "ddp_wrap", f"{name} wrapped in DistributedDataParallel under torchrun before "
-                    f"{helper.name.value}(...) builds its optimizer: each backward averages its gradients across "
+                    f"{helper}(...) builds its optimizer: each backward averages its gradients across "
                     f"ranks; {STILL_THE_MODEL}")  # fmt: skip
 
 
@@ -215,7 +223,7 @@ def apply(port: Port) -> None:
             done.add(key)
             helper = _builder(port, optimizer, model)
             if helper is not None:  # `def make_optimizer(model): return SGD(model.parameters())`: wrap at its calls
-                _wrap_at_calls(port, optimizer, helper, model)
+                _wrap_at_calls(port, *helper, model)
                 continue
             moved = _moved_elsewhere(port, optimizer, model)
             if moved:  # the DDP tutorial's Trainer: `self.model = model.to(gpu_id)` after the optimizer is built
