@@ -64,3 +64,58 @@ def test_fabric_that_sets_devices_itself_or_launches_gets_no_lt_cli_used(tmp_pat
 def test_adadelta_keeps_its_lr_in_the_runs_comments(fabric: tuple[Plan, str]) -> None:
     _, text = fabric
     assert "global 128, same lr (the script's own)" in text and "lr scaled" not in text
+
+
+SEEDED_BY_A_FRAMEWORK = """\
+import argparse
+import torch
+{imports}
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, default=8)
+parser.add_argument("--lr", type=float, default=0.1)
+args = parser.parse_args()
+{seed}
+data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+for x, y in loader:
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("imports", "seed", "driver", "framework"),
+    [
+        (
+            "from accelerate.utils import set_seed",
+            "set_seed(0)",
+            "accelerator = accelerate.Accelerator()",
+            "accelerate",
+        ),
+        ("import pytorch_lightning as pl", "pl.seed_everything(0)", "trainer = pl.Trainer()", "lightning"),
+    ],
+)
+def test_a_framework_imported_only_for_its_seed_does_not_drive_the_training(
+    tmp_path: Path, imports: str, seed: str, driver: str, framework: str
+) -> None:
+    """Issue 49.17: a plain loop whose only tie to accelerate (or Lightning) is its seed helper was refused by port
+    as "written for accelerate", and init gave its runs ACCELERATE_USE_CPU=1; the framework's object driving the
+    training decides (an Accelerator, a Trainer, a LightningModule), not the import."""
+    from ddpcli.init.script_kind import script_facts
+    from tests.helpers import port_command
+
+    script = tmp_path / "train.py"
+    script.write_text(SEEDED_BY_A_FRAMEWORK.format(imports=imports, seed=seed), encoding="utf-8")
+    assert script_facts(script, {}).frameworks == set()
+    ported = port_command(script)
+    assert ported.returncode == 0, ported.stderr
+    plan, text = init(tmp_path, "train.py", script.read_text(encoding="utf-8"))
+    assert all(not run.launch.env for run in plan.experiments) and "ACCELERATE_USE_CPU" not in text
+    driven = tmp_path / "driven.py"
+    driven.write_text(SEEDED_BY_A_FRAMEWORK.format(imports=f"import accelerate\n{imports}", seed=f"{seed}\n{driver}"),
+                      encoding="utf-8")  # fmt: skip
+    assert script_facts(driven, {}).frameworks == {framework}

@@ -27,6 +27,7 @@ from ddpcli.script.frameworks import (
     OPTIMIZER_CLASSES,
     SELF_LAUNCHING,
     TORCH_OPTIM,
+    Framework,
     is_trainer,
 )
 from ddpcli.script.modules import imported_names, module_file
@@ -128,11 +129,9 @@ def _facts_of(tree: Reader, literal_names: dict[str, str]) -> ScriptFacts:
     )
     facts = ScriptFacts(kind=kind)
     imported = tree.imports()
-    facts.frameworks = {
-        framework.name
-        for framework in FRAMEWORKS
-        if any(name == prefix or name.startswith(prefix + ".") for name in imported for prefix in framework.imports)
-    }
+    used = {name for _, name in resolved} | {tree.resolve(base.value) for node in tree.order
+                                             if isinstance(node, cst.ClassDef) for base in node.bases}  # fmt: skip
+    facts.frameworks = {framework.name for framework in FRAMEWORKS if _drives(framework, imported, used)}
     facts.lightning_cli = next((node for node, name in resolved if name in PARSER_CALLS[0][1]), None)
     facts.data_parallel = _data_parallel_evidence(tree, resolved, imported)
     fabrics = [node for node, name in resolved if name in FABRIC_CLASSES]
@@ -146,6 +145,18 @@ def _facts_of(tree: Reader, literal_names: dict[str, str]) -> ScriptFacts:
     for node in tree.order:
         _assigned_literals(tree, facts, literal_names, node)
     return facts
+
+
+def _drives(framework: Framework, imported: set[str], used: set[str]) -> bool:
+    """The script is written for `framework`: it imports it and, where the framework names what drives a training
+    (its Accelerator, its Trainer or LightningModule), calls or builds a class on one of those."""
+
+    def within(name: str) -> bool:
+        return any(name == prefix or name.startswith(prefix + ".") for prefix in framework.imports)
+
+    if not any(within(name) for name in imported):
+        return False
+    return not framework.drivers or any(within(n) and n.rsplit(".", 1)[-1] in framework.drivers for n in used)
 
 
 def _calls(

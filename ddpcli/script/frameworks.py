@@ -37,10 +37,15 @@ class Framework:
     imports: tuple[str, ...]  # a script importing one of these modules (or a submodule) uses the framework
     switches: tuple[Switch, ...] = ()
     cpu_env: dict[str, str] = field(default_factory=dict)  # CPU-only machine, no CPU switch flag: set in env
+    # what drives the training where the framework does (called, or a class of the script's built on it): a script
+    # importing the framework for a helper alone (accelerate's set_seed, Lightning's seed_everything) is not
+    # written for it. Empty: the import decides.
+    drivers: tuple[str, ...] = ()
 
 
 FRAMEWORKS = (
-    Framework("lightning", ("lightning", "pytorch_lightning"), (
+    Framework("lightning", ("lightning", "pytorch_lightning"), drivers=(
+        "Trainer", "LightningModule", "LightningDataModule", "LightningCLI", "Fabric", "LightningLite"), switches=(
         Switch(("devices", "gpus", "num_devices"), "{nproc_per_node}",
                "Lightning refuses a devices count that differs from the processes torchrun starts"),
         Switch(("num_nodes",), "{nnodes}", "Lightning checks the node count against torchrun's world size"),
@@ -49,7 +54,7 @@ FRAMEWORKS = (
         Switch(("default_root_dir",), "{run_dir}", "Lightning's logs, checkpoints and LightningCLI's config.yaml "
                "go there: one directory per run, not the shared working directory"),
     )),
-    Framework("accelerate", ("accelerate",), (
+    Framework("accelerate", ("accelerate",), drivers=("Accelerator", "notebook_launcher"), switches=(
         Switch(("cpu",), None, "no GPU on this machine: without it accelerate under torchrun on CPU runs one "
                "separate training per process (DistributedType.NO)", cpu_only=True),
         Switch(("mixed_precision",), "no", "fp16 needs a GPU", cpu_only=True, when_default=("fp16", "fp8")),
