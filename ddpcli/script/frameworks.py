@@ -1,9 +1,10 @@
 """What ddpcli knows about training frameworks, as data a maintainer extends by adding a row; `ddpcli init` wires
 by it and `ddpcli port` refuses by it, so both commands call a script the same thing.
 
-- FRAMEWORKS: per framework (found by the script's imports), the flags every run must set for the run to do what
-  ddpcli plans (Lightning's `--devices` must equal the processes torchrun starts), and the CPU switch of a machine
-  without GPUs (accelerate's `--cpu`, else `ACCELERATE_USE_CPU=1` in the run's env).
+- FRAMEWORKS: per framework (found by its imports and, where a row names its drivers, a call or a class built on
+  one: an Accelerator, a Trainer; not a seed helper), the flags every run must set for the run to do what ddpcli
+  plans (Lightning's `--devices` must equal the processes torchrun starts), and the CPU switch of a machine without
+  GPUs (accelerate's `--cpu`, else `ACCELERATE_USE_CPU=1` in the run's env).
 - GENERIC_SWITCHES: device and backend flags any script may have (`--device cuda`, nanoGPT's `backend = 'nccl'`).
 - LR_RULES: libraries that scale their own lr by the global batch when no lr is given (timm's `--lr-base`).
 - WARMUP_NOT_IN_STEPS: warmups given in epochs or as a ratio: ddpcli cannot rescale them, init says so.
