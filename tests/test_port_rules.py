@@ -717,3 +717,69 @@ def test_an_optimizer_from_a_lambda_or_a_class_of_the_scripts_own_is_an_optimize
     ]
     assert "train_loader = _ddp_shard(DataLoader(data, batch_size=8, shuffle=True))" in lines
     assert result.not_ported == []
+
+
+SUMMED = """
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+train_loader = DataLoader(data, batch_size=8, shuffle=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+{definitions}
+def main():
+    {criterion}
+    for epoch in range(2):
+        for xb, yb in train_loader:
+            optimizer.zero_grad()
+            {loss}
+            loss.backward()
+            optimizer.step()
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("definitions", "criterion", "loss", "scaled"),
+    [
+        # issue 49.2: a summed loss divided by the batch's size is a mean
+        ("", "", 'loss = F.mse_loss(model(xb), yb, reduction="sum") / xb.size(0)', False),
+        ("", "", 'loss = F.mse_loss(model(xb), yb, reduction="sum") / len(xb)', False),
+        ("", "", 'loss = F.mse_loss(model(xb), yb, reduction="sum") / xb.shape[0]', False),
+        ("", "", 'loss = F.mse_loss(model(xb), yb, reduction="sum") / 2', True),  # still a sum
+        ("", "", 'loss = F.mse_loss(model(xb), yb, reduction="sum")', True),
+        # issue 49.3: evaluate()'s summing criterion is not main's
+        (
+            'def evaluate():\n    criterion = nn.MSELoss(reduction="sum")\n    return criterion',
+            "criterion = nn.MSELoss()",
+            "loss = criterion(model(xb), yb)",
+            False,
+        ),
+        (
+            "def evaluate():\n    criterion = nn.MSELoss()\n    return criterion",
+            'criterion = nn.MSELoss(reduction="sum")',
+            "loss = criterion(model(xb), yb)",
+            True,
+        ),
+        # through the script's own function, as the VAE's loss_function
+        (
+            'def loss_function(out, y):\n    return F.mse_loss(out, y, reduction="sum")',
+            "",
+            "loss = loss_function(model(xb), yb)",
+            True,
+        ),
+        (
+            'def loss_function(out, y):\n    return F.mse_loss(out, y, reduction="sum") / out.size(0)',
+            "",
+            "loss = loss_function(model(xb), yb)",
+            False,
+        ),
+    ],
+)
+def test_a_loss_is_scaled_by_the_world_size_only_where_it_sums_over_the_batch(
+    definitions: str, criterion: str, loss: str, scaled: bool
+) -> None:
+    """The rule decided by spelling: any summing call in the expression (a mean `sum / xb.size(0)` too) and a
+    criterion of any function by its name; the backward is x world size only where the loss is a sum over the
+    per-device batch, as the reader finds it (bindings in scope, the script's functions' returns)."""
+    result = port(SUMMED.format(definitions=definitions, criterion=criterion or "pass", loss=loss))
+    assert ("(loss * _ddp_world).backward()" in lines_of(result)) is scaled
+    assert ("sum_loss" in kinds(result)) is scaled
