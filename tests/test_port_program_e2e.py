@@ -9,7 +9,10 @@ processes (the checkpoints keep the original's keys in both directions).
 A loop around the batch loop that is not an epoch count (issue 49.13: `for lr in (0.1, 0.05, 0.01)`) shuffles
 anew each pass under torchrun.
 
-Cost: 4 torchrun runs of 2 processes (about 6 s each here) and 11 python runs forked from tests/zygote."""
+Accumulation whose counter moves after the backward (issue 49.1) keeps one all-reduce per step, on the micro-batch
+that steps.
+
+Cost: 5 torchrun runs of 2 processes (about 6 s each here) and 13 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -131,3 +134,14 @@ def test_a_project_with_its_step_logger_and_checkpoints_in_modules_is_ported_as_
     assert rows[0] == "epoch\tloss\tsamples"
     assert [row.split("\t")[::2] for row in rows[1:]] == [["0", "32"], ["1", "32"]]  # two rows, whole, once
     assert sorted(path.name for path in port.glob("checkpoint_*.pt")) == ["checkpoint_0.pt", "checkpoint_1.pt"]
+
+
+def test_accumulation_with_its_counter_moved_after_the_backward_all_reduces_where_it_steps(tmp_path: Path) -> None:
+    """Issue 49.1: the no_sync test was read before `micro += 1`: the stepping micro-batch skipped the all-reduce
+    and the ranks ended apart, with exit 0."""
+    original, port = ported(tmp_path, SCRIPTS / "accumulate_counted.py")
+    assert python(original, "accumulate_counted.py") == python(port, "accumulate_counted_ddp.py")
+    assert str(torch.load(original / "model.pt")) == str(torch.load(port / "model.pt"))
+    printed, zero, one = torchrun_ranks(port, "accumulate_counted_ddp.py")
+    assert printed == "micro-batches 8\n"  # each rank 4 of the 8 batches an epoch, 2 epochs
+    assert_equal_ranks(zero, one, models=1)

@@ -783,3 +783,38 @@ def test_a_loss_is_scaled_by_the_world_size_only_where_it_sums_over_the_batch(
     result = port(SUMMED.format(definitions=definitions, criterion=criterion or "pass", loss=loss))
     assert ("(loss * _ddp_world).backward()" in lines_of(result)) is scaled
     assert ("sum_loss" in kinds(result)) is scaled
+
+
+@pytest.mark.parametrize(
+    ("moved", "test"),
+    [
+        ("micro += 1", "with model.no_sync() if _ddp and not ((micro + 1) % 2 == 0) else contextlib.nullcontext():"),
+        ("micro -= 1", "with model.no_sync() if _ddp and not ((micro - 1) % 2 == 0) else contextlib.nullcontext():"),
+        ("micro = next(counter)", None),
+    ],
+)
+def test_the_no_sync_test_reads_a_counter_as_it_will_be_at_the_step(moved: str, test: str | None) -> None:
+    """Issue 49.1: DDP decides at the forward whether the backward all-reduces; a counter moved between the
+    backward and the test was read unmoved (the stepping micro-batch skipped the all-reduce)."""
+    result = port(f"""
+    import itertools
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    train_loader = DataLoader(data, batch_size=8)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    micro, counter = 0, itertools.count(1)
+    for epoch in range(2):
+        for x, y in train_loader:
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            {moved}
+            if micro % 2 == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    """)
+    lines = lines_of(result)
+    if test is None:
+        assert not [line for line in lines if "no_sync()" in line]
+        assert [item.reason.split(":")[0] for item in result.not_ported] == ["micro % 2 == 0"]
+    else:
+        assert test in lines

@@ -43,12 +43,56 @@ def apply(port: Port) -> None:
                 port.cannot(call, "an accumulation step without the model's forward in this block: wrap the "
                             "micro-batches that do not step in model.no_sync()")  # fmt: skip
                 continue
-            test = port.code(condition.test)
+            test = _test_at_the_step(port, condition, body[start], block)
+            if test is None:
+                port.cannot(condition, f"{port.code(condition.test)}: a name it reads is set again between the "
+                            "forward and this test; wrap the micro-batches that do not step in model.no_sync() "
+                            "yourself")  # fmt: skip
+                continue
             port.edits.wrap_region(block, body[start], last, f"with {model}.no_sync() if _ddp and not ({test}) "
                                    "else contextlib.nullcontext():")  # fmt: skip
             port.needs.add("contextlib")
             port.change(body[start], "no_sync", f"micro-batches that do not step ({test} is false) run under "
                         f"{model}.no_sync(): one all-reduce per optimizer step, not per micro-batch")  # fmt: skip
+
+
+def _test_at_the_step(port: Port, condition: cst.If, start: cst.CSTNode, block: cst.CSTNode) -> str | None:
+    """The step's test as it will read at the step, written where the forward starts: DDP decides at the forward
+    whether the backward all-reduces, so a counter moved between the two (`loss.backward(); micro += 1; if micro %
+    2 == 0: step()`) is read moved (`(micro + 1) % 2 == 0`). None where a name the test reads is set otherwise
+    there (the reading cannot say what it will be)."""
+    facts = port.facts
+    read = {n.value for n in facts.walk(condition.test) if isinstance(n, cst.Name) and facts.is_variable(n)}
+    body = list(block.body)  # type: ignore[attr-defined]
+    holder = next((s for s in body if s is condition or condition in set(facts.walk(s))), None)
+    moved: dict[str, str] = {}
+    for statement in body[body.index(start) : body.index(holder) if holder in body else len(body)]:
+        for node in facts.walk(statement):
+            target = node.target if isinstance(node, cst.AugAssign | cst.AnnAssign) else None
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [target] if target else []
+            for name in (dotted(t) for t in targets):
+                if name not in read:
+                    continue
+                if not isinstance(node, cst.AugAssign) or not isinstance(
+                    node.operator, cst.AddAssign | cst.SubtractAssign
+                ):
+                    return None
+                sign = "+" if isinstance(node.operator, cst.AddAssign) else "-"
+                moved[name] = f"({moved.get(name, name)} {sign} {port.code(node.value)})"
+    if not moved:
+        return port.code(condition.test)
+    return port.code(condition.test.visit(_Moved(moved)))
+
+
+class _Moved(cst.CSTTransformer):
+    def __init__(self, moved: dict[str, str]) -> None:
+        super().__init__()
+        self.moved = moved
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return (
+            cst.parse_expression(self.moved[original_node.value]) if original_node.value in self.moved else updated_node
+        )
 
 
 def _counts_micro_batches(port: Port, condition: cst.If) -> bool:
