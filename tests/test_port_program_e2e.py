@@ -12,7 +12,9 @@ anew each pass under torchrun.
 Accumulation whose counter moves after the backward (issue 49.1) keeps one all-reduce per step, on the micro-batch
 that steps.
 
-Cost: 5 torchrun runs of 2 processes (about 6 s each here) and 13 python runs forked from tests/zygote."""
+The training inside `with open(log, "w")` and a name bound in a print run on every rank (issue 49.9, 49.4).
+
+Cost: 6 torchrun runs of 2 processes (about 6 s each here) and 15 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -145,3 +147,16 @@ def test_accumulation_with_its_counter_moved_after_the_backward_all_reduces_wher
     printed, zero, one = torchrun_ranks(port, "accumulate_counted_ddp.py")
     assert printed == "micro-batches 8\n"  # each rank 4 of the 8 batches an epoch, 2 epochs
     assert_equal_ranks(zero, one, models=1)
+
+
+def test_training_inside_a_log_files_with_block_and_a_name_bound_in_a_print_run_on_every_rank(tmp_path: Path) -> None:
+    """Issue 49.9: the whole `with open("log.csv", "w")` block went under `if _is_main:` (rank 0 trained alone,
+    torchrun exited 1); 49.4: the print binding `steps` went under it too (rank 1: UnboundLocalError)."""
+    original, port = ported(tmp_path, SCRIPTS / "log_around_training.py")
+    assert python(original, "log_around_training.py") == python(port, "log_around_training_ddp.py")
+    assert (original / "log.csv").read_text() == (port / "log.csv").read_text()
+    (port / "log.csv").unlink()
+    printed, zero, one = torchrun_ranks(port, "log_around_training_ddp.py")
+    assert printed == "4 steps an epoch\n"  # each rank 4 of the 8 batches, said once
+    assert_equal_ranks(zero, one, models=1)
+    assert (port / "log.csv").read_text() == "epoch,steps\n0,4\n1,4\n"  # rank 0's, once

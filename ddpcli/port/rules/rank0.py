@@ -8,6 +8,7 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, last_name, string_value
+from ddpcli.port.rules.training import Training
 from ddpcli.port.siblings import only_prints
 
 WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "to_csv", "to_json", "dump",
@@ -80,6 +81,11 @@ def apply(port: Port) -> None:
             isinstance(item.item, cst.Call) and _opens_for_writing(item.item) for item in node.items
         ):
             written.append(node)
+            if _runs_more_than_writes(port, node):  # the training inside a `with open(log, "w")`: every rank runs it
+                for item in node.items:
+                    if isinstance(item.item, cst.Call) and _opens_for_writing(item.item):
+                        _open_on_rank_zero(port, item.item)
+                continue
             port.edits.guard(node, "_is_main")
             port.change(node, "rank0", "a file opened for writing: rank 0 writes it, once")
         elif (
@@ -113,13 +119,29 @@ def _on_rank_zero(func: cst.CSTNode) -> cst.CSTNode:
 
 def _has_effects(port: Port, call: cst.Call) -> bool:
     """An argument calls a function of the script or a trained model (`print(f"val {evaluate(model, loader)}")`):
-    under DDP such a call may be collective (a forward broadcasts BatchNorm buffers), so it runs on every rank."""
+    under DDP such a call may be collective (a forward broadcasts BatchNorm buffers), so it runs on every rank; or
+    binds a name the code after it reads (`print(f"{(steps := len(loader))} steps")`)."""
     models = set(port.models)
     for node in port.facts.walk(call):
+        if isinstance(node, cst.NamedExpr):
+            return True
         if node is call or not isinstance(node, cst.Call):
             continue
         name = dotted(node.func)
         if name in models or name.rsplit(".", 1)[-1] in port.facts.functions:
+            return True
+    return False
+
+
+def _runs_more_than_writes(port: Port, block: cst.With) -> bool:
+    """The block does what every rank must do: it steps an optimizer, back-propagates, calls a trained model or a
+    function of the script (the training loop inside `with open("log.csv", "w") as log:`)."""
+    if Training(port.facts).steps_in(block):
+        return True
+    for node in port.facts.walk(block.body):
+        if isinstance(node, cst.Call) and (last_name(node) == "backward" or _has_effects(port, node)):
+            return True
+        if isinstance(node, cst.Call) and dotted(node.func) in port.models:
             return True
     return False
 
