@@ -818,3 +818,43 @@ def test_the_no_sync_test_reads_a_counter_as_it_will_be_at_the_step(moved: str, 
         assert [item.reason.split(":")[0] for item in result.not_ported] == ["micro % 2 == 0"]
     else:
         assert test in lines
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [
+        # issue 48 class 6: parameter groups built in a loop over named_parameters, frozen layers left out
+        "backbone, head = [], []\n"
+        "for name, param in model.named_parameters():\n"
+        "    if name.startswith('0.'):\n"
+        "        param.requires_grad = False\n"
+        "    elif name.startswith('2.'):\n"
+        "        backbone.append(param)\n"
+        "    else:\n"
+        "        head += [param]\n"
+        "groups = [{'params': backbone, 'lr': 1e-4}, {'params': head, 'lr': 1e-3}]\n"
+        "optimizer = torch.optim.SGD(groups, lr=0.1)",
+        "decay = {'params': [], 'weight_decay': 0.01}\n"
+        "for param in model.parameters():\n"
+        "    decay['params'].append(param)\n"
+        "optimizer = torch.optim.AdamW([decay], lr=0.1)",
+    ],
+)
+def test_the_model_whose_parameters_a_loop_puts_in_the_optimizers_groups_is_wrapped(groups: str) -> None:
+    """ "no model found whose parameters an optimizer takes": nothing wrapped, nothing sharded, each rank trained a
+    copy, exit 0. What the groups hold is read through the loop that fills them (append, +=, a dict's list)."""
+    result = port(
+        "data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+        "train_loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+        "model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))\n"
+        f"{groups}\n"
+        "for epoch in range(2):\n"
+        "    for x, y in train_loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        F.mse_loss(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+    )
+    lines = lines_of(result)
+    assert "model = _DDPModel(model)" in lines and result.not_ported == []
+    optimizer = next(i for i, line in enumerate(lines) if line.startswith("optimizer = "))
+    assert lines[optimizer - 2 : optimizer] == ["if _ddp:", "model = _DDPModel(model)"]

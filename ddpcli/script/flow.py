@@ -63,6 +63,55 @@ def feeding_parameters(reader: Reader) -> dict[str, tuple[tuple[str, ...], froze
     return {name: (params, frozenset(feeding)) for name, (params, feeding) in found.items()}
 
 
+ADDS = ("append", "extend", "insert", "add", "update")  # a container's methods that put values in it
+
+
+def held(
+    reader: Reader, start: cst.CSTNode, depth: int = 0, seen: set[cst.CSTNode] | None = None
+) -> Iterator[cst.CSTNode]:
+    """Every node of what `start` holds, as far as the script says: its own nodes, and for each name in it what
+    the name is bound to (a loop's iterable for its variable) and what the code puts in it where it is built
+    (`groups.append(p)`, `groups += [p]`, `groups["params"] = p`, `groups["params"].append(p)`), five names deep.
+    What an optimizer is given is read so: the parameter groups a loop over named_parameters fills."""
+    seen = set() if seen is None else seen
+    for node in reader.walk(start):
+        yield node
+        if not isinstance(node, cst.Name) or not reader.is_variable(node) or node in seen or depth >= 5:
+            continue
+        seen.add(node)
+        for value in [*reader.values_of(node), *_added_to(reader, node)]:
+            inner = value.iter if isinstance(value, cst.For | cst.CompFor) else value
+            yield from held(reader, inner, depth + 1, seen)
+
+
+def _added_to(reader: Reader, name: cst.Name) -> list[cst.CSTNode]:
+    """What the code of `name`'s function puts in the container it names: the arguments of its adding methods
+    (also on an item of it: `decay["params"].append(p)`), `+=`'s right side, an item assigned."""
+    function = _function_of_node(reader, name)
+    found: list[cst.CSTNode] = []
+    for node in reader.walk(function):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ADDS:
+            if _names(node.func.value, name.value):
+                found += [arg.value for arg in node.args]
+        elif isinstance(node, cst.AugAssign) and _names(node.target, name.value):
+            found.append(node.value)
+        elif isinstance(node, cst.Assign):
+            found += [node.value for t in node.targets if isinstance(t.target, cst.Subscript)
+                      and _names(t.target, name.value)]  # fmt: skip
+    return found
+
+
+def _names(node: cst.CSTNode, name: str) -> bool:
+    """`node` is the name, or an item of it (`groups[0]`, `decay["params"]`)."""
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return isinstance(node, cst.Name) and node.value == name
+
+
+def _function_of_node(reader: Reader, node: cst.CSTNode) -> cst.CSTNode:
+    return next((a for a in reader.ancestors(node) if isinstance(a, cst.FunctionDef)), reader.module)
+
+
 def origins(reader: Reader, start: cst.CSTNode) -> list[cst.CSTNode]:
     """What the value of `start` is (not what it is computed from): followed through names, attributes, loop
     targets, parameters and the script's own functions' returns, never into a call's arguments. The ends: calls

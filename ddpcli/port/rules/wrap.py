@@ -21,6 +21,7 @@ from ddpcli.port.edits import expression
 from ddpcli.port.facts import dotted
 from ddpcli.port.rules import unused
 from ddpcli.port.rules.training import Training, parameter_for
+from ddpcli.script.flow import held
 
 PARAMETER_METHODS = ("parameters", "named_parameters")
 STILL_THE_MODEL = ("the wrapper (_DDPModel) is still the script's model for its attributes, methods, state_dict and "
@@ -29,16 +30,12 @@ STILL_THE_MODEL = ("the wrapper (_DDPModel) is still the script's model for its 
 
 def trained_models(port: Port, optimizer: cst.Call) -> list[str]:
     """`model` in SGD(model.parameters()), [{"params": g.parameters()}], chain(a.parameters(), b.parameters()),
-    or in `params = [p for p in model.parameters() if ...]` given to the optimizer by name."""
-    facts = port.facts
-    scope = facts.scope(optimizer)
+    `params = [p for p in model.parameters() if ...]` given by name, or groups a loop fills (`for n, p in
+    model.named_parameters(): backbone.append(p)`): whatever the optimizer's arguments hold, as the reader follows
+    them (ddpcli.script.flow.held)."""
     found: list[str] = []
     for arg in optimizer.args:
-        nodes = list(facts.walk(arg.value))
-        if isinstance(arg.value, cst.Name):  # params built before, by name
-            for statement in facts.assigned_in(scope, arg.value.value):
-                nodes += list(facts.walk(statement))
-        for node in nodes:
+        for node in held(port.facts, arg.value):
             if (
                 isinstance(node, cst.Call)
                 and isinstance(node.func, cst.Attribute)
