@@ -137,6 +137,18 @@ SCRIPTS = {
                         model(x).sum().backward()
                         optimizer.step()
         """),
+    # a draw that decides how the model is built (a search's width)
+    "search": HEAD
+    + textwrap.dedent("""\
+        import random
+        for fold in range(2):
+            model = nn.Linear(4, random.randint(1, 8))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in [torch.randn(2, 4)]:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+        """),
     "empty": "# nothing but a comment\n",  # the header alone (the rules run on it as the robustness run does)
 }
 

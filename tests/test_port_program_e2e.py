@@ -14,7 +14,9 @@ that steps.
 
 The training inside `with open(log, "w")` and a name bound in a print run on every rank (issue 49.9, 49.4).
 
-Cost: 6 torchrun runs of 2 processes (about 6 s each here) and 15 python runs forked from tests/zygote."""
+A random search inside the script builds one model shape on every rank (issue 48, class 5).
+
+Cost: 7 torchrun runs of 2 processes (about 6 s each here) and 17 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -160,3 +162,14 @@ def test_training_inside_a_log_files_with_block_and_a_name_bound_in_a_print_run_
     assert printed == "4 steps an epoch\n"  # each rank 4 of the 8 batches, said once
     assert_equal_ranks(zero, one, models=1)
     assert (port / "log.csv").read_text() == "epoch,steps\n0,4\n1,4\n"  # rank 0's, once
+
+
+def test_a_draw_that_decides_the_models_shape_is_rank_zeros_on_every_rank(tmp_path: Path) -> None:
+    """Issue 48 class 5: after the first fold the ranks' streams differ (each rank's own, where training starts):
+    the second fold drew another width on each rank and DDP failed at the wrap."""
+    original, port = ported(tmp_path, SCRIPTS / "fold_search.py")
+    expected = python(original, "fold_search.py")
+    assert python(port, "fold_search_ddp.py") == expected
+    printed, zero, one = torchrun_ranks(port, "fold_search_ddp.py")
+    assert printed == expected  # rank 0 draws as python does, and says it once
+    assert_equal_ranks(zero, one, models=3)  # each fold's model, alike on both ranks

@@ -18,6 +18,7 @@ from ddpcli.port.records import PortRefused, PortResult
 from ddpcli.port.rules import (
     accumulation,
     checkpoint,
+    decisions,
     device,
     download,
     hand_batching,
@@ -33,7 +34,7 @@ from ddpcli.script import source as script_source
 
 # wrap first (the others read port.models); header last (it defines what the others used).
 RULES: tuple[Callable[[Port], None], ...] = (
-    wrap.apply, unwrap.apply, device.apply, sampler.apply, loss.apply, rank0.apply, download.apply,
+    wrap.apply, unwrap.apply, decisions.apply, device.apply, sampler.apply, loss.apply, rank0.apply, download.apply,
     accumulation.apply, hand_batching.apply, shared.apply, checkpoint.apply, header.apply,
 )  # fmt: skip
 

@@ -71,15 +71,24 @@ def held(
 ) -> Iterator[cst.CSTNode]:
     """Every node of what `start` holds, as far as the script says: its own nodes, and for each name in it what
     the name is bound to (a loop's iterable for its variable) and what the code puts in it where it is built
-    (`groups.append(p)`, `groups += [p]`, `groups["params"] = p`, `groups["params"].append(p)`), five names deep.
+    (`groups.append(p)`, `groups += [p]`, `groups["params"] = p`, `groups["params"].append(p)`), and for a call of
+    the script's own function what it returns, five deep.
     What an optimizer is given is read so: the parameter groups a loop over named_parameters fills."""
     seen = set() if seen is None else seen
     for node in reader.walk(start):
         yield node
-        if not isinstance(node, cst.Name) or not reader.is_variable(node) or node in seen or depth >= 5:
+        if node in seen or depth >= 5:
+            continue
+        if isinstance(node, cst.Call):  # the script's function: what it returns
+            seen.add(node)
+            for value in _returned(reader, node):
+                yield from held(reader, value, depth + 1, seen)
+        if not isinstance(node, cst.Name) or not reader.is_variable(node):
             continue
         seen.add(node)
         for value in [*reader.values_of(node), *_added_to(reader, node)]:
+            if isinstance(value, cst.FunctionDef | cst.ClassDef | cst.Import | cst.ImportFrom):
+                continue  # a definition binds the name: what it computes is not what the name holds
             inner = value.iter if isinstance(value, cst.For | cst.CompFor) else value
             yield from held(reader, inner, depth + 1, seen)
 

@@ -206,6 +206,18 @@ def _ddp_shared(path):
     DIST.broadcast_object_list(paths, src=0)
     return paths[0]
 '''
+SAME = '''
+
+
+def _ddp_same(value):
+    """Under torchrun, rank 0's value on every rank: a random draw that decides what is built (a model's width, a
+    search's trial) is one draw for the run, not one per rank; under python, the value itself."""
+    if not _ddp or not DIST.is_initialized():
+        return value
+    shared = [value]
+    DIST.broadcast_object_list(shared, src=0)
+    return shared[0]
+'''
 QUIET = '''
 
 def _ddp_quiet(*args, **kwargs):
@@ -278,7 +290,7 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 
 # The helpers the rules may need (port.needs), in the order the header defines them.
 _HELPERS = (("ddp", MODEL), ("data_parallel", DATA_PARALLEL), ("shard", SHARD), ("quiet", QUIET), ("map", MAP),
-            ("device", DEVICE), ("seed", SEED), ("shared", SHARED))  # fmt: skip
+            ("device", DEVICE), ("seed", SEED), ("shared", SHARED), ("same", SAME))  # fmt: skip
 
 
 def apply(port: Port) -> None:
