@@ -53,6 +53,27 @@ def test_it_refuses_an_existing_output_without_force(script: Path, tmp_path: Pat
     assert "_ddp_setup()" in out.read_text(encoding="utf-8")
 
 
+def test_a_file_created_while_porting_is_not_replaced_without_force(
+    script: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 49.18: OUT was checked before the port and written after it, with no exclusive create: another process
+    (or a second port to the same -o) creating it in between had it replaced, exit 0."""
+    from ddpcli.port import engine
+
+    out = tmp_path / "ported.py"
+    ported = engine.port_program
+
+    def racing(path: Path) -> engine.Program:
+        result = ported(path)
+        out.write_text("theirs\n", encoding="utf-8")  # another process creates OUT while this one ports
+        return result
+
+    monkeypatch.setattr("ddpcli.cli.commands.port.port_program", racing)
+    result = port(script, "-o", out)
+    assert result.exit_code == 2 and f"{out} exists (created while porting): --force overwrites it" in result.stderr
+    assert out.read_text(encoding="utf-8") == "theirs\n"
+
+
 @pytest.mark.parametrize("spelling", ["same", "relative", "symlink", "hardlink"])
 def test_it_never_writes_the_script_itself_even_with_force(script: Path, tmp_path: Path, spelling: str,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip

@@ -73,10 +73,10 @@ def port_command(
         if not as_json:
             typer.echo(text, nl=False)
     else:
-        _write(out, result.source.encode(result.encoding))
-        for module in ported.modules:
-            assert module.result is not None
-            _write(module.output, module.result.source.encode(module.result.encoding))
+        files = [(out, result.source.encode(result.encoding))] + [
+            (m.output, m.result.source.encode(m.result.encoding)) for m in ported.modules if m.result is not None
+        ]
+        _write_all(files, force)
     if as_json:
         modules = [m.result.module_json(str(m.path), str(m.output)) for m in ported.modules if m.result is not None]
         typer.echo(json.dumps(result.as_json(str(script), str(out), modules), indent=2, allow_nan=False))
@@ -118,9 +118,24 @@ def _interrupted(script: Path) -> NoReturn:
     raise typer.Exit(130) from None
 
 
-def _write(path: Path, data: bytes) -> None:
-    """OUT in the script's own encoding (a coding cookie's, a byte order mark kept)."""
+def _write_all(files: list[tuple[Path, bytes]], force: bool) -> None:
+    """OUT and the modules' copies, each in its file's own encoding (a coding cookie's, a byte order mark kept).
+    Without --force each is created exclusively: a file another process made since the check is never replaced,
+    and what this port created before it is removed (nothing half-written stays)."""
+    created: list[Path] = []
     try:
-        path.write_bytes(data)
+        for path, data in files:
+            with path.open("wb" if force else "xb") as handle:
+                created.append(path)
+                handle.write(data)
+    except FileExistsError as problem:
+        _remove(created)
+        raise UserError(f"{problem.filename} exists (created while porting): --force overwrites it") from None
     except OSError as problem:
-        raise UserError(f"cannot write {path}: {problem.strerror or problem}") from None
+        _remove(created if not force else [])
+        raise UserError(f"cannot write {problem.filename}: {problem.strerror or problem}") from None
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
