@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -83,3 +84,18 @@ def test_any_name_is_one_safe_component_that_reads_back(name: str) -> None:
 def test_distinct_names_stay_distinct(first: str, second: str) -> None:
     if first != second:
         assert component(first) != component(second)
+
+
+def test_the_mlflow_lock_is_the_stores_whatever_path_spells_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 49.24: `ln -s ml.db link.db`, then exports to sqlite:///.../ml.db and sqlite:///.../link.db at once made
+    two MLflow runs of one ddpcli run: the lock was named after the spelled path, not the store it reaches."""
+    from ddpcli.export.to_mlflow import lock_path
+
+    (tmp_path / "ml.db").write_bytes(b"")
+    (tmp_path / "link.db").symlink_to(tmp_path / "ml.db")
+    (tmp_path / "folder").symlink_to(tmp_path, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    spellings = [f"sqlite:///{tmp_path}/ml.db", f"sqlite:///{tmp_path}/link.db", "sqlite:///ml.db",
+                 f"sqlite:///{tmp_path}/folder/ml.db", "sqlite:///./ml.db"]  # fmt: skip
+    assert {lock_path(uri) for uri in spellings} == {tmp_path / "ml.db.ddpcli-lock"}
+    assert lock_path(f"sqlite:///{tmp_path}/new.db") == tmp_path / "new.db.ddpcli-lock"  # not made yet: its path

@@ -104,9 +104,14 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def lock_path(uri: str) -> Path | None:
-    """`<file>.ddpcli-lock` beside a SQLite store; None for any other store (a tracking server, an in-memory one)."""
+    """`<file>.ddpcli-lock` beside a SQLite store, named after the file the path reaches (symlinks, `..` and the
+    working folder resolved): two spellings of one store take one lock. None for any other store (a tracking
+    server, an in-memory one)."""
     database = sqlite_path(uri)
-    return database.with_name(database.name + LOCK_SUFFIX) if database is not None and database.name else None
+    if database is None or not database.name:
+        return None
+    store = database.resolve()
+    return store.with_name(store.name + LOCK_SUFFIX)
 
 
 def export(run: ExportRun, store: Store) -> str:
