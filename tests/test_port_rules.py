@@ -858,3 +858,36 @@ def test_the_model_whose_parameters_a_loop_puts_in_the_optimizers_groups_is_wrap
     assert "model = _DDPModel(model)" in lines and result.not_ported == []
     optimizer = next(i for i, line in enumerate(lines) if line.startswith("optimizer = "))
     assert lines[optimizer - 2 : optimizer] == ["if _ddp:", "model = _DDPModel(model)"]
+
+
+@pytest.mark.parametrize(
+    ("held", "train", "evaluate"),
+    [
+        ("loaders = [train_loader, eval_loader]", "loaders[0]", "loaders[1]"),
+        ("loaders = (train_loader, eval_loader)", "loaders[-2]", "loaders[-1]"),
+        ("loaders = {'fit': train_loader, 'check': eval_loader}", "loaders['fit']", "loaders['check']"),
+    ],
+)
+def test_a_loader_taken_from_a_container_by_its_key_is_that_loader(held: str, train: str, evaluate: str) -> None:
+    """Issue 49.8: `loaders = [train_loader, eval_loader]; for ... in loaders[0]` (training), `loaders[1]`
+    (evaluation): both were sharded, and rank 0 evaluated half the set (the container's elements were read as
+    every element, whatever the key)."""
+    lines = lines_of(
+        port(f"""
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    train_loader = DataLoader(data, batch_size=8, shuffle=True)
+    eval_loader = DataLoader(data, batch_size=16)
+    {held}
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in {train}:
+            optimizer.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+        with torch.no_grad():
+            print(sum(F.mse_loss(model(x), y).item() for x, y in {evaluate}))
+    """)
+    )
+    assert "train_loader = _ddp_shard(DataLoader(data, batch_size=8, shuffle=True))" in lines
+    assert "eval_loader = DataLoader(data, batch_size=16)" in lines

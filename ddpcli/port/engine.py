@@ -66,8 +66,10 @@ def port_source(source: str, name: str, path: Path | None = None) -> PortResult:
         return _port(source, name, path)
 
 
-def _port(source: str, name: str, path: Path | None, whole: Program | None = None) -> PortResult:
-    facts = read(source, name)
+def _port(
+    source: str, name: str, path: Path | None, whole: Program | None = None, facts: Facts | None = None
+) -> PortResult:
+    facts = facts if facts is not None else read(source, name)
     facts.folder = path.parent if path is not None else None
     if whole is not None:
         facts.feeding_elsewhere = whole.facts.feeding_elsewhere("__main__")
@@ -109,12 +111,11 @@ def _run_rules(facts: Facts, module: bool = False, program_trains: bool = False)
 
 
 def port_module(
-    source: str, name: str, program_trains: bool, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]
+    facts: Facts, program_trains: bool, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]
 ) -> PortResult:
-    """A module of the script's program (ddpcli.port.program): every rule, no refusal (the script's decide), and
-    no process group of its own; its source unchanged where no rule changed it."""
+    """A module of the script's program (ddpcli.port.program), as read once: every rule, no refusal (the script's
+    decide), and no process group of its own; its source unchanged where no rule changed it."""
     with _no_cyclic_gc():
-        facts = read(source, name)
         facts.feeding_elsewhere = feeding
         return _run_rules(facts, module=True, program_trains=program_trains)
 
@@ -171,10 +172,10 @@ def port_program(path: Path) -> Program:
         script_source.parse_ast(source)
     except UserError as error:
         raise PortRefused([str(error)]) from None
-    modules = program.modules_of(path)
-    ported = Program(PortResult(""), facts=program.read_program(modules))
     with _no_cyclic_gc():
-        ported.script = _port(source.text, str(path), path, ported)
+        modules = program.modules_of(path)
+        ported = Program(PortResult(""), facts=program.read_program(modules))
+        ported.script = _port(source.text, str(path), path, ported, modules["__main__"].facts)
     ported.script.encoding = source.encoding
     for name, module in modules.items():
         if name != "__main__":
@@ -184,9 +185,9 @@ def port_program(path: Path) -> Program:
     for name, module in modules.items():  # in the order the program imports them
         if name not in copies or module.result is None:
             continue
-        original = script_source.read(module.path).text
-        module.result.source = program.point_at_copies(module.result.source, original, mapping, module.package,
-                                                       module.result)  # fmt: skip
+        assert module.source is not None  # ported: read
+        module.result.source = program.point_at_copies(module.result.source, module.source.text, mapping,
+                                                       module.package, module.result)  # fmt: skip
         ported.modules.append(module)
     ported.script.source = program.point_at_copies(ported.script.source, source.text, mapping, "", ported.script)
     for module in modules.values():
@@ -197,11 +198,11 @@ def port_program(path: Path) -> Program:
 
 def _module_port(module: program.Module, facts: program.ProgramFacts, name: str) -> PortResult | None:
     """A module's port (None where Python could not read it either: it is left as it is)."""
-    try:
-        source = script_source.read(module.path)
-        script_source.parse_ast(source)
-        result = port_module(source.text, str(module.path), facts.trains, facts.feeding_elsewhere(name))
-    except (UserError, PortRefused, RecursionError):
+    if module.source is None or module.facts is None:
         return None
-    result.encoding = source.encoding
+    try:
+        result = port_module(module.facts, facts.trains, facts.feeding_elsewhere(name))
+    except (PortRefused, RecursionError):
+        return None
+    result.encoding = module.source.encoding
     return result

@@ -22,8 +22,8 @@ from ddpcli.port.facts import Facts
 from ddpcli.port.records import Change, NotPorted, PortResult
 from ddpcli.script.flow import feeding_parameters
 from ddpcli.script.modules import absolute, imported_names, module_file
-from ddpcli.script.reader import Reader, dotted
-from ddpcli.script.source import read
+from ddpcli.script.reader import dotted
+from ddpcli.script.source import Source, parse_ast, read
 
 SUFFIX = "_ddp"
 
@@ -36,6 +36,8 @@ class Module:
     path: Path
     package: str  # the package its relative imports start from ("" at the top level)
     imports: set[str] = field(default_factory=set)  # the program's modules it imports
+    source: Source | None = None  # its text, read once as Python reads it (None: Python could not read it either)
+    facts: Facts | None = None  # its tree, read once: the program's questions and its port both use it
     result: PortResult | None = None
 
     @property
@@ -59,11 +61,15 @@ def modules_of(script: Path) -> dict[str, Module]:
     found["__main__"] = top
     while queue:
         path, package, imports = queue.pop()
+        module = next(m for m in found.values() if m.path == path)
         try:
-            reader = Reader.of(read(path))
+            module.source = read(path)
+            parse_ast(module.source)
+            module.facts = Facts.read(module.source.text)
         except (UserError, cst.ParserSyntaxError, RecursionError):
+            module.source = None
             continue
-        for name in imported_names(reader, package):
+        for name in imported_names(module.facts, package):
             file = module_file(root, name)
             if file is None or file == script:
                 continue
@@ -96,9 +102,8 @@ class ProgramFacts:
 def read_program(modules: dict[str, Module]) -> ProgramFacts:
     found = ProgramFacts()
     for name, module in modules.items():
-        try:
-            facts = Facts.read(read(module.path).text)
-        except (UserError, cst.ParserSyntaxError, RecursionError):
+        facts = module.facts
+        if facts is None:
             continue
         found.trains = found.trains or bool(facts.optimizer_calls())
         found.steps = found.steps or (name != "__main__" and bool(facts.step_calls()))

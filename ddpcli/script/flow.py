@@ -121,10 +121,12 @@ def _function_of_node(reader: Reader, node: cst.CSTNode) -> cst.CSTNode:
     return next((a for a in reader.ancestors(node) if isinstance(a, cst.FunctionDef)), reader.module)
 
 
-def origins(reader: Reader, start: cst.CSTNode) -> list[cst.CSTNode]:
+def origins(reader: Reader, start: cst.CSTNode, into_containers: bool = True) -> list[cst.CSTNode]:
     """What the value of `start` is (not what it is computed from): followed through names, attributes, loop
     targets, parameters and the script's own functions' returns, never into a call's arguments. The ends: calls
-    (`SGD(...)`), literals, and parameters or names nothing in the script binds (where the reading cannot decide)."""
+    (`SGD(...)`), literals, and parameters or names nothing in the script binds (where the reading cannot decide).
+    A list, tuple or set the script writes is its elements, unless `into_containers` is False (then it is an end:
+    what `loaders[1]` is depends on which element)."""
     seen: set[cst.CSTNode] = set()
     queue, found = [start], []
     while queue and len(seen) < MAX_NODES:
@@ -132,7 +134,8 @@ def origins(reader: Reader, start: cst.CSTNode) -> list[cst.CSTNode]:
         if node in seen:
             continue
         seen.add(node)
-        same = _same_value(reader, node)
+        containers = cst.List | cst.Tuple | cst.Set | cst.ListComp | cst.SetComp | cst.GeneratorExp
+        same = _same_value(reader, node) if into_containers or not isinstance(node, containers) else []
         if same:
             queue += same
         else:
@@ -216,7 +219,7 @@ def _keyed(reader: Reader, node: cst.Subscript) -> list[cst.CSTNode] | None:
     if key is None:
         return None
     found: list[cst.CSTNode] = []
-    for container in origins(reader, node.value):
+    for container in origins(reader, node.value, into_containers=False):
         if isinstance(container, cst.Dict):
             found += [
                 e.value for e in container.elements if isinstance(e, cst.DictElement) and literal_value(e.key) == key
