@@ -70,3 +70,27 @@ def test_error_line_points_to_the_commands_help() -> None:
 def test_no_arguments_still_prints_the_help() -> None:
     result = runner.invoke(app, [])
     assert "Usage: ddpcli" in result.output and "error:" not in result.output
+
+
+def test_ctrl_c_inside_a_command_is_one_line_and_exit_130_even_where_a_library_turns_it_into_another_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 49.22: Ctrl-C while init read a long script ended in a ~500-line traceback, `KeyError: IndentedBlock(...)`
+    (libcst turns the interrupt into a KeyError of the node it was visiting), exit 1."""
+    from typer.testing import CliRunner
+
+    from ddpcli.cli.app import app
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n", encoding="utf-8")
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise KeyError("IndentedBlock(...)") from None  # what libcst's visitor raises while it is interrupted
+
+    monkeypatch.setattr("ddpcli.init.inspect_script.script_facts", interrupted)
+    result = CliRunner().invoke(app, ["init", str(script), "-o", str(tmp_path / "e.toml")])
+    assert (result.exit_code, result.stderr) == (130, "error: interrupted\n")
+    assert not (tmp_path / "e.toml").exists()

@@ -57,7 +57,9 @@ def write_text(path: Path, text: str) -> None:
 
 
 def user_errors(command: Callable[P, R]) -> Callable[P, R]:
-    """Print a UserError as `error: ...` on stderr and exit with its code; a bug still shows its traceback."""
+    """Print a UserError as `error: ...` on stderr and exit with its code; Ctrl-C as one line and exit 130, also where
+    a library turned the interrupt into an error of its own (libcst's visitor raises a KeyError of the node it was
+    on); a bug still shows its traceback."""
 
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -66,8 +68,26 @@ def user_errors(command: Callable[P, R]) -> Callable[P, R]:
         except UserError as mistake:
             error(mistake.as_flag() if isinstance(mistake, OptionError) else str(mistake))
             raise typer.Exit(mistake.exit_code) from None
+        except KeyboardInterrupt:
+            error("interrupted")
+            raise typer.Exit(130) from None
+        except Exception as bug:
+            if not during_interrupt(bug):
+                raise
+            error("interrupted")
+            raise typer.Exit(130) from None
 
     return wrapper
+
+
+def during_interrupt(error: BaseException) -> bool:
+    """`error` was raised while a KeyboardInterrupt was being handled (its context chain holds one)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__context__
+    return False
 
 
 # The click that typer parses with: typer.BadParameter is its BadParameter (click's own before typer 0.16, typer's

@@ -13,7 +13,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from ddpcli.cli.console import error, say, user_errors, wrote
+from ddpcli.cli.console import during_interrupt, error, say, user_errors, wrote
 from ddpcli.errors import UserError
 from ddpcli.port.engine import Program, port_program
 from ddpcli.port.output import check_output, default_output, unified_diff
@@ -55,7 +55,7 @@ def port_command(
     except KeyboardInterrupt:
         _interrupted(script)
     except Exception as bug:  # a rule that fails on an unforeseen pattern: one line, nothing written
-        if _during_interrupt(bug):  # Ctrl-C inside libcst can surface as another error (a KeyError of a node)
+        if during_interrupt(bug):  # Ctrl-C inside libcst can surface as another error (a KeyError of a node)
             _interrupted(script)
         error(f"{script}: ddpcli port could not port it ({type(bug).__name__}: {bug}); nothing written. This is "
               "a bug of ddpcli port: please report it with the script")  # fmt: skip
@@ -102,15 +102,6 @@ def _list(script: Path, out: Path, ported: Program, diff: bool) -> None:
             say(f"  line {change.line:>4}  {change.kind:<{width}}  {change.text}", to_stdout=not diff)
         for item in result.not_ported:
             say(f"  line {item.line:>4}  not ported: {item.reason}", style="yellow", to_stdout=not diff)
-
-
-def _during_interrupt(error: BaseException) -> bool:
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, KeyboardInterrupt):
-            return True
-        seen = seen.__context__
-    return False
 
 
 def _interrupted(script: Path) -> NoReturn:
