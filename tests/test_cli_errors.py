@@ -94,3 +94,34 @@ def test_ctrl_c_inside_a_command_is_one_line_and_exit_130_even_where_a_library_t
     result = CliRunner().invoke(app, ["init", str(script), "-o", str(tmp_path / "e.toml")])
     assert (result.exit_code, result.stderr) == (130, "error: interrupted\n")
     assert not (tmp_path / "e.toml").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (
+            ["init", "train.py", "--nproc-per-node", "999999"],
+            "error: --nproc-per-node '999999': at most 1024 processes a node (a world size in the wrong field?)\n",
+        ),
+        (
+            ["init", "train.py", "--nproc-per-node", "2,1"],
+            "error: --nproc-per-node '2,1': expected whole numbers of 2 or more, comma-separated (the baseline is the "
+            "1-process run)\n",
+        ),
+        (
+            ["plan", "--per-device-batch-size", "16", "--lr", "0.1", "--nproc-per-node", "2000"],
+            "error: --nproc-per-node '2000': at most 1024 processes a node (a world size in the wrong field?)\n",
+        ),
+    ],
+)
+def test_a_process_count_out_of_bounds_names_the_flag_not_a_file_never_written(
+    tmp_path: Path, command: list[str], expected: str
+) -> None:
+    """Issue 49.23: `init --nproc-per-node 999999 -o e.toml` said "error: e.toml: experiments[0].nproc_per_node:
+    ..." about a file it never wrote."""
+    (tmp_path / "train.py").write_text("import torch\n", encoding="utf-8")
+    command = [str(tmp_path / part) if part == "train.py" else part for part in command]
+    output = ["-o", str(tmp_path / "e.toml")] if command[0] == "init" else []
+    result = CliRunner().invoke(app, [*command, *output])
+    assert (result.exit_code, result.stderr) == (2, expected)
+    assert not (tmp_path / "e.toml").exists()

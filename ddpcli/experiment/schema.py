@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ddpcli.errors import UserError
+
 if sys.version_info >= (3, 11):
     pass
 else:  # pragma: no cover - exercised on Python 3.10 only
@@ -34,6 +36,27 @@ ELASTIC_NNODES = re.compile(r"([0-9]+):([0-9]+)")  # ASCII digits: \d also takes
 # (Frontier: 9,408), so 100,000 does too.
 MAX_NPROC_PER_NODE = 1024
 MAX_NNODES = 100_000
+
+
+def process_counts(values: list[str], minimum: int, why: str = "") -> tuple[int, ...]:
+    """`["2,4", "8"]` -> (2, 4, 8): the process counts a flag gives (init's and plan's `--nproc-per-node`), in
+    order, without repeats, each from `minimum` to MAX_NPROC_PER_NODE; a bad one is the flag's error (there is no
+    file yet to name)."""
+    counts: list[int] = []
+    for value in values:
+        for part in value.split(","):
+            text = part.strip()
+            if not text.isdigit() or int(text) < minimum:
+                raise UserError(f"--nproc-per-node {value!r}: expected whole numbers of {minimum} or more, "
+                                f"comma-separated{why}")  # fmt: skip
+            if int(text) > MAX_NPROC_PER_NODE:
+                raise UserError(f"--nproc-per-node {value!r}: at most {MAX_NPROC_PER_NODE} processes a node (a world "
+                                "size in the wrong field?)")  # fmt: skip
+            if int(text) not in counts:
+                counts.append(int(text))
+    return tuple(counts)
+
+
 BATCH_FIELDS = ("per_device_batch_size", "grad_accum_steps", "global_batch_size")
 # Fields an experiment never inherits: they are derived from the baseline by the scaling rules instead.
 DERIVED_FIELDS = (*BATCH_FIELDS, "lr", "warmup_steps")

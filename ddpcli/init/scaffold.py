@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ddpcli.errors import UserError
+from ddpcli.experiment.schema import process_counts
 from ddpcli.init.derived import Derivation, derived_per_rank
 from ddpcli.init.fixed_args import check_required, split_fixed, unwired, with_given_values
 from ddpcli.init.help_text import HelpOption
@@ -48,18 +48,7 @@ class Scaffold:
 
 def parse_world_sizes(values: list[str]) -> tuple[int, ...]:
     """`["2,4", "8"]` -> (2, 4, 8): world sizes of 2 or more, in order, without repeats."""
-    sizes: list[int] = []
-    for value in values:
-        for part in value.split(","):
-            text = part.strip()
-            if not text.isdigit() or int(text) < 2:
-                raise UserError(
-                    f"--nproc-per-node {value!r}: expected whole numbers of 2 or more, comma-separated "
-                    "(the baseline is the 1-process run)"
-                )
-            if int(text) not in sizes:
-                sizes.append(int(text))
-    return tuple(sizes)
+    return process_counts(values, 2, " (the baseline is the 1-process run)")
 
 
 def default_world_sizes(gpus: int | None) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ from ddpcli.experiment.loading import validate_experiment_data
 from ddpcli.experiment.planning import load_plan, resolve_plan
 from ddpcli.experiment.report import plan_report
 from ddpcli.experiment.resolved import Plan
+from ddpcli.experiment.schema import process_counts
 from ddpcli.rundir.metrics import measured_noise_scale
 
 QUICK = "Quick form (no file)"
@@ -122,7 +123,7 @@ def plan_command(
         plan = _quick_plan(
             per_device_batch_size,
             lr,
-            _process_counts(nproc_per_node),  # type: ignore[arg-type]
+            process_counts(nproc_per_node, 1),  # type: ignore[arg-type]  # 1: one GPU on each of several nodes
             int(nnodes) if nnodes is not None and nnodes.isdigit() else (nnodes or 1),
             global_batch_size,  # type: ignore[arg-type]
             grad_accum_steps,
@@ -155,20 +156,6 @@ def plan_command(
     for table in plan_tables(report.plan, report.runs, report.outlooks, stdout.width):
         stdout.print(table)
     print_notes(stdout, report.runs)
-
-
-def _process_counts(values: list[str]) -> tuple[int, ...]:
-    """`["2,4", "8"]` -> (2, 4, 8), as `init --nproc-per-node` reads it; here 1 is a target too (one GPU on each
-    of several nodes)."""
-    counts: list[int] = []
-    for value in values:
-        for part in value.split(","):
-            text = part.strip()
-            if not text.isdigit() or int(text) < 1:
-                raise UserError(f"--nproc-per-node {value!r}: expected whole numbers of 1 or more, comma-separated")
-            if int(text) not in counts:
-                counts.append(int(text))
-    return tuple(counts)
 
 
 def _quick_plan(
