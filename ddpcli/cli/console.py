@@ -71,6 +71,8 @@ def user_errors(command: Callable[P, R]) -> Callable[P, R]:
         except KeyboardInterrupt:
             error("interrupted")
             raise typer.Exit(130) from None
+        except typer.Exit:
+            raise  # the command has said what happened and chosen its exit code (port's own Ctrl-C line)
         except Exception as bug:
             if not during_interrupt(bug):
                 raise
