@@ -119,3 +119,21 @@ def test_a_framework_imported_only_for_its_seed_does_not_drive_the_training(
     driven.write_text(SEEDED_BY_A_FRAMEWORK.format(imports=f"import accelerate\n{imports}", seed=f"{seed}\n{driver}"),
                       encoding="utf-8")  # fmt: skip
     assert script_facts(driven, {}).frameworks == {framework}
+
+
+@pytest.mark.parametrize(
+    ("io", "workdir"),
+    [
+        ('x, y = torch.load("data.pt")', "launch"),  # issue 49.21: data it only reads: the shared folder
+        ('x, y = torch.load("data.pt")\ntorch.save(model.state_dict(), "model.pt")', "run"),
+        ('PATH = "last.pth"\ndef keep(state, filename):\n    torch.save(state, filename)\nkeep({}, PATH)', "run"),
+        ('with open("weights.pt", "wb") as f:\n    torch.save(model.state_dict(), f)', "run"),
+    ],
+)
+def test_a_file_the_script_only_reads_keeps_the_shared_working_directory(tmp_path: Path, io: str, workdir: str) -> None:
+    """Issue 49.21: `x, y = torch.load("data.pt")` got `workdir = "run"` (any `*.pt` string was taken for a checkpoint
+    the script writes) and every launched run failed with FileNotFoundError. A run directory of its own is for a
+    file the script writes, as the reader follows the paths of its saves (through names and its functions)."""
+    script = SEEDED_BY_A_FRAMEWORK.format(imports="", seed="") + io + "\n"  # after the parser: --help ends first
+    plan, _ = init(tmp_path, "train.py", script)
+    assert {run.launch.workdir for run in plan.runs} == {workdir}

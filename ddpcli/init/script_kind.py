@@ -18,7 +18,7 @@ import libcst as cst
 
 from ddpcli.errors import UserError
 from ddpcli.init.derived import Derivation, derivations
-from ddpcli.script.flow import is_loader, training_loaders
+from ddpcli.script.flow import is_loader, sources, training_loaders
 from ddpcli.script.frameworks import (
     DATA_PARALLEL_CALLS,
     FABRIC_CLASSES,
@@ -249,9 +249,14 @@ def _literal(tree: Reader, facts: ScriptFacts, names: dict[str, str], name: str 
 CHECKPOINT_NAME = re.compile(r"[\w.-]+\.(pt|pth|ckpt|safetensors|tar)")
 
 
+SAVES = ("torch.save", "torch.jit.save", "numpy.save", "safetensors.torch.save_file")
+SAVE_NAMES = ("save", "save_file", "save_checkpoint", "save_state_dict", "save_pretrained")
+
+
 def _relative_checkpoints(tree: Reader) -> list[Found]:
-    """File names such as "snapshot.pt" used as a path on their own (not joined to a directory): the script
-    saves or resumes them in its working directory, which every run of a sweep would otherwise share."""
+    """File names such as "snapshot.pt" used as a path on their own (not joined to a directory) where the script
+    writes them: it saves (and may resume) them in its working directory, which every run of a sweep would
+    otherwise share. A file it only reads (`x, y = torch.load("data.pt")`) is its data, where it lies: not one."""
     joined = {
         argument.value
         for node in tree.calls
@@ -262,12 +267,32 @@ def _relative_checkpoints(tree: Reader) -> list[Found]:
         for node in tree.order
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide)
     }
+    written = _written_paths(tree)
     found = []
     for node in tree.order:
         value = string_value(node)
-        if value is not None and node not in joined and CHECKPOINT_NAME.fullmatch(value):
+        if value is not None and node not in joined and node in written and CHECKPOINT_NAME.fullmatch(value):
             found.append(Found(value, tree.line(node), repr(value)))
     return found
+
+
+def _written_paths(tree: Reader) -> set[cst.CSTNode]:
+    """Every node a save's or a writing open's arguments are computed from, as the reader follows them (names to
+    their bindings, a function's parameters to what its calls pass: `def keep(state, path): torch.save(state,
+    path)`), so the literal a path comes from is among them."""
+    found: set[cst.CSTNode] = set()
+    for call in tree.calls:
+        name = tree.resolve(call)
+        writes = name in SAVES or last_name(call) in SAVE_NAMES or (name == "open" and _opens_to_write(call))
+        for argument in call.args if writes else ():
+            found |= set(sources(tree, argument.value))
+    return found
+
+
+def _opens_to_write(call: cst.Call) -> bool:
+    mode = keyword(call, "mode") or (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
+    text = string_value(mode.value) if mode is not None else None
+    return text is not None and any(letter in text for letter in "wax+")
 
 
 def _divides(node: cst.BinaryOperation) -> bool:

@@ -158,7 +158,7 @@ def _same_value(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
     if isinstance(node, cst.ListComp | cst.SetComp | cst.GeneratorExp):
         return [node.elt]  # each element: `[Adam(net.parameters()) for net in nets]`
     if isinstance(node, cst.Param):
-        return _arguments(reader, node)
+        return _arguments(reader, node) + _default(node)
     if isinstance(node, cst.Subscript):
         return _keyed(reader, node) or []
     return []
@@ -189,7 +189,7 @@ def _inputs(reader: Reader, node: cst.CSTNode, calls: Calls) -> list[tuple[cst.C
     if isinstance(node, cst.Param):
         if calls and (argument := _argument_at(reader, node, calls[-1])) is not None:
             return [(argument, calls[:-1])]
-        return [(value, ()) for value in _arguments(reader, node)]
+        return [(value, ()) for value in _arguments(reader, node) + _default(node)]
     if isinstance(node, cst.FunctionDef | cst.ClassDef | cst.Lambda | cst.Import | cst.ImportFrom):
         return []
     if isinstance(node, cst.Subscript):
@@ -320,6 +320,11 @@ def _arguments(reader: Reader, param: cst.Param) -> list[cst.CSTNode]:
         for call in reader.calls
         if last_name(call) == called and (argument := _argument_at(reader, param, call)) is not None
     ]
+
+
+def _default(param: cst.Param) -> list[cst.CSTNode]:
+    """A parameter's default: its value at a call that passes nothing for it (`snapshot_path="snapshot.pt"`)."""
+    return [param.default] if param.default is not None else []
 
 
 def _argument_at(reader: Reader, param: cst.Param, call: cst.Call) -> cst.CSTNode | None:
