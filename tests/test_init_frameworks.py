@@ -137,3 +137,32 @@ def test_a_file_the_script_only_reads_keeps_the_shared_working_directory(tmp_pat
     script = SEEDED_BY_A_FRAMEWORK.format(imports="", seed="") + io + "\n"  # after the parser: --help ends first
     plan, _ = init(tmp_path, "train.py", script)
     assert {run.launch.workdir for run in plan.runs} == {workdir}
+
+
+MATCHED = """\
+import argparse
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float, default=0.1)
+args = parser.parse_args()
+data = torch.utils.data.TensorDataset(torch.randn(256, 4), torch.randn(256, 1))
+eval_loader = torch.utils.data.DataLoader(data, batch_size=128)
+train_loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+for batch in train_loader:
+    match batch:
+        case [xb, yb]:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            optimizer.step()
+"""
+
+
+def test_a_batch_unpacked_by_a_case_pattern_comes_from_the_loader_it_matches(tmp_path: Path) -> None:
+    """Issue 49.20: `for batch in train_loader: match batch: case [xb, yb]:` with an evaluation loader of 128 above
+    made init take 128 for the per-device batch: names a `case` pattern binds were not followed (libcst's scopes
+    record no binding for them)."""
+    plan, _ = init(tmp_path, "train.py", MATCHED)
+    assert plan.baseline.plan.per_device_batch_size == 8

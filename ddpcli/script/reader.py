@@ -274,7 +274,21 @@ class Reader:
             for referent in access.referents:
                 if isinstance(referent, Assignment) and isinstance(referent.node, cst.CSTNode):
                     found.append(self._binder(referent.node))
-        return found
+        return found or self._matched(name)
+
+    def _matched(self, name: cst.Name) -> list[cst.CSTNode]:
+        """A name a `case` pattern around it binds (`match batch: case [xb, yb]: ... xb`): what it holds is taken
+        from the match's subject (libcst's scopes record no binding for a pattern's names)."""
+        for ancestor in self.ancestors(name):
+            if isinstance(ancestor, cst.FunctionDef | cst.ClassDef):
+                break
+            if isinstance(ancestor, cst.MatchCase) and any(
+                isinstance(node, cst.MatchAs | cst.MatchStar) and isinstance(node.name, cst.Name)
+                and node.name.value == name.value for node in self.walk(ancestor.pattern)
+            ):  # fmt: skip
+                match = self.parents.get(ancestor)
+                return [match.subject] if isinstance(match, cst.Match) else []
+        return []
 
     def _binder(self, target: cst.CSTNode) -> cst.CSTNode:
         """The node that binds `target`: an Assign's value, a For / CompFor, a Param, a def, an import."""
