@@ -187,6 +187,8 @@ def _dotted_node(name: str) -> cst.Attribute | cst.Name:
 def point_at_copies(source: str, original: str, copies: dict[str, str], package: str, result: PortResult) -> str:
     """`source` (a ported file of the program) with its imports of copied modules pointing at the copies, each
     listed as a change at its line in `original`, the user's file."""
+    if not copies:  # a program of one file, or one no rule changed beside the script: nothing to point anywhere
+        return source
     imports = ImportsOfCopies(copies, package)
     written = cst.parse_module(source).visit(imports)
     for module, text in dict.fromkeys(imports.changed):
