@@ -31,7 +31,7 @@ from ddpcli.script.frameworks import (
     is_trainer,
 )
 from ddpcli.script.modules import imported_names, module_file
-from ddpcli.script.reader import Reader, keyword, last_name, string_value
+from ddpcli.script.reader import Reader, keyword, last_name, opens_to_write, string_value
 from ddpcli.script.source import NotPython, read
 
 # A call of one of these (as its import resolves it) builds a parser; the first kind found in this order wins.
@@ -283,16 +283,10 @@ def _written_paths(tree: Reader) -> set[cst.CSTNode]:
     found: set[cst.CSTNode] = set()
     for call in tree.calls:
         name = tree.resolve(call)
-        writes = name in SAVES or last_name(call) in SAVE_NAMES or (name == "open" and _opens_to_write(call))
+        writes = name in SAVES or last_name(call) in SAVE_NAMES or (name == "open" and opens_to_write(call))
         for argument in call.args if writes else ():
             found |= set(sources(tree, argument.value))
     return found
-
-
-def _opens_to_write(call: cst.Call) -> bool:
-    mode = keyword(call, "mode") or (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
-    text = string_value(mode.value) if mode is not None else None
-    return text is not None and any(letter in text for letter in "wax+")
 
 
 def _divides(node: cst.BinaryOperation) -> bool:

@@ -65,6 +65,18 @@ def string_value(node: cst.CSTNode) -> str | None:
     return None
 
 
+def open_mode(call: cst.Call) -> str | None:
+    """The mode string of `open(path, mode)` / `open(path, mode=...)`, None where it is not a literal."""
+    mode = keyword(call, "mode") or (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
+    return string_value(mode.value) if mode is not None else None
+
+
+def opens_to_write(call: cst.Call) -> bool:
+    """`open(...)`'s literal mode writes (w, a, x or +); the call's function is the caller's to check."""
+    mode = open_mode(call)
+    return mode is not None and any(letter in mode for letter in "wax+")
+
+
 def literal_value(node: cst.CSTNode | None) -> object:
     """The value of a literal as Python would build it (numbers, strings, True/False/None, a sign, lists, tuples,
     dicts of literals); None for anything else. Reading a default never runs the script."""

@@ -7,9 +7,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcli.port.context import Port
-from ddpcli.port.facts import dotted, keyword, last_name, string_value
+from ddpcli.port.facts import dotted, keyword, last_name
 from ddpcli.port.rules.training import Training
 from ddpcli.port.siblings import only_prints
+from ddpcli.script.reader import open_mode, opens_to_write
 
 WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "to_csv", "to_json", "dump",
           "np.save", "np.savez", "np.savetxt", "numpy.save", "os.makedirs", "os.mkdir", "write_text", "write_bytes",
@@ -20,17 +21,10 @@ WRITER_CLASSES = {"SummaryWriter", "CSVLogger", "TensorBoardLogger"}
 READS = {"torch.load", "load_state_dict_from_file"}
 
 
-def _open_mode(call: cst.Call) -> str | None:
-    """The mode string of `open(path, mode)` / `open(path, mode=...)`, None where it is not a literal."""
-    mode = keyword(call, "mode") or (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
-    return string_value(mode.value) if mode is not None else None
-
-
 def _opens_for_writing(call: cst.Call) -> bool:
     if dotted(call.func) != "open":
         return False
-    value = _open_mode(call)
-    return value is not None and any(letter in value for letter in "wax+")
+    return opens_to_write(call)
 
 
 def _talks_or_writes(port: Port, call: cst.Call, writers: set[str], loggers: set[str]) -> str | None:
@@ -149,7 +143,7 @@ def _runs_more_than_writes(port: Port, block: cst.With) -> bool:
 def _open_on_rank_zero(port: Port, call: cst.Call) -> None:
     """`log = open("log.txt", "w")`: rank 0 opens the file, the others the null device with the same mode, so every
     later `log.write` runs everywhere and lands once. A mode that also reads ("r+", "w+") cannot be emptied so."""
-    value = _open_mode(call)
+    value = open_mode(call)
     if not call.args or call.args[0].keyword is not None or value is None or "+" in value:
         port.cannot(call, "a file opened for writing outside a `with`: every rank writes it; open it on rank 0 "
                     "only (if _is_main)")  # fmt: skip
