@@ -7,7 +7,9 @@ Knobs: --slow-getitem S (every sample's __getitem__ sleeps S seconds: input-boun
 a busy-looping process of a higher priority for every step: a straggler whose host, not its work, is the
 cause), --grad-accum N with --sync-every-micro-batch (no `no_sync`: an all-reduce per micro-batch) or without it
 (no_sync on all but the last), --find-unused (DDP's find_unused_parameters=True on a model that uses every
-parameter). An MLP big enough that its compute, not the all-reduce, dominates a clean run.
+parameter), --embedding-rows N (a dense nn.Embedding of N x 64 in front of the MLP: every step all-reduces its
+whole gradient, which backward only fills with zeros and one row: communication-bound). An MLP big enough that its
+compute, not the all-reduce, dominates a clean run.
 """
 
 from __future__ import annotations
@@ -47,6 +49,18 @@ class Samples(Dataset):
         if self.delay:
             time.sleep(self.delay * len(indices))
         return self.x[indices], self.y[indices]
+
+
+class Embedded(nn.Module):
+    """Adds row 0 of a dense embedding table to every input: a cheap forward and backward (a gradient of zeros but
+    one row) whose gradient the all-reduce carries whole, as with a large table of a recommender or a vocabulary."""
+
+    def __init__(self, rows: int) -> None:
+        super().__init__()
+        self.table = nn.Embedding(rows, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.table(torch.zeros(len(x), dtype=torch.long))
 
 
 class Sleepy(nn.Module):
@@ -94,14 +108,16 @@ def main() -> None:
     parser.add_argument("--crowded-rank", type=int, default=-1)
     parser.add_argument("--sync-every-micro-batch", action="store_true")
     parser.add_argument("--find-unused", action="store_true")
+    parser.add_argument("--embedding-rows", type=int, default=0)
     args = parser.parse_args()
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     if world > 1:
         dist.init_process_group("gloo")
     torch.manual_seed(0)
     sleep = args.sleep if rank == args.sleepy_rank else 0.0
+    embedded = [Embedded(args.embedding_rows)] if args.embedding_rows else []
     model: nn.Module = nn.Sequential(
-        nn.Linear(64, args.hidden), nn.ReLU(), Sleepy(sleep), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+        *embedded, nn.Linear(64, args.hidden), nn.ReLU(), Sleepy(sleep), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
         nn.Linear(args.hidden, 1),
     )  # fmt: skip
     if world > 1:
