@@ -891,3 +891,18 @@ def test_a_loader_taken_from_a_container_by_its_key_is_that_loader(held: str, tr
     )
     assert "train_loader = _ddp_shard(DataLoader(data, batch_size=8, shuffle=True))" in lines
     assert "eval_loader = DataLoader(data, batch_size=16)" in lines
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["flat", "main-guard"])
+def test_a_crlf_script_is_ported_with_crlf_on_every_line(guarded: bool) -> None:
+    """Issue 49.19: the helpers' docstrings kept LF inside a CRLF file (libcst writes the lines between statements
+    with the file's ending, but a string spanning lines with the text it was parsed from)."""
+    body = textwrap.dedent(LOOP)
+    if guarded:
+        body = "def main():\n" + textwrap.indent(body, "    ") + "\n\nif __name__ == '__main__':\n    main()\n"
+    source = (HEAD + body).replace("\n", "\r\n")
+    result = port_source(source, "train.py")
+    assert {"ddp_wrap", "sampler"} <= set(kinds(result))  # the header defines _DDPModel and _ddp_shard, with docstrings
+    assert '"""' in result.source
+    lines = result.source.split("\n")
+    assert lines[-1] == "" and [line for line in lines[:-1] if not line.endswith("\r")] == []

@@ -30,6 +30,9 @@ class Port:
     module: bool = False  # a module the script imports from its folder: the script sets up and ends the group
     program_trains: bool = False  # some file of the program wraps a model: this file's loaders may be its data
 
+    def __post_init__(self) -> None:
+        self.edits.newline = self.facts.module.default_newline
+
     def change(self, node: cst.CSTNode, kind: str, text: str) -> None:
         self.changes.append(Change(self.facts.line(node), kind, text))
 

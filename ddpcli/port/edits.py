@@ -16,9 +16,11 @@ import libcst as cst
 Rewrite = Callable[[cst.CSTNode], cst.CSTNode]
 
 
-def statements(code: str) -> list[cst.BaseStatement]:
-    """Statements from source text, ready to insert in any block (libcst re-indents them)."""
-    return list(cst.parse_module(code).body)
+def statements(code: str, newline: str = "\n") -> list[cst.BaseStatement]:
+    """Statements from source text, ready to insert in any block (libcst re-indents them). `newline` is the target
+    file's line ending: libcst writes the lines between statements with the file's own, but a string spanning lines
+    (a helper's docstring) keeps the ones it was parsed with, so the text is parsed with the file's."""
+    return list(cst.parse_module(code.replace("\n", newline)).body)
 
 
 def expression(code: str) -> cst.BaseExpression:
@@ -33,7 +35,8 @@ def guarded(statement: cst.CSTNode, test: str) -> cst.If:
 
 
 class Edits:
-    def __init__(self) -> None:
+    def __init__(self, newline: str = "\n") -> None:
+        self.newline = newline  # the edited file's line ending, for the statements inserted
         self.rewrites: dict[cst.CSTNode, list[Rewrite]] = defaultdict(list)
         self.before: dict[cst.CSTNode, list[cst.BaseStatement]] = defaultdict(list)
         self.after: dict[cst.CSTNode, list[cst.BaseStatement]] = defaultdict(list)
@@ -43,10 +46,10 @@ class Edits:
         self.rewrites[node].append(how)
 
     def insert_before(self, statement: cst.CSTNode, code: str) -> None:
-        self.before[statement].extend(statements(code))
+        self.before[statement].extend(statements(code, self.newline))
 
     def insert_after(self, statement: cst.CSTNode, code: str) -> None:
-        self.after[statement].extend(statements(code))
+        self.after[statement].extend(statements(code, self.newline))
 
     def guard(self, statement: cst.CSTNode, test: str) -> None:
         """Run the statement only where `test` holds (once per statement, whatever asks twice)."""
