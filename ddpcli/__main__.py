@@ -1,3 +1,3 @@
-from ddpcli.cli.app import main
+from ddpcli.cli.entry import main
 
 main()
