@@ -104,6 +104,24 @@ def test_truncated_last_line_is_skipped_with_a_message(tmp_path: Path) -> None:
     assert summary.skipped == [f"{run_dir / 'metrics.jsonl'}:11: not a complete JSON line, skipped"]
 
 
+@pytest.mark.parametrize(
+    ("row", "said"),
+    [
+        ({"step": 11, "samples": 10**400}, "the row of step 11: samples is an integer of 401 digits"),
+        ({"step": 11, "samples": "176"}, 'the row of step 11: samples is "176"'),
+        ({"step": 11.5, "samples": None}, "a row: samples is null"),
+        ({"step": 10**400}, "a row: step is an integer of 401 digits"),
+    ],
+)
+def test_a_row_of_no_finite_samples_is_skipped_with_a_message(tmp_path: Path, row: dict[str, Any], said: str) -> None:
+    """Issue 49: a row whose samples seen (or the step that stands in for it) is there but no finite number was left
+    out of the curve without a word."""
+    run_dir = make_run(tmp_path, "1x16", steps=10, metrics_tail=json.dumps(row) + "\n")
+    summary = cmp.summarize_metrics(run_dir / "metrics.jsonl", global_batch_size=16)
+    assert (summary.steps, summary.samples_seen) == (10, 160)
+    assert summary.skipped == [f"{run_dir / 'metrics.jsonl'}: {said}, not a finite number; skipped"]
+
+
 def test_last_row_without_newline_still_counts(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path, "1x16", steps=10, metrics_tail='{"step": 11, "samples": 176, "time": 1, "loss": 0.5}')
     summary = cmp.summarize_metrics(run_dir / "metrics.jsonl")

@@ -9,6 +9,7 @@ the bytes, checks their shape cheaply and parses only the rows it needs, found b
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -145,9 +146,32 @@ def summarize_metrics(
             pass
     read = read_metrics(path)
     rows = resolve_restarts(read.rows, global_batch_size)
+    skipped = [*read.skipped, *unplaced_rows(path, read.rows, global_batch_size)]
     if not rows:
-        return MetricsSummary(skipped=list(read.skipped), full_parse=True)
-    return _summarize(ParsedCurve(rows), len(rows), target_samples, plot_points, list(read.skipped), True)
+        return MetricsSummary(skipped=skipped, full_parse=True)
+    return _summarize(ParsedCurve(rows), len(rows), target_samples, plot_points, skipped, True)
+
+
+def unplaced_rows(path: Path, rows: list[Row], global_batch_size: int | None) -> list[str]:
+    """One warning per row the curve leaves out for a samples count (or a step standing in for it) that is there
+    but no finite number: a 400-digit integer, a string. A row with neither is not a point of the curve at all."""
+    warnings = []
+    for row in rows:
+        row = _with_samples(row, global_batch_size)
+        key = "samples" if "samples" in row else "step"
+        if key in row and finite_or_none(row[key]) is None:
+            step = finite_or_none(row.get("step"))
+            where = f"the row of step {int(step)}" if step is not None and step.is_integer() else "a row"
+            warnings.append(f"{path}: {where}: {key} is {_described(row[key])}, not a finite number; skipped")
+    return warnings
+
+
+def _described(value: Any) -> str:
+    """A value as a warning line can hold it: a huge integer by its digits, a long string cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and len(str(abs(value))) > 20:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _summarize_fast(path: Path, target_samples: float | None, plot_points: int) -> MetricsSummary:

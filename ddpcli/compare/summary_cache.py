@@ -24,7 +24,7 @@ from typing import Any
 
 from ddpcli.rundir.layout import METRICS_FILE, RUN_FILE, SUMMARY_FILE
 
-VERSION = 2  # 2: the run's keys (ddpcli.compare.run_keys) kept beside the metrics summary, under `index`
+VERSION = 3  # 2: the run's keys kept beside the metrics summary, under `index`; 3: a row of no finite samples warns
 RACY_S = 2.0  # a source changed more recently than this is not summarised into the file (see above)
 SOURCES = (RUN_FILE, METRICS_FILE)
 INDEX_START = '{"index": '  # how json.dumps begins a summary whose first key is the index

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ddpcli.compare import ComparisonStream, collect_runs
 from ddpcli.compare.equivalence import ParamDiffFn
+from ddpcli.compare.metrics import unplaced_rows
 from ddpcli.compare.row import ComparisonRow
 from ddpcli.compare.runs import FinishLost
 from ddpcli.export.points import Point, epoch_seconds, points
@@ -86,7 +87,7 @@ def _export_run(row: ComparisonRow, baseline: str | None, warnings: list[str]) -
     if started is None:  # no start recorded: the record's own file time, never the export's clock
         started = (compared.run_dir / "run.json").stat().st_mtime
     read = read_metrics(compared.metrics_path)
-    warnings += read.skipped
+    warnings += [*read.skipped, *unplaced_rows(compared.metrics_path, read.rows, compared.global_batch_size)]
     params: dict[str, Value | None] = {
         "nproc_per_node": plan.get("nproc_per_node"),
         "nnodes": plan.get("nnodes"),

@@ -309,7 +309,8 @@ def apply(port: Port) -> None:
         code += "\n\n_ddp_setup()\n"
     if not facts.module.body:  # nothing but comments (an empty __init__.py): the header is the whole module
         teardown = TEARDOWN.replace("DIST.", f"{port.dist}.")
-        port.edits.rewrite(facts.module, lambda module: module.with_changes(body=statements(code + teardown, module.default_newline)))
+        whole = code + teardown
+        port.edits.rewrite(facts.module, lambda module: module.with_changes(body=statements(whole, port.edits.newline)))
         return
     if anchor is None:
         port.edits.insert_before(facts.module.body[0], code)
