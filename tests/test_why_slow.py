@@ -120,6 +120,25 @@ def test_a_straggler_that_waited_for_a_cpu_is_named_for_its_host() -> None:
     )  # the straggler's wait not recorded: no cause claimed
 
 
+def test_a_rank_that_lags_on_an_oversubscribed_host_is_the_oversubscription_not_a_straggler() -> None:
+    """Issue 49: the bundled example, 4 processes on 2 cores, got `straggler_rank: rank 2 ... find what differs on
+    that rank` beside cpu_oversubscribed. Where the ranks outnumber the cores every rank waits its turn: the cause
+    seen is the oversubscription, named once; a host of its own (the other node) keeps its straggler."""
+
+    def lagging(local: int, node_of_slow: int) -> dict[int, dict[str, Any]]:
+        return {0: row(fb=0.7, synced_backwards=10, ddp=ddp(60, 0), local_world_size=local, cores=2, cpus="0-1",
+                       node=0),
+                1: row(fb=0.7, synced_backwards=10, ddp=ddp(1, 0), local_world_size=local, cores=2, cpus="0-1",
+                       node=node_of_slow)}  # fmt: skip
+
+    assert codes_for(lagging(4, 0)) == {"cpu_oversubscribed"}
+    assert codes_for(lagging(2, 0)) == {"straggler_rank"}
+    one_each = lagging(1, 1)
+    one_each[0] = {**one_each[0], "local_world_size": 4}  # node 0 oversubscribed, the slow rank's node 1 is not
+    assert codes_for(one_each) == {"cpu_oversubscribed", "straggler_rank"}
+    assert codes_for(lagging(4, 0), device="cuda") == {"straggler_rank"}
+
+
 def test_accumulation_oversubscription_and_unused_parameters() -> None:
     accumulating = dict(micro_batches=20, synced_backwards=20, ddp=ddp(1, 0))
     assert codes_for({0: row(**accumulating), 1: row(**accumulating)}) == {"accumulation_syncs_every_micro_batch"}

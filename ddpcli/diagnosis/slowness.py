@@ -6,8 +6,10 @@ Thresholds (docs/contracts.md states them; shares are of the median step time):
   all-reduce time >= COMMUNICATION_BOUND_SHARE of the step (the least, so a straggler's victims do not count).
 - straggler_rank: one rank's own work (step - exposed communication) is >= STRAGGLER_RATIO x the median of the
   others' and the difference is >= STRAGGLER_GAP_SHARE of the step: the others wait for it at the all-reduce;
-  over at least STRAGGLER_MIN_STEPS timed steps. The cause is named when it was seen: that rank's training thread
-  waited for a CPU (cpu_wait_s) for >= CPU_WAIT_CAUSE of the gap more than the others' did.
+  over at least STRAGGLER_MIN_STEPS timed steps; not on a host that cpu_oversubscribed names (there every rank
+  waits its turn for a core: the oversubscription is the cause seen, not the rank). The cause is named when it
+  was seen: that rank's training thread waited for a CPU (cpu_wait_s) for >= CPU_WAIT_CAUSE of the gap more than
+  the others' did.
 - accumulation_syncs_every_micro_batch: a DDP model with >= 2 micro-batches per optimizer step all-reduced on
   every one of them (no `no_sync`).
 - cpu_oversubscribed: a CPU run whose processes on one host x intra-op threads exceed the cores they may use (the
@@ -56,7 +58,7 @@ def slowness_findings(observed: Observed, rows: dict[int, dict[str, Any]]) -> li
     if breakdown is not None and breakdown.median.step_s:
         found += _input_bound(breakdown)
         found += _communication_bound(breakdown)
-        found += _straggler(breakdown, rows)
+        found += [f for f in _straggler(breakdown, rows) if not _oversubscribed_host(observed, rows, f.observed)]
         found += _accumulation_syncs(breakdown)
     found += _oversubscribed(observed, rows)
     found += _unused_parameters(rows, observed.frameworks)
@@ -164,10 +166,18 @@ def _accumulation_syncs(breakdown: TimeBreakdown) -> list[Finding]:
     )]  # fmt: skip
 
 
+def _oversubscribed_host(observed: Observed, rows: dict[int, dict[str, Any]], rank: Any) -> bool:
+    """The rank's host runs more processes x threads than it has cores: there every rank waits its turn for a core,
+    so one that lags is the oversubscription's doing (cpu_oversubscribed names it), not a straggler of its own."""
+    return observed.device == "cpu" and any(
+        rank in ranks and local * threads > cores for ranks, (local, threads, cores) in _node_budgets(rows)
+    )
+
+
 def _oversubscribed(observed: Observed, rows: dict[int, dict[str, Any]]) -> list[Finding]:
     if observed.device != "cpu":
         return []
-    for local, threads, cores in _node_budgets(rows):
+    for _, (local, threads, cores) in _node_budgets(rows):
         if local * threads > cores:
             return [Finding(
                 code=CPU_OVERSUBSCRIBED, severity="warning", observed=local * threads, planned=cores,
@@ -181,20 +191,21 @@ def _oversubscribed(observed: Observed, rows: dict[int, dict[str, Any]]) -> list
 BUDGET_KEYS = ("local_world_size", "threads", "cores")
 
 
-def _node_budgets(rows: dict[int, dict[str, Any]]) -> list[tuple[int, int, int]]:
-    """(processes, threads, cores) of each node's ranks: the cores are the union of the CPUs its ranks may use
+def _node_budgets(rows: dict[int, dict[str, Any]]) -> list[tuple[set[int], tuple[int, int, int]]]:
+    """Each node's ranks and their (processes, threads, cores): the cores are the union of the CPUs its ranks may use
     (ranks pinned to cores of their own share none); a row without its CPU list (an older run) counts alone."""
-    nodes: dict[Any, list[dict[str, Any]]] = {}
+    nodes: dict[Any, dict[int, dict[str, Any]]] = {}
     for rank, row in rows.items():
         if not all(isinstance(row.get(name), int) and row[name] > 0 for name in BUDGET_KEYS):
             continue  # a rank that timed nothing (killed before its first `timing` row)
         node = row["node"] if isinstance(row.get("node"), int) else 0
-        nodes.setdefault(node if isinstance(row.get("cpus"), str) else ("rank", rank), []).append(row)
+        nodes.setdefault(node if isinstance(row.get("cpus"), str) else ("rank", rank), {})[rank] = row
     budgets = []
     for group in nodes.values():
-        cpus = [parse_cpu_list(row.get("cpus")) for row in group]
-        cores = len(set().union(*cpus)) if all(cpus) else min(row["cores"] for row in group)
-        budgets.append((max(row["local_world_size"] for row in group), max(row["threads"] for row in group), cores))
+        cpus = [parse_cpu_list(row.get("cpus")) for row in group.values()]
+        cores = len(set().union(*cpus)) if all(cpus) else min(row["cores"] for row in group.values())
+        local, threads = (max(row[key] for row in group.values()) for key in ("local_world_size", "threads"))
+        budgets.append((set(group), (local, threads, cores)))
     return budgets
 
 
