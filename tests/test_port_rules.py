@@ -906,3 +906,18 @@ def test_a_crlf_script_is_ported_with_crlf_on_every_line(guarded: bool) -> None:
     assert '"""' in result.source
     lines = result.source.split("\n")
     assert lines[-1] == "" and [line for line in lines[:-1] if not line.endswith("\r")] == []
+
+
+def test_a_print_whose_arguments_train_runs_them_on_every_rank() -> None:
+    """Found by the corpus's pattern (a project's `print("epoch", epoch, train_one_epoch(...))`, the function imported
+    from its engine module): the print went under `if _is_main:` and rank 1 never trained, so rank 0 waited in its
+    first all-reduce. Anything but formatting and reading numbers in a print's arguments runs on every rank."""
+    result = port(LOOP + """
+from evaluation import evaluate
+print("validation", evaluate(model, train_loader))
+print(f"done, {len(train_loader)} batches, {round(3.14159, 2)}")
+""")
+    lines = lines_of(result)
+    assert '(print if _is_main else _ddp_quiet)("validation", evaluate(model, train_loader))' in lines
+    guarded = lines.index('print(f"done, {len(train_loader)} batches, {round(3.14159, 2)}")')
+    assert lines[guarded - 1] == "if _is_main:"  # formatting alone: the print is rank 0's, arguments and all

@@ -111,20 +111,42 @@ def _on_rank_zero(func: cst.CSTNode) -> cst.CSTNode:
                      lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # fmt: skip
 
 
+# Calls a print's arguments may make on rank 0 alone, pure as far as the run goes: formatting, reading a number.
+PURE_BUILTINS = frozenset({
+    "len", "str", "repr", "int", "float", "round", "format", "abs", "min", "max", "sum", "sorted", "list", "tuple",
+    "dict", "set", "enumerate", "zip", "range", "isinstance", "type", "bool", "divmod", "pow", "any", "all", "id",
+})  # fmt: skip
+PURE_METHODS = frozenset({
+    "item", "tolist", "format", "join", "mean", "sum", "std", "var", "max", "min", "argmax", "argmin", "size",
+    "numel", "cpu", "detach", "numpy", "float", "double", "int", "long", "get", "keys", "values", "items", "upper",
+    "lower", "strip", "rstrip", "lstrip", "split", "replace", "count", "startswith", "endswith", "total_seconds",
+    "strftime", "isoformat", "eq", "ne", "norm", "abs", "sqrt", "exp", "log", "squeeze", "view", "reshape", "dim",
+    "state_dict", "parameters", "named_parameters", "buffers", "named_buffers", "getvalue", "read_text",
+})  # fmt: skip
+PURE_MODULES = ("math.", "time.", "datetime.", "numpy.", "statistics.", "os.path.", "json.dumps", "torch.")
+
+
 def _has_effects(port: Port, call: cst.Call) -> bool:
-    """An argument calls a function of the script or a trained model (`print(f"val {evaluate(model, loader)}")`):
-    under DDP such a call may be collective (a forward broadcasts BatchNorm buffers), so it runs on every rank; or
-    binds a name the code after it reads (`print(f"{(steps := len(loader))} steps")`)."""
-    models = set(port.models)
+    """An argument may do what every rank must do: it calls anything but formatting and reading numbers (a function
+    of the program, `print(f"val {evaluate(model, loader)}")`, `print(train_one_epoch(...))`, a model: under DDP a
+    collective or a training step), or binds a name the code after it reads (`print(f"{(steps := len(loader))}")`).
+    Then the arguments are evaluated on every rank and the print is rank 0's (`_ddp_quiet` elsewhere)."""
     for node in port.facts.walk(call):
         if isinstance(node, cst.NamedExpr):
             return True
         if node is call or not isinstance(node, cst.Call):
             continue
-        name = dotted(node.func)
-        if name in models or name.rsplit(".", 1)[-1] in port.facts.functions:
+        if not _pure(port, node):
             return True
     return False
+
+
+def _pure(port: Port, call: cst.Call) -> bool:
+    if isinstance(call.func, cst.Name):
+        return call.func.value in PURE_BUILTINS and port.facts.resolve(call) in ("", call.func.value)
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in PURE_METHODS:
+        return not isinstance(call.func.value, cst.Name) or call.func.value.value not in port.facts.functions
+    return port.facts.resolve(call).startswith(PURE_MODULES) and port.facts.resolve(call) not in ("torch.save",)
 
 
 def _runs_more_than_writes(port: Port, block: cst.With) -> bool:
