@@ -149,6 +149,23 @@ SCRIPTS = {
                 model(x).sum().backward()
                 optimizer.step()
         """),
+    # a loss from a method of the model, run as DDP's forward
+    "method": HEAD
+    + textwrap.dedent("""\
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = nn.Linear(4, 1)
+
+            def loss(self, x):
+                return self.layer(x).sum()
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in DataLoader(torch.randn(8, 4), batch_size=2):
+            optimizer.zero_grad()
+            model.loss(x).backward()
+            optimizer.step()
+        """),
     "empty": "# nothing but a comment\n",  # the header alone (the rules run on it as the robustness run does)
 }
 

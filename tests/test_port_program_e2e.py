@@ -16,7 +16,10 @@ The training inside `with open(log, "w")` and a name bound in a print run on eve
 
 A random search inside the script builds one model shape on every rank (issue 48, class 5).
 
-Cost: 7 torchrun runs of 2 processes (about 6 s each here) and 17 python runs forked from tests/zygote."""
+A model whose loss comes from a method of its own (`model.loss(x, y)` in the script, `model.compute_loss(batch)` in
+the project's engine.py) trains data-parallel: the methods run as DDP's forward (issue 48, class 2).
+
+Cost: 8 torchrun runs of 2 processes (about 6 s each here) and 19 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -173,3 +176,15 @@ def test_a_draw_that_decides_the_models_shape_is_rank_zeros_on_every_rank(tmp_pa
     printed, zero, one = torchrun_ranks(port, "fold_search_ddp.py")
     assert printed == expected  # rank 0 draws as python does, and says it once
     assert_equal_ranks(zero, one, models=3)  # each fold's model, alike on both ranks
+
+
+def test_a_loss_computed_by_a_method_of_the_model_is_all_reduced(tmp_path: Path) -> None:
+    """Issue 48 class 2, found in the corpus's pattern: a method of the wrapped model reached through its attributes
+    runs outside DDP's forward, whose preparation is what makes the backward all-reduce; the port listed it and each
+    rank stepped on its own gradients, exit 0. In the script and in the engine module it hands the model to."""
+    original, port = ported(tmp_path, SCRIPTS / "method_loss_project")
+    assert python(original, "train.py") == python(port, "train_ddp.py")
+    assert str(torch.load(original / "model.pt")) == str(torch.load(port / "model.pt"))
+    printed, zero, one = torchrun_ranks(port, "train_ddp.py")
+    assert printed == "epoch 0 samples 16\nepoch 1 samples 16\n"  # each rank half of the 32 samples an epoch
+    assert_equal_ranks(zero, one, models=1)

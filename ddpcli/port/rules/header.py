@@ -89,6 +89,34 @@ class _DDPModel(DistributedDataParallel):
     def __reduce_ex__(self, protocol):
         # protocol 1's form (copyreg._reconstructor): protocol 2's would tie the class pickled to the wrapper's
         return self._ddp_original().__reduce_ex__(1)
+
+    def _ddp_forward(self, name):
+        """The script's module's method `name`, run as DDP's forward (Lightning Fabric's mark_forward_method): a
+        method reached through the wrapper's attributes runs outside DDP's forward, whose preparation is what makes
+        the backward all-reduce the gradients, so each rank would step on its own."""
+        module = self.module
+        method = getattr(module, name)
+
+        def through_forward(*args, **kwargs):
+            own = module.__dict__.get("forward")
+            module.forward = method
+            try:
+                return self(*args, **kwargs)
+            finally:
+                if own is None:
+                    del module.forward
+                else:
+                    module.forward = own
+
+        return through_forward
+'''
+FORWARD = '''
+
+def _ddp_forward(model, name):
+    """`model.<name>(...)` whose result the script back-propagates: under torchrun, through DDP's forward (the
+    wrapper's _ddp_forward, found on its class in whichever file wrapped it); on the script's own model, the method."""
+    through = getattr(type(model), "_ddp_forward", None)
+    return through(model, name) if through is not None else getattr(model, name)
 '''
 DATA_PARALLEL = '''
 
@@ -289,7 +317,7 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 
 
 # The helpers the rules may need (port.needs), in the order the header defines them.
-_HELPERS = (("ddp", MODEL), ("data_parallel", DATA_PARALLEL), ("shard", SHARD), ("quiet", QUIET), ("map", MAP),
+_HELPERS = (("ddp", MODEL), ("forward", FORWARD), ("data_parallel", DATA_PARALLEL), ("shard", SHARD), ("quiet", QUIET), ("map", MAP),
             ("device", DEVICE), ("seed", SEED), ("shared", SHARED), ("same", SAME))  # fmt: skip
 
 

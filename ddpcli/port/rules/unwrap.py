@@ -1,10 +1,15 @@
 """Where the script reaches into a wrapped model after the wrap, listed: `model.state_dict()`, `model.decode(z)`,
-`model.n_classes = 3`, `torch.save(model, path)`. Nothing is rewritten: the wrapper (`_DDPModel`, the header's) is
-the script's model for all of these wherever they happen, in this script or in a module it imports (which the port
-does not read): attributes and methods reach the script's module, state_dict keeps its names (DataParallel's
-`module.` only where the script used it), torch.save and copy.deepcopy give the script's model. Calling the model
-(`model(x)`) and what DDP and nn.Module answer themselves (train, eval, parameters, to, zero_grad, ...) are not
-listed."""
+`model.n_classes = 3`, `torch.save(model, path)`. Nothing of these is rewritten: the wrapper (`_DDPModel`, the
+header's) is the script's model for all of them wherever they happen, in this script or in a module it imports:
+attributes and methods reach the script's module, state_dict keeps its names (DataParallel's `module.` only where
+the script used it), torch.save and copy.deepcopy give the script's model. Calling the model (`model(x)`) and what
+DDP and nn.Module answer themselves (train, eval, parameters, to, zero_grad, ...) are not listed.
+
+One call is rewritten: a method of the model whose result is back-propagated (`loss = model.loss(x, y)`), which must
+run as DDP's forward, or the backward all-reduces nothing (`_ddp_forward(model, "loss")(x, y)`: Lightning Fabric's
+mark_forward_method). Its receiver is a wrapped model, or, in a function, a parameter the function uses as a model
+(calls it, trains it, takes its parameters): the model another file hands it; on anything but the wrapper the
+helper is the method itself."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted
-from ddpcli.script.flow import origins
+from ddpcli.script.flow import backward_calls, origins, sources
 
 PASSES_THROUGH = {
     "train", "eval", "parameters", "to", "cuda", "cpu", "zero_grad", "requires_grad_", "apply", "forward", "half",
@@ -24,11 +29,17 @@ PASSES_THROUGH = {
 SAVES = ("torch.save",)
 
 
+MODEL_USES = ("train", "eval", "parameters", "named_parameters", "zero_grad", "state_dict", "to")  # a module's
+
+
 def apply(port: Port) -> None:
+    through_forward = _through_forward(port)
     if not port.models:
         return
     facts, models = port.facts, set(port.models)
     for node in facts.walk(facts.module):
+        if node in through_forward:
+            continue
         if isinstance(node, cst.Attribute) and dotted(node.value) in models and node.attr.value not in PASSES_THROUGH:
             what = node.attr.value
             why = (
@@ -63,3 +74,49 @@ def _saved_models(port: Port, saved: cst.CSTNode, models: set[str], depth: int =
             if isinstance(origin, CONTAINERS) and origin not in seen:
                 seen.add(origin)
                 yield from _saved_models(port, origin, models, depth + 1)
+
+
+def _through_forward(port: Port) -> set[cst.Attribute]:
+    """Rewrite each call of a model's method whose value a backward is computed from; the methods' attributes."""
+    facts, done = port.facts, set()
+    for backward in backward_calls(facts):
+        assert isinstance(backward.func, cst.Attribute)
+        for node in sources(facts, backward.func.value):
+            if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)) or node.func in done:
+                continue
+            method = node.func.attr.value
+            if method in PASSES_THROUGH or method.startswith("__") or not _a_model(port, node.func.value):
+                continue
+            done.add(node.func)
+            port.needs.add("forward")
+            port.edits.rewrite(node, lambda call, method=method: call.with_changes(func=_through(call, method)))
+            port.change(node, "ddp_forward", f"{port.code(node.func)}(...): its result is back-propagated, so under "
+                        "torchrun it runs as DDP's forward (called past the wrapper, the backward would all-reduce "
+                        "nothing and each rank step on its own)")  # fmt: skip
+    return done
+
+
+def _through(call: cst.CSTNode, method: str) -> cst.Call:
+    """`_ddp_forward(model, "loss")`, the callee that replaces `model.loss` (its receiver as the edits left it)."""
+    assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+    name = cst.SimpleString(f'"{method}"')
+    return cst.Call(func=cst.Name("_ddp_forward"), args=[cst.Arg(call.func.value), cst.Arg(name)])
+
+
+def _a_model(port: Port, receiver: cst.BaseExpression) -> bool:
+    """A model the port wraps, or a parameter its function uses as a model (another file's wrapped model)."""
+    if dotted(receiver) in port.models:
+        return True
+    if not isinstance(receiver, cst.Name):
+        return False
+    found = origins(port.facts, receiver)
+    if not found or not all(isinstance(origin, cst.Param) for origin in found):
+        return False
+    function = port.facts.scope(receiver)
+    for node in port.facts.walk(function):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == receiver.value:
+            return True
+        if (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in MODEL_USES
+                and isinstance(node.func.value, cst.Name) and node.func.value.value == receiver.value):  # fmt: skip
+            return True
+    return False
