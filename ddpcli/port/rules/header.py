@@ -317,8 +317,9 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 
 
 # The helpers the rules may need (port.needs), in the order the header defines them.
-_HELPERS = (("ddp", MODEL), ("forward", FORWARD), ("data_parallel", DATA_PARALLEL), ("shard", SHARD), ("quiet", QUIET), ("map", MAP),
-            ("device", DEVICE), ("seed", SEED), ("shared", SHARED), ("same", SAME))  # fmt: skip
+_HELPERS = (("ddp", MODEL), ("forward", FORWARD), ("data_parallel", DATA_PARALLEL), ("shard", SHARD),
+            ("quiet", QUIET), ("map", MAP), ("device", DEVICE), ("seed", SEED), ("shared", SHARED),
+            ("same", SAME))  # fmt: skip
 
 
 def apply(port: Port) -> None:

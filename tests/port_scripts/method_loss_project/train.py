@@ -3,10 +3,9 @@ other epochs run the project's engine.py, which calls another; no forward is cal
 the wrapped model is still the script's model, and a method whose loss is back-propagated must run as DDP's forward)."""
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
-
 from engine import train_one_epoch
 from model import Regressor
+from torch.utils.data import DataLoader, TensorDataset
 
 
 def main() -> None:
