@@ -921,3 +921,18 @@ print(f"done, {len(train_loader)} batches, {round(3.14159, 2)}")
     assert '(print if _is_main else _ddp_quiet)("validation", evaluate(model, train_loader))' in lines
     guarded = lines.index('print(f"done, {len(train_loader)} batches, {round(3.14159, 2)}")')
     assert lines[guarded - 1] == "if _is_main:"  # formatting alone: the print is rank 0's, arguments and all
+
+
+def test_every_call_through_a_rank_zero_tracker_is_rank_zeros() -> None:
+    """Found in the corpus (a segmentation project): `experiment = wandb.init(...) if _is_main else None`, then
+    `experiment.config.update(...)` was left to every rank: rank 1 raised on None. A call through any attribute of
+    the tracker is the tracker's."""
+    result = port(LOOP + """
+import wandb
+experiment = wandb.init(project="x")
+experiment.config.update(dict(lr=0.1))
+experiment.log({"loss": 1.0})
+""")
+    lines = lines_of(result)
+    for call in ('experiment.config.update(dict(lr=0.1))', 'experiment.log({"loss": 1.0})'):
+        assert lines[lines.index(call) - 1] == "if _is_main:"

@@ -38,8 +38,8 @@ def _talks_or_writes(port: Port, call: cst.Call, writers: set[str], loggers: set
         return "print"
     if name in WRITES or last in WRITES:
         return "write"
-    if receiver in writers or name.startswith("wandb."):
-        return "logger"
+    if any(receiver == writer or receiver.startswith(f"{writer}.") for writer in writers) or name.startswith("wandb."):
+        return "logger"  # `writer.add_scalar(...)`, `experiment.config.update(...)`: None on the ranks but 0
     if last in LOG_LEVELS and (receiver in loggers or receiver == "logging" or receiver in ("logger", "log")):
         return "logger"
     return None
