@@ -4,10 +4,11 @@ single-device path (every edit is under `_ddp` / `_is_main`, or the identity wit
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from ddpcli.port.engine import port_source
+from ddpcli.port.engine import port_program, port_source
 from ddpcli.port.records import PortRefused, PortResult
 
 HEAD = """\
@@ -936,3 +937,33 @@ experiment.log({"loss": 1.0})
     lines = lines_of(result)
     for call in ('experiment.config.update(dict(lr=0.1))', 'experiment.log({"loss": 1.0})'):
         assert lines[lines.index(call) - 1] == "if _is_main:"
+
+
+def test_layers_that_train_themselves_leave_the_data_whole(tmp_path: Path) -> None:
+    """Found by the corpus (pytorch/examples' forward-forward pattern): each layer, held in a plain list, builds its
+    own optimizer and steps it on its own forward; nothing can be wrapped, which the port says, and yet the loader
+    was sharded (the program builds an optimizer, so its loaders counted as training data): two ranks trained two
+    models on halves. A file's own optimizer with no model wrapped shards nothing."""
+    script = tmp_path / "train.py"
+    script.write_text(HEAD + textwrap.dedent("""
+        class Layer(nn.Linear):
+            def __init__(self, size):
+                super().__init__(size, size)
+                self.opt = torch.optim.Adam(self.parameters(), lr=0.01)
+
+            def train_layer(self, x):
+                loss = self.forward(x).pow(2).mean()
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+                return self.forward(x).detach()
+
+        layers = [Layer(4), Layer(4)]
+        loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=64, shuffle=True)
+        x, = next(iter(loader))
+        for layer in layers:
+            x = layer.train_layer(x)
+    """), encoding="utf-8")
+    result = port_program(script).script  # as `ddpcli port` reads it: the program, this file alone
+    assert "_ddp_shard(" not in result.source and "DistributedSampler" not in result.source
+    assert any("the data is not sharded either" in item.reason for item in result.not_ported)

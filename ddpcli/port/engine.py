@@ -80,7 +80,7 @@ def _port(
     if reasons:
         raise PortRefused(reasons)
     try:
-        return _run_rules(facts, program_trains=whole is not None and whole.facts.trains)
+        return _run_rules(facts, program_trains=whole is not None and whole.facts.trains_elsewhere("__main__"))
     except RecursionError:
         raise PortRefused([f"{name}: nested too deeply for the port to read; port it by hand"]) from None
 
@@ -177,9 +177,10 @@ def port_program(path: Path) -> Program:
         ported = Program(PortResult(""), facts=program.read_program(modules))
         ported.script = _port(source.text, str(path), path, ported, modules["__main__"].facts)
     ported.script.encoding = source.encoding
+    script_wraps = any(change.kind == "ddp_wrap" for change in ported.script.changes)
     for name, module in modules.items():
         if name != "__main__":
-            module.result = _module_port(module, ported.facts, name)
+            module.result = _module_port(module, ported.facts, name, script_wraps)
     copies = program.copied(modules)
     mapping = {name: modules[name].ported_name for name in copies}
     for name, module in modules.items():  # in the order the program imports them
@@ -196,12 +197,14 @@ def port_program(path: Path) -> Program:
     return ported
 
 
-def _module_port(module: program.Module, facts: program.ProgramFacts, name: str) -> PortResult | None:
+def _module_port(
+    module: program.Module, facts: program.ProgramFacts, name: str, script_wraps: bool
+) -> PortResult | None:
     """A module's port (None where Python could not read it either: it is left as it is)."""
     if module.source is None or module.facts is None:
         return None
     try:
-        result = port_module(module.facts, facts.trains, facts.feeding_elsewhere(name))
+        result = port_module(module.facts, facts.trains_elsewhere(name, script_wraps), facts.feeding_elsewhere(name))
     except (PortRefused, RecursionError):
         return None
     result.encoding = module.source.encoding

@@ -86,9 +86,15 @@ class ProgramFacts:
     """What the port asks of the program as a whole, read from every file of it."""
 
     steps: bool = False  # a module besides the script steps an optimizer
-    trains: bool = False  # some file builds an optimizer: every file's loaders may be its data
+    optimizers: set[str] = field(default_factory=set)  # the files that build an optimizer (one may wrap its model)
     feeding: dict[str, dict[str, tuple[tuple[str, ...], frozenset[str]]]] = field(default_factory=dict)
     # file -> {function name: (its parameters, those reaching a backward)} (ddpcli.script.flow.feeding_parameters)
+
+    def trains_elsewhere(self, name: str, script_wraps: bool = False) -> bool:
+        """Whether a file of the program besides `name` may wrap a model, whose data `name`'s loaders may be: the
+        script where its port wrapped one, a module where it builds an optimizer. A file's own optimizer does not
+        count: where its own wrap found no model, sharding its data would train a model a rank."""
+        return script_wraps or bool(self.optimizers - {name, "__main__"})
 
     def feeding_elsewhere(self, name: str) -> dict[str, tuple[tuple[str, ...], frozenset[str]]]:
         """The functions of the program's other files whose parameters feed a loss: what `name` may hand data to."""
@@ -105,7 +111,8 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
         facts = module.facts
         if facts is None:
             continue
-        found.trains = found.trains or bool(facts.optimizer_calls())
+        if facts.optimizer_calls():
+            found.optimizers.add(name)
         found.steps = found.steps or (name != "__main__" and bool(facts.step_calls()))
         found.feeding[name] = feeding_parameters(facts)
     return found
