@@ -165,6 +165,7 @@ SCRIPTS = {
             optimizer.zero_grad()
             model.loss(x).backward()
             optimizer.step()
+        torch.save(model, "model.pt")
         """),
     "empty": "# nothing but a comment\n",  # the header alone (the rules run on it as the robustness run does)
 }

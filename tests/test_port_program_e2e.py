@@ -19,7 +19,10 @@ A random search inside the script builds one model shape on every rank (issue 48
 A model whose loss comes from a method of its own (`model.loss(x, y)` in the script, `model.compute_loss(batch)` in
 the project's engine.py) trains data-parallel: the methods run as DDP's forward (issue 48, class 2).
 
-Cost: 8 torchrun runs of 2 processes (about 6 s each here) and 19 python runs forked from tests/zygote."""
+A whole model saved with torch.save(model, f) and loaded back with weights_only (issue 48, class 2, found by the
+corpus in pytorch/examples' word_language_model) loads under torchrun as under python.
+
+Cost: 9 torchrun runs of 2 processes (about 6 s each here) and 21 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -187,4 +190,17 @@ def test_a_loss_computed_by_a_method_of_the_model_is_all_reduced(tmp_path: Path)
     assert str(torch.load(original / "model.pt")) == str(torch.load(port / "model.pt"))
     printed, zero, one = torchrun_ranks(port, "train_ddp.py")
     assert printed == "epoch 0 samples 16\nepoch 1 samples 16\n"  # each rank half of the 32 samples an epoch
+    assert_equal_ranks(zero, one, models=1)
+
+
+def test_a_whole_model_saved_under_torchrun_loads_back_with_weights_only(tmp_path: Path) -> None:
+    """The wrapper pickled the script's model in copyreg's protocol-1 form, which torch.load(weights_only=True)
+    refuses (`Unsupported global: copyreg._reconstructor`): rank 0 failed reading back its own best model. The port
+    saves `_ddp_script_model(model)`: the script's model, pickled as the script pickled it."""
+    original, port = ported(tmp_path, SCRIPTS / "save_whole_model.py")
+    expected = python(original, "save_whole_model.py")
+    assert expected.startswith("reloaded Net ") and python(port, "save_whole_model_ddp.py") == expected
+    assert (original / "model.pt").read_bytes() == (port / "model.pt").read_bytes()
+    printed, zero, one = torchrun_ranks(port, "save_whole_model_ddp.py")
+    assert printed.startswith("reloaded Net "), printed
     assert_equal_ranks(zero, one, models=1)

@@ -510,7 +510,7 @@ def test_a_save_inside_a_guarded_open_is_not_guarded_twice() -> None:
     lines = lines_of(port(LOOP + 'with open("m.pt", "wb") as f:\n    torch.save(model, f)\n'))
     opened = lines.index('with open("m.pt", "wb") as f:')
     assert lines[opened - 1] == "if _is_main:"
-    assert lines[opened + 1] == "torch.save(model, f)"
+    assert lines[opened + 1] == "torch.save(_ddp_script_model(model), f)"
 
 
 DOWNLOADS = """

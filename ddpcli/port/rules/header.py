@@ -110,6 +110,14 @@ class _DDPModel(DistributedDataParallel):
 
         return through_forward
 '''
+SCRIPT_MODEL = '''
+
+def _ddp_script_model(model):
+    """What `torch.save(model, ...)` pickles: the script's model, as the script's own save did (the wrapper's
+    pickling of it takes copyreg's protocol-1 form, which torch.load(weights_only=True) refuses)."""
+    original = getattr(type(model), "_ddp_original", None)
+    return original(model) if original is not None else model
+'''
 FORWARD = '''
 
 def _ddp_forward(model, name):
@@ -317,9 +325,9 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 
 
 # The helpers the rules may need (port.needs), in the order the header defines them.
-_HELPERS = (("ddp", MODEL), ("forward", FORWARD), ("data_parallel", DATA_PARALLEL), ("shard", SHARD),
-            ("quiet", QUIET), ("map", MAP), ("device", DEVICE), ("seed", SEED), ("shared", SHARED),
-            ("same", SAME))  # fmt: skip
+_HELPERS = (("ddp", MODEL), ("script_model", SCRIPT_MODEL), ("forward", FORWARD), ("data_parallel", DATA_PARALLEL),
+            ("shard", SHARD), ("quiet", QUIET), ("map", MAP), ("device", DEVICE), ("seed", SEED),
+            ("shared", SHARED), ("same", SAME))  # fmt: skip
 
 
 def apply(port: Port) -> None:

@@ -1,11 +1,13 @@
 """Where the script reaches into a wrapped model after the wrap, listed: `model.state_dict()`, `model.decode(z)`,
-`model.n_classes = 3`, `torch.save(model, path)`. Nothing of these is rewritten: the wrapper (`_DDPModel`, the
+`model.n_classes = 3`. Nothing of these is rewritten: the wrapper (`_DDPModel`, the
 header's) is the script's model for all of them wherever they happen, in this script or in a module it imports:
 attributes and methods reach the script's module, state_dict keeps its names (DataParallel's `module.` only where
 the script used it), torch.save and copy.deepcopy give the script's model. Calling the model (`model(x)`) and what
 DDP and nn.Module answer themselves (train, eval, parameters, to, zero_grad, ...) are not listed.
 
-One call is rewritten: a method of the model whose result is back-propagated (`loss = model.loss(x, y)`), which must
+Two things are rewritten. `torch.save(model, path)` of a wrapped model saves `_ddp_script_model(model)`: the
+script's model pickled as the script pickled it (the wrapper pickles it too, in a form torch.load's weights_only
+mode refuses). And a method of the model whose result is back-propagated (`loss = model.loss(x, y)`), which must
 run as DDP's forward, or the backward all-reduces nothing (`_ddp_forward(model, "loss")(x, y)`: Lightning Fabric's
 mark_forward_method). Its receiver is a wrapped model, or, in a function, a parameter the function uses as a model
 (calls it, trains it, takes its parameters): the model another file hands it; on anything but the wrapper the
@@ -51,8 +53,13 @@ def apply(port: Port) -> None:
                         f"({why})")  # fmt: skip
         elif isinstance(node, cst.Call) and facts.resolve(node) in SAVES and node.args:
             for model in _saved_models(port, node.args[0].value, models):
-                port.change(model, "unwrap", f"torch.save of {dotted(model)}: pickles the script's model, not its "
-                            "DDP wrapper (which loads only where a process group is set up)")  # fmt: skip
+                port.needs.add("script_model")
+                port.edits.rewrite(model, lambda saved: cst.Call(func=cst.Name("_ddp_script_model"),
+                                                                 args=[cst.Arg(saved)]))  # fmt: skip
+                port.change(model, "unwrap", f"torch.save of {dotted(model)}: pickles the script's model "
+                            f"(_ddp_script_model({dotted(model)})), as the script did: not its DDP wrapper, which "
+                            "loads only where a process group is set up, and torch.load(weights_only=True) loads "
+                            "it back")  # fmt: skip
 
 
 CONTAINERS = (cst.Dict, cst.List, cst.Tuple, cst.Set)
