@@ -42,7 +42,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 PATTERNS = (
     "plain", "fresh-optimizer", "instance-step", "bound-step", "double-backward", "loss-list", "grad-validation",
-    "eval-wrapper", "checkpointed", "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn", "gan",
+    "eval-wrapper", "checkpointed", "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn", "gan", "gan-one-backward",
 )  # fmt: skip
 
 
@@ -123,8 +123,9 @@ def train(args: argparse.Namespace) -> None:
         for inputs, targets in train:
             if step == args.steps:
                 break
-            if args.pattern == "gan":
-                gan_step(model, optimizer, generator, generator_optimizer, inputs, targets, noise)
+            if args.pattern in ("gan", "gan-one-backward"):
+                step_of = gan_step if args.pattern == "gan" else gan_step_one_backward
+                step_of(model, optimizer, generator, generator_optimizer, inputs, targets, noise)
                 step += 1
                 continue
             if args.pattern == "fresh-optimizer" and step == args.steps // 2:
@@ -170,6 +171,22 @@ def gan_step(
     optimizer.step()
     generator_optimizer.zero_grad()
     model(fake).mean().neg().backward()
+    generator_optimizer.step()
+
+
+def gan_step_one_backward(
+    model: nn.Module, optimizer: torch.optim.Optimizer, generator: nn.Module,
+    generator_optimizer: torch.optim.Optimizer, inputs: torch.Tensor, targets: torch.Tensor, noise: torch.Generator,
+) -> None:  # fmt: skip
+    """As pytorch-tutorial's GAN writes it: the discriminator on the data batch, then on samples the generator makes
+    (not detached), both losses in one backward; then the generator's step on new samples."""
+    optimizer.zero_grad()
+    real = F.mse_loss(model(inputs), targets)
+    fake = generator(torch.randn(len(inputs), 4, generator=noise))
+    (real + model(fake).square().mean()).backward()
+    optimizer.step()
+    generator_optimizer.zero_grad()
+    model(generator(torch.randn(len(inputs), 4, generator=noise))).mean().neg().backward()
     generator_optimizer.step()
 
 

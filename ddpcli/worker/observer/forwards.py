@@ -7,8 +7,9 @@ size, and a hook on its output's autograd node says whether a backward reached i
 
 - a micro-batch is a backward pass that reached at least one forward not reached before: a second backward on the
   same batch (an auxiliary loss with retain_graph) or `torch.autograd.backward([l1, l2])` count once;
-- its samples are the batch sizes of the forwards it reached, of the module called first among them (an encoder
-  takes the batch; a head on its flattened output sees batch x tokens rows);
+- its samples are the batch sizes of the forwards it reached on data, of the module called first among them (an
+  encoder takes the batch; a head on its flattened output sees batch x tokens rows; a discriminator's forward on
+  generated samples back-propagated with its forward on the batch is not more samples);
 - a batch whose size cannot be read (no tensor with a leading dimension) is unknown, None, never 0;
 - a backward that reached only forwards fed another recorded forward's output (a GAN's discriminator on
   `fake.detach()`: the same storage) trained on generated samples, not on data: not a micro-batch.
@@ -155,11 +156,15 @@ class ForwardTracker:
         if all(record.generated for record in reached):
             return  # trained on another model's output alone (generated samples), no data: not a micro-batch
         self.counts.micro_batches += 1
-        first = min(reached, key=lambda record: record.order).module
-        sizes = [record.samples for record in reached if record.module == first]
+        # the first module called on data, and its forwards on data: a discriminator's on generated samples (a GAN's
+        # loss on the batch and on the generator's output in one backward) are not more samples of the batch
+        on_data = [record for record in reached if not record.generated]
+        first = min(on_data, key=lambda record: record.order).module
+        data = [record for record in on_data if record.module == first]
+        sizes = [record.samples for record in data]
         samples = None if any(size is None for size in sizes) else sum(sizes)  # type: ignore[misc]
         self.counts.samples = None if samples is None or self.counts.samples is None else self.counts.samples + samples
-        tokens = [record.tokens for record in reached if record.module == first]
+        tokens = [record.tokens for record in data]
         known = None if any(count is None for count in tokens) else sum(tokens)  # type: ignore[misc]
         self.counts.tokens = None if known is None or self.counts.tokens is None else self.counts.tokens + known
         for record in reached:
@@ -167,9 +172,7 @@ class ForwardTracker:
                 loss = self.counts.output_loss
                 self.counts.output_loss = record.loss if loss is None else loss + record.loss
         self.counts.loaders.update(record.loader for record in reached if record.loader is not None)
-        self.first_trained += [
-            record for record in reached if record.fingerprint is not None and record.module == first
-        ]
+        self.first_trained += [record for record in data if record.fingerprint is not None]
 
     def take(self) -> Counts:
         """The counts since the last optimizer step (and start anew)."""
