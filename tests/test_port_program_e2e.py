@@ -22,7 +22,10 @@ the project's engine.py) trains data-parallel: the methods run as DDP's forward 
 A whole model saved with torch.save(model, f) and loaded back with weights_only (issue 48, class 2, found by the
 corpus in pytorch/examples' word_language_model) loads under torchrun as under python.
 
-Cost: 9 torchrun runs of 2 processes (about 6 s each here) and 21 python runs forked from tests/zygote."""
+A DataLoader one module builds and returns and another trains on, through a class's attribute (issue 48, class 3,
+found by the corpus) is sharded where it is trained on.
+
+Cost: 10 torchrun runs of 2 processes (about 6 s each here) and 23 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -203,4 +206,16 @@ def test_a_whole_model_saved_under_torchrun_loads_back_with_weights_only(tmp_pat
     assert (original / "model.pt").read_bytes() == (port / "model.pt").read_bytes()
     printed, zero, one = torchrun_ranks(port, "save_whole_model_ddp.py")
     assert printed.startswith("reloaded Net "), printed
+    assert_equal_ranks(zero, one, models=1)
+
+
+def test_a_loader_another_module_builds_and_returns_is_sharded_where_it_is_trained_on(tmp_path: Path) -> None:
+    """data.py's make_loader() returns the DataLoader, model.py's class keeps it as self.data_loader and trains over
+    it: no file both built and trained on it, so no rule sharded it and each rank trained on all 32 samples an
+    epoch, listed as nothing not ported."""
+    original, port = ported(tmp_path, SCRIPTS / "loader_factory_project")
+    assert python(original, "train.py") == python(port, "train_ddp.py") == "samples 64\n"
+    assert str(torch.load(original / "model.pt")) == str(torch.load(port / "model.pt"))
+    printed, zero, one = torchrun_ranks(port, "train_ddp.py")
+    assert printed == "samples 32\n"  # rank 0's half of 2 epochs of 32
     assert_equal_ranks(zero, one, models=1)

@@ -73,6 +73,7 @@ def _port(
     facts.folder = path.parent if path is not None else None
     if whole is not None:
         facts.feeding_elsewhere = whole.facts.feeding_elsewhere("__main__")
+        facts.loaders_elsewhere = whole.facts.loaders_elsewhere("__main__")
     reasons = refusals.already_parallel(facts, name)
     reasons += refusals.self_launching(facts, path, name) if path is not None else []
     if not reasons and not (whole is not None and whole.facts.steps):  # a module of the program may step
@@ -111,12 +112,15 @@ def _run_rules(facts: Facts, module: bool = False, program_trains: bool = False)
 
 
 def port_module(
-    facts: Facts, program_trains: bool, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]
+    facts: Facts,
+    program_trains: bool,
+    feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]],
+    loaders: frozenset[str] = frozenset(),
 ) -> PortResult:
     """A module of the script's program (ddpcli.port.program), as read once: every rule, no refusal (the script's
     decide), and no process group of its own; its source unchanged where no rule changed it."""
     with _no_cyclic_gc():
-        facts.feeding_elsewhere = feeding
+        facts.feeding_elsewhere, facts.loaders_elsewhere = feeding, loaders
         return _run_rules(facts, module=True, program_trains=program_trains)
 
 
@@ -204,7 +208,8 @@ def _module_port(
     if module.source is None or module.facts is None:
         return None
     try:
-        result = port_module(module.facts, facts.trains_elsewhere(name, script_wraps), facts.feeding_elsewhere(name))
+        result = port_module(module.facts, facts.trains_elsewhere(name, script_wraps), facts.feeding_elsewhere(name),
+                             facts.loaders_elsewhere(name))  # fmt: skip
     except (PortRefused, RecursionError):
         return None
     result.encoding = module.source.encoding

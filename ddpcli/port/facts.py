@@ -39,6 +39,7 @@ class Facts(Reader):
     folder: Path | None = None  # the script's folder (its own modules: utils.py), when read from a file
     feeding_elsewhere: dict[str, tuple[tuple[str, ...], frozenset[str]]] = field(default_factory=dict)
     # functions of the program's other files whose parameters reach a backward (ddpcli.port.program)
+    loaders_elsewhere: frozenset[str] = frozenset()  # functions of the program's other files returning a DataLoader
     _training_loaders: list[cst.Call] | None = None
     _own_optimizers: set[str] | None = None
 

@@ -20,7 +20,7 @@ import libcst as cst
 from ddpcli.errors import UserError
 from ddpcli.port.facts import Facts
 from ddpcli.port.records import Change, NotPorted, PortResult
-from ddpcli.script.flow import feeding_parameters
+from ddpcli.script.flow import feeding_parameters, loader_functions
 from ddpcli.script.modules import absolute, imported_names, module_file
 from ddpcli.script.reader import dotted
 from ddpcli.script.source import Source, parse_ast, read
@@ -87,6 +87,8 @@ class ProgramFacts:
 
     steps: bool = False  # a module besides the script steps an optimizer
     optimizers: set[str] = field(default_factory=set)  # the files that build an optimizer (one may wrap its model)
+    loader_functions: dict[str, frozenset[str]] = field(default_factory=dict)  # file -> its functions returning a
+    # DataLoader they build (ddpcli.script.flow.loader_functions)
     feeding: dict[str, dict[str, tuple[tuple[str, ...], frozenset[str]]]] = field(default_factory=dict)
     # file -> {function name: (its parameters, those reaching a backward)} (ddpcli.script.flow.feeding_parameters)
 
@@ -95,6 +97,10 @@ class ProgramFacts:
         script where its port wrapped one, a module where it builds an optimizer. A file's own optimizer does not
         count: where its own wrap found no model, sharding its data would train a model a rank."""
         return script_wraps or bool(self.optimizers - {name, "__main__"})
+
+    def loaders_elsewhere(self, name: str) -> frozenset[str]:
+        """The functions of the program's other files that return a DataLoader: what `name` may get its loader from."""
+        return frozenset().union(*(made for other, made in self.loader_functions.items() if other != name))
 
     def feeding_elsewhere(self, name: str) -> dict[str, tuple[tuple[str, ...], frozenset[str]]]:
         """The functions of the program's other files whose parameters feed a loss: what `name` may hand data to."""
@@ -115,6 +121,7 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
             found.optimizers.add(name)
         found.steps = found.steps or (name != "__main__" and bool(facts.step_calls()))
         found.feeding[name] = feeding_parameters(facts)
+        found.loader_functions[name] = loader_functions(facts)
     return found
 
 

@@ -63,6 +63,21 @@ def feeding_parameters(reader: Reader) -> dict[str, tuple[tuple[str, ...], froze
     return {name: (params, frozenset(feeding)) for name, (params, feeding) in found.items()}
 
 
+def loader_functions(reader: Reader) -> frozenset[str]:
+    """The file's functions that return a DataLoader they build (`def make_loader(...): return DataLoader(...)`):
+    what another file of the program calls to get its training loader (ddpcli.port.program)."""
+    return frozenset(
+        name
+        for name, function in reader.functions.items()
+        if any(
+            is_loader(reader, origin)
+            for node in reader.walk(function)
+            if isinstance(node, cst.Return) and node.value is not None
+            for origin in origins(reader, node.value)
+        )
+    )
+
+
 ADDS = ("append", "extend", "insert", "add", "update")  # a container's methods that put values in it
 
 

@@ -164,8 +164,8 @@ def _ddp_shard(loader, epoch=None):
     replacement or a count of their own, this rank's share of the draws; the batch stays the script's, per device
     (a data set of whole batches, batch_size=None, is dealt out batch by batch). A loader the port cannot shard
     stays whole, with a warning: the run goes on (the port listed it, where it saw it)."""
-    if not _ddp:
-        return loader
+    if not _ddp or isinstance(getattr(loader, "sampler", None), DistributedSampler):
+        return loader  # one process; or sharded already (by the file that built it, where it is handed on)
     data, dataset, drawn = torch.utils.data, loader.dataset, loader.sampler
     if isinstance(dataset, data.IterableDataset) or not isinstance(
         drawn, (data.RandomSampler, data.SequentialSampler, data.SubsetRandomSampler)

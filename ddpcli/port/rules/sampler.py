@@ -13,7 +13,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, last_name, string_value
 from ddpcli.port.rules.training import Training
-from ddpcli.script.flow import origins
+from ddpcli.script.flow import backward_calls, origins, sources
 
 # Samplers `_ddp_shard` shards (a DistributedSampler, a split's indices kept, draws with replacement shared out);
 # any other is the script's own.
@@ -319,9 +319,29 @@ def _handed_to_a_step(port: Port, loader: cst.Call) -> bool:
     return False
 
 
+def _shard_returned_elsewhere(port: Port) -> None:
+    """`self.data_loader = dataloader(...)`, the function in another file of the program that builds and returns the
+    DataLoader, its batches back-propagated here: `_ddp_shard(dataloader(...))`. Neither file both builds the loader
+    and trains on it (znxlwm/pytorch-generative-model-collections' dataloader.py and GAN classes)."""
+    facts, made = port.facts, port.facts.loaders_elsewhere
+    if not made:
+        return
+    reached = {node for backward in backward_calls(facts) for node in sources(facts, backward.func.value)}  # type: ignore[attr-defined]
+    for call in facts.calls:
+        name = last_name(call)
+        if name not in made or name in facts.functions or call not in reached:
+            continue
+        port.needs.add("shard")
+        port.edits.rewrite(call, lambda built: cst.Call(func=cst.Name("_ddp_shard"), args=[cst.Arg(built)]))
+        port.change(call, "sampler", f"{port.code(call.func)}(...): the DataLoader another file of the program builds "
+                    "and returns, sharded where it is trained on: a DistributedSampler under torchrun keeping its "
+                    "shuffle and drop_last, each pass a new epoch's order, alike on every rank")  # fmt: skip
+
+
 def apply(port: Port) -> None:
     facts = port.facts
     training = Training(facts)
+    _shard_returned_elsewhere(port)
     for call in facts.calls:
         if facts.resolve(call).rsplit(".", 1)[-1] != "DataLoader":
             continue
