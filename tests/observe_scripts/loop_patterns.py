@@ -42,7 +42,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 PATTERNS = (
     "plain", "fresh-optimizer", "instance-step", "bound-step", "double-backward", "loss-list", "grad-validation",
-    "eval-wrapper", "checkpointed", "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn", "gan", "gan-one-backward",
+    "eval-wrapper", "checkpointed", "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn", "gan",
+    "gan-one-backward",
 )  # fmt: skip
 
 

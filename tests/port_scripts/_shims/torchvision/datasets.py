@@ -68,3 +68,11 @@ class ImageFolder(_Synthetic):
         split = os.path.basename(os.path.normpath(os.fspath(root)))
         super().__init__(root, split not in ("val", "test"), transform, target_transform)
         self.class_to_idx = {name: index for index, name in enumerate(self.classes)}
+
+
+# torchvision's deprecated MNIST-family aliases (train_data / train_labels / test_data / test_labels), which older
+# tutorials still read: the images as the uint8 tensor, the labels as a tensor, as torchvision returned them.
+_Synthetic.train_data = property(lambda self: self.data)
+_Synthetic.test_data = property(lambda self: self.data)
+_Synthetic.train_labels = property(lambda self: torch.as_tensor(self.targets))
+_Synthetic.test_labels = property(lambda self: torch.as_tensor(self.targets))

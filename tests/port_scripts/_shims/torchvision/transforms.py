@@ -93,3 +93,40 @@ class Lambda:
 
     def __call__(self, image: Any) -> Any:
         return self.function(image)
+
+
+class Pad:
+    """Zero padding of every side (an int) or of left/right and top/bottom (a pair), as torchvision's constant fill."""
+
+    def __init__(self, padding: Any, fill: int = 0, **_: Any) -> None:
+        self.padding, self.fill = padding, fill
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        chw, was_uint8 = _chw(image)
+        pad = self.padding
+        if isinstance(pad, int):
+            sides = (pad, pad, pad, pad)
+        else:
+            sides = (pad[0], pad[1], pad[0], pad[1]) if len(pad) == 2 else tuple(pad)
+        left, top, right, bottom = sides
+        chw = F.pad(chw, (left, right, top, bottom), value=float(self.fill))
+        return _back(chw, was_uint8)
+
+
+def _functional_module() -> Any:
+    """`import torchvision.transforms.functional as TF` (milesial/Pytorch-UNet's train.py imports it): a submodule
+    registered in sys.modules, with the few functions a script calls."""
+    import sys
+    import types
+
+    module = types.ModuleType(__name__ + ".functional")
+    module.to_tensor = lambda image: ToTensor()(image)  # type: ignore[attr-defined]
+    module.normalize = lambda tensor, mean, std: Normalize(mean, std)(tensor)  # type: ignore[attr-defined]
+    module.resize = lambda image, size, **_: Resize(size)(image)  # type: ignore[attr-defined]
+    module.hflip = lambda image: image.flip(-1)  # type: ignore[attr-defined]
+    module.vflip = lambda image: image.flip(-2)  # type: ignore[attr-defined]
+    sys.modules.setdefault(module.__name__, module)
+    return module
+
+
+functional = _functional_module()
