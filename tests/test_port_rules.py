@@ -913,11 +913,14 @@ def test_a_print_whose_arguments_train_runs_them_on_every_rank() -> None:
     """Found by the corpus's pattern (a project's `print("epoch", epoch, train_one_epoch(...))`, the function imported
     from its engine module): the print went under `if _is_main:` and rank 1 never trained, so rank 0 waited in its
     first all-reduce. Anything but formatting and reading numbers in a print's arguments runs on every rank."""
-    result = port(LOOP + """
+    result = port(
+        LOOP
+        + """
 from evaluation import evaluate
 print("validation", evaluate(model, train_loader))
 print(f"done, {len(train_loader)} batches, {round(3.14159, 2)}")
-""")
+"""
+    )
     lines = lines_of(result)
     assert '(print if _is_main else _ddp_quiet)("validation", evaluate(model, train_loader))' in lines
     guarded = lines.index('print(f"done, {len(train_loader)} batches, {round(3.14159, 2)}")')
@@ -928,14 +931,17 @@ def test_every_call_through_a_rank_zero_tracker_is_rank_zeros() -> None:
     """Found in the corpus (a segmentation project): `experiment = wandb.init(...) if _is_main else None`, then
     `experiment.config.update(...)` was left to every rank: rank 1 raised on None. A call through any attribute of
     the tracker is the tracker's."""
-    result = port(LOOP + """
+    result = port(
+        LOOP
+        + """
 import wandb
 experiment = wandb.init(project="x")
 experiment.config.update(dict(lr=0.1))
 experiment.log({"loss": 1.0})
-""")
+"""
+    )
     lines = lines_of(result)
-    for call in ('experiment.config.update(dict(lr=0.1))', 'experiment.log({"loss": 1.0})'):
+    for call in ("experiment.config.update(dict(lr=0.1))", 'experiment.log({"loss": 1.0})'):
         assert lines[lines.index(call) - 1] == "if _is_main:"
 
 
@@ -945,7 +951,9 @@ def test_layers_that_train_themselves_leave_the_data_whole(tmp_path: Path) -> No
     was sharded (the program builds an optimizer, so its loaders counted as training data): two ranks trained two
     models on halves. A file's own optimizer with no model wrapped shards nothing."""
     script = tmp_path / "train.py"
-    script.write_text(HEAD + textwrap.dedent("""
+    script.write_text(
+        HEAD
+        + textwrap.dedent("""
         class Layer(nn.Linear):
             def __init__(self, size):
                 super().__init__(size, size)
@@ -963,7 +971,9 @@ def test_layers_that_train_themselves_leave_the_data_whole(tmp_path: Path) -> No
         x, = next(iter(loader))
         for layer in layers:
             x = layer.train_layer(x)
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     result = port_program(script).script  # as `ddpcli port` reads it: the program, this file alone
     assert "_ddp_shard(" not in result.source and "DistributedSampler" not in result.source
     assert any("the data is not sharded either" in item.reason for item in result.not_ported)
