@@ -40,7 +40,22 @@ FIXTURES = REPO / "tests" / "port_scripts"
 PROBE = FIXTURES / "_probe"
 SHIMS = FIXTURES / "_shims"  # torchvision's stand-in (synthetic data of the real shapes) for published scripts
 MIRRORS = os.environ.get("DDPCLI_PUBLISHED_MIRRORS", "")  # <owner>+<name>/repo: git mirrors of published scripts
-MANIFEST: dict[str, dict[str, Any]] = tomllib.loads((FIXTURES / "manifest.toml").read_text())["fixtures"]
+CORPUS = os.environ.get("DDPCLI_PORT_CORPUS", "")  # a folder of manifests: benchmarks/port_corpus.py runs them instead
+
+
+def manifest() -> dict[str, dict[str, Any]]:
+    """The fixtures: tests/port_scripts/manifest.toml, or every `*.toml` of DDPCLI_PORT_CORPUS (the benchmark's
+    published corpus, one file a repository, in the same format); a name given twice is an error, not a shadow."""
+    paths = sorted(Path(CORPUS).glob("*.toml")) if CORPUS else [FIXTURES / "manifest.toml"]
+    fixtures: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for name, entry in tomllib.loads(path.read_text())["fixtures"].items():
+            assert name not in fixtures, f"{path}: fixture {name} is named twice"
+            fixtures[name] = entry
+    return fixtures
+
+
+MANIFEST = manifest()
 PORTED = [name for name, entry in MANIFEST.items() if entry["outcome"] == "ported"]
 REFUSED = [name for name, entry in MANIFEST.items() if entry["outcome"] == "refused"]
 HAND_BATCHING = [name for name, entry in MANIFEST.items() if entry["outcome"] == "hand_batching"]
