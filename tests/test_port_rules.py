@@ -977,3 +977,26 @@ def test_layers_that_train_themselves_leave_the_data_whole(tmp_path: Path) -> No
     result = port_program(script).script  # as `ddpcli port` reads it: the program, this file alone
     assert "_ddp_shard(" not in result.source and "DistributedSampler" not in result.source
     assert any("the data is not sharded either" in item.reason for item in result.not_ported)
+
+
+def test_models_kept_in_a_list_before_their_optimizers_are_wrapped_before_the_list() -> None:
+    """Found by the corpus (MorvanZhou's optimizer comparison): four nets put in a list, then an optimizer each by
+    name; the wrap rebound each name just before its optimizer, after the list had kept the bare modules, and the
+    loop trained through the list: no gradient was averaged, ranks apart, exit 0."""
+    result = port("""
+        net_a, net_b = nn.Linear(4, 1), nn.Linear(4, 1)
+        nets = [net_a, net_b]
+        opt_a = torch.optim.SGD(net_a.parameters(), lr=0.1)
+        opt_b = torch.optim.Adam(net_b.parameters(), lr=0.1)
+        loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+        for epoch in range(2):
+            for x, y in loader:
+                for net, opt in zip(nets, [opt_a, opt_b]):
+                    opt.zero_grad()
+                    F.mse_loss(net(x), y).backward()
+                    opt.step()
+    """)
+    lines = lines_of(result)
+    listed = lines.index("nets = [net_a, net_b]")
+    wraps = [i for i, line in enumerate(lines) if line.startswith(("net_a = _DDPModel(", "net_b = _DDPModel("))]
+    assert len(wraps) == 2 and all(i < listed for i in wraps), lines

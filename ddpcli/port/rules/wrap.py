@@ -82,7 +82,39 @@ def wrap_point(port: Port, optimizer: cst.Call, model: str) -> tuple[cst.BaseSta
         level = facts.statement(facts.parents[block])
     moves = re.compile(rf"^\s*{re.escape(model)}(\s*=\s*{re.escape(model)})?\s*\.\s*(to|cuda)\(")
     later = [s for s in body[index + 1 :] if moves.match(port.code(s))]
-    return (later[-1], True) if later else (level, False)
+    if later:
+        return later[-1], True
+    capture = _first_capture(port, body[:index], assigned, model)
+    return (capture, False) if capture is not None else (level, False)
+
+
+CONTAINERS = (cst.List, cst.Tuple, cst.Set, cst.Dict)
+
+
+def _first_capture(
+    port: Port, before: list[cst.BaseStatement], assigned: list[cst.CSTNode], model: str
+) -> cst.BaseStatement | None:
+    """The first statement after the model's assignment, in the wrap's block, that keeps a reference to it (a list
+    of the models, `nets = [net_SGD, net_Adam]`, or another name bound to it): the wrap goes before it, or what the
+    training later reads through that reference would be the model, not its wrapper (MorvanZhou's optimizer
+    comparison trains through its list of nets)."""
+    holders = [i for i, statement in enumerate(before) if any(
+        a is statement or statement in port.facts.ancestors(a) for a in assigned)]  # fmt: skip
+    if not holders:
+        return None
+    for statement in before[holders[-1] + 1 :]:
+        for node in port.facts.walk(statement):
+            kept = isinstance(node, CONTAINERS) or (isinstance(node, cst.Assign) and dotted(node.value) == model)
+            if kept and _holds(port, node, model):
+                return statement
+    return None
+
+
+def _holds(port: Port, node: cst.CSTNode, model: str) -> bool:
+    if isinstance(node, cst.Assign):
+        return True
+    values = [getattr(element, "value", None) for element in getattr(node, "elements", ())]
+    return any(value is not None and dotted(value) == model for value in values)
 
 
 def _moved_elsewhere(port: Port, optimizer: cst.Call, model: str) -> list[tuple[cst.BaseStatement, str]]:
