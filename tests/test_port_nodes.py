@@ -176,13 +176,14 @@ SCRIPTS = {
 PROGRAM = {
     "train.py": HEAD
     + "import utils\nimport utils as u\nfrom pkg import io\nfrom pkg.io import save\n"
+    + "from pkg import save as psave, VERSION\nfrom pkg import save as qsave\n"
     + SCRIPTS["phases"]
     + "utils.save(model, 'a.pt'); u.save(model, 'b.pt'); io.save(model, 'c.pt')\n"
     + "from pkg.data import make\nfor x in make():\n    model(x).sum().backward()\n    optimizer.step()\n",
     "pkg/data.py": "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef make():\n"
     "    return DataLoader(torch.randn(8, 4), batch_size=2)\n",
     "utils.py": "import torch\n\n\ndef save(model, path):\n    torch.save(model.state_dict(), path)\n",
-    "pkg/__init__.py": "",
+    "pkg/__init__.py": "from .io import *\nVERSION = 1\n",
     "pkg/io.py": "import torch\nfrom . import helper\nfrom .helper import hold\n\n\ndef save(model, path):\n"
     "    torch.save(model.state_dict(), path)\n",
     "pkg/helper.py": "import torch\n\n\ndef hold(path):\n    torch.save({}, path)\n",

@@ -125,3 +125,29 @@ def test_the_cli_writes_every_copy_lists_it_and_never_overwrites_one_without_for
     assert (tmp_path / "utils.py").read_text() == WRITES  # the user's module, as it was
     listed = port_command(script, "--force")
     assert f"ported {tmp_path / 'utils.py'} -> {tmp_path / 'utils_ddp.py'} (a module of its program)" in listed.stdout
+
+
+LOGGER = """\
+class Logger:
+    def __init__(self, path):
+        self.file = open(path, "w")
+
+    def append(self, value):
+        self.file.write(f"{value}\\n")
+"""
+
+
+def test_a_name_a_package_reexports_from_a_copied_module_is_imported_from_the_copy(tmp_path: Path) -> None:
+    """bearpaw/pytorch-classification (found by the corpus): `from utils import Logger, AverageMeter`, where
+    utils/__init__.py does `from .logger import *`: the port copied utils/logger.py (rank 0 writes the log) but the
+    script still imported the package's original Logger, and both ranks wrote checkpoint/log.txt."""
+    files = {"utils/__init__.py": "from .logger import *\nfrom .misc import *\n", "utils/logger.py": LOGGER,
+             "utils/misc.py": "class AverageMeter:\n    pass\n"}  # fmt: skip
+    step = "for x in loader:\n        optimizer.zero_grad()\n        model(x).sum().backward()\n"
+    step += "        optimizer.step()"
+    script = program(tmp_path, "from utils import Logger, AverageMeter", f"{step}\n    Logger('log.txt')", files)
+    ported = port_program(script)
+    assert [m.name for m in ported.modules] == ["utils.logger"]
+    assert "from utils import AverageMeter; from utils.logger_ddp import Logger" in ported.script.source.splitlines()
+    assert any(c.kind == "program" and "from utils import Logger -> utils.logger_ddp" in c.text
+               for c in ported.script.changes)  # fmt: skip

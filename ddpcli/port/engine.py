@@ -187,14 +187,16 @@ def port_program(path: Path) -> Program:
             module.result = _module_port(module, ported.facts, name, script_wraps)
     copies = program.copied(modules)
     mapping = {name: modules[name].ported_name for name in copies}
+    reexported = program.reexports(modules)
     for name, module in modules.items():  # in the order the program imports them
         if name not in copies or module.result is None:
             continue
         assert module.source is not None  # ported: read
         module.result.source = program.point_at_copies(module.result.source, module.source.text, mapping,
-                                                       module.package, module.result)  # fmt: skip
+                                                       module.package, module.result, reexported)  # fmt: skip
         ported.modules.append(module)
-    ported.script.source = program.point_at_copies(ported.script.source, source.text, mapping, "", ported.script)
+    ported.script.source = program.point_at_copies(ported.script.source, source.text, mapping, "", ported.script,
+                                                   reexported)  # fmt: skip
     for module in modules.values():
         if module.path.name == "__init__.py" and module.result is not None and module.result.changes:
             ported.script.not_ported.append(program.init_not_copied(module))

@@ -139,15 +139,48 @@ def copied(modules: dict[str, Module]) -> set[str]:
         changed |= more
 
 
+def reexports(modules: dict[str, Module]) -> dict[str, str]:
+    """`pkg.Name` -> `pkg.mod` for each name a package's `__init__.py` imports from a module of the program
+    (`from .logger import Logger`, or `from .logger import *` and logger defines it at its top level): where the
+    script writes `from pkg import Name`, the module that defines Name (bearpaw/pytorch-classification's utils)."""
+    found: dict[str, str] = {}
+    for package in modules.values():
+        if package.path.name != "__init__.py" or package.facts is None:
+            continue
+        for node in package.facts.module.body:
+            for statement in node.body if isinstance(node, cst.SimpleStatementLine) else ():
+                base = absolute(statement, package.name) if isinstance(statement, cst.ImportFrom) else None
+                if base is None or base not in modules or modules[base].facts is None:
+                    continue
+                names = statement.names  # type: ignore[union-attr]
+                defined = _top_level_names(modules[base].facts) if isinstance(names, cst.ImportStar) else {
+                    (alias.asname.name.value if alias.asname else dotted(alias.name))  # type: ignore[union-attr]
+                    for alias in names}  # fmt: skip
+                found.update({f"{package.name}.{name}": base for name in defined if not name.startswith("_")})
+    return found
+
+
+def _top_level_names(facts: Facts) -> set[str]:
+    names = set()
+    for statement in facts.module.body:
+        if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+            names.add(statement.name.value)
+        for small in getattr(statement, "body", ()) if isinstance(statement, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Assign):
+                names |= {target.target.value for target in small.targets if isinstance(target.target, cst.Name)}
+    return names
+
+
 class ImportsOfCopies(cst.CSTTransformer):
     """`import utils` -> `import utils_ddp as utils`, `from utils import f` -> `from utils_ddp import f`,
     `from pkg import trainer` -> `from pkg import trainer_ddp as trainer`, relative imports alike: each name the
     file binds stays the one it bound, bound to the copy."""
 
-    def __init__(self, copies: dict[str, str], package: str) -> None:
+    def __init__(self, copies: dict[str, str], package: str, reexported: dict[str, str] | None = None) -> None:
         super().__init__()
         self.copies = copies  # dotted module -> dotted copy
         self.package = package
+        self.reexported = reexported or {}  # `pkg.Name` -> the module of the program defining it (reexports)
         self.changed: list[tuple[str, str]] = []  # (the module, what changed), in the order met
         self.missed: list[tuple[str, str]] = []
 
@@ -166,7 +199,9 @@ class ImportsOfCopies(cst.CSTTransformer):
             names.append(alias)
         return updated_node.with_changes(names=names)
 
-    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
+    def leave_ImportFrom(  # type: ignore[override]
+        self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
+    ) -> cst.ImportFrom | cst.FlattenSentinel[cst.BaseSmallStatement]:
         base = absolute(updated_node, self.package)
         if base is None:
             return updated_node
@@ -180,15 +215,26 @@ class ImportsOfCopies(cst.CSTTransformer):
             return updated_node.with_changes(module=_dotted_node(".".join([*parts[:-1], copy])))
         if isinstance(updated_node.names, cst.ImportStar):
             return updated_node
-        names = []
+        names, moved = [], []
         for alias in updated_node.names:
             full = f"{base}.{dotted(alias.name)}" if base else dotted(alias.name)
             if full in self.copies:
                 self.changed.append((full, f"from {base} import {dotted(alias.name)} -> {self.copies[full]}"))
                 alias = alias.with_changes(name=cst.Name(self.copies[full].rpartition(".")[2]),
                                            asname=alias.asname or cst.AsName(cst.Name(dotted(alias.name))))  # fmt: skip
+            elif self.reexported.get(full) in self.copies:  # the package's __init__ imports it from a copied module
+                copy = self.copies[self.reexported[full]]
+                self.changed.append((self.reexported[full], f"from {base} import {dotted(alias.name)} -> {copy}"))
+                alone = alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                moved.append(cst.ImportFrom(module=_dotted_node(copy), names=[alone]))
+                continue
             names.append(alias)
-        return updated_node.with_changes(names=names)
+        if not moved:
+            return updated_node.with_changes(names=names)
+        if names:
+            names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return cst.FlattenSentinel([updated_node.with_changes(names=names), *moved])
+        return cst.FlattenSentinel(moved)
 
 
 def _dotted_node(name: str) -> cst.Attribute | cst.Name:
@@ -198,12 +244,20 @@ def _dotted_node(name: str) -> cst.Attribute | cst.Name:
     return node
 
 
-def point_at_copies(source: str, original: str, copies: dict[str, str], package: str, result: PortResult) -> str:
+def point_at_copies(
+    source: str,
+    original: str,
+    copies: dict[str, str],
+    package: str,
+    result: PortResult,
+    reexported: dict[str, str] | None = None,
+) -> str:
     """`source` (a ported file of the program) with its imports of copied modules pointing at the copies, each
-    listed as a change at its line in `original`, the user's file."""
+    listed as a change at its line in `original`, the user's file; a name a package re-exports from a copied module
+    is imported from the copy."""
     if not copies:  # a program of one file, or one no rule changed beside the script: nothing to point anywhere
         return source
-    imports = ImportsOfCopies(copies, package)
+    imports = ImportsOfCopies(copies, package, reexported)
     written = cst.parse_module(source).visit(imports)
     for module, text in dict.fromkeys(imports.changed):
         line = _import_line(original, module)
