@@ -151,3 +151,18 @@ def test_a_name_a_package_reexports_from_a_copied_module_is_imported_from_the_co
     assert "from utils import AverageMeter; from utils.logger_ddp import Logger" in ported.script.source.splitlines()
     assert any(c.kind == "program" and "from utils import Logger -> utils.logger_ddp" in c.text
                for c in ported.script.changes)  # fmt: skip
+
+
+def test_a_loop_in_code_outside_the_scripts_folder_is_named_in_the_refusal(tmp_path: Path) -> None:
+    """karpathy/minGPT (found by the corpus): projects/adder/adder.py trains through mingpt.trainer.Trainer, a
+    package at the repository's root (installed with `pip install -e .`). The port said "nothing trains", which is
+    false; it now names the imports it did not read. An import of an installed package or the standard library is
+    not named."""
+    script = tmp_path / "project" / "adder.py"
+    script.parent.mkdir()
+    script.write_text("import json\nimport torch\nfrom nowhere_mingpt.trainer import Trainer\n\nTrainer().run()\n",
+                      encoding="utf-8")  # fmt: skip
+    result = port_command(script)
+    assert result.returncode == 2
+    assert "it imports nowhere_mingpt from outside its folder, which the port does not read" in result.stderr
+    assert "json" not in result.stderr and "torch," not in result.stderr

@@ -31,6 +31,7 @@ from ddpcli.port.rules import (
     wrap,
 )  # fmt: skip
 from ddpcli.script import source as script_source
+from ddpcli.script.modules import unread_imports
 
 # wrap first (the others read port.models); header last (it defines what the others used).
 RULES: tuple[Callable[[Port], None], ...] = (
@@ -77,7 +78,8 @@ def _port(
     reasons = refusals.already_parallel(facts, name)
     reasons += refusals.self_launching(facts, path, name) if path is not None else []
     if not reasons and not (whole is not None and whole.facts.steps):  # a module of the program may step
-        reasons += refusals.nothing_trains(facts, name)
+        unread = unread_imports(facts, path.parent) if path is not None else []
+        reasons += refusals.nothing_trains(facts, name, unread)
     if reasons:
         raise PortRefused(reasons)
     try:

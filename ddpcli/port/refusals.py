@@ -75,9 +75,10 @@ OWN_PROCESSES = {  # what starts training processes of its own (Hogwild, spawn):
 }
 
 
-def nothing_trains(facts: Facts, name: str) -> list[str]:
-    """No optimizer step: said by what the script does instead (its own processes, a hand-written update), or that
-    nothing trains at all."""
+def nothing_trains(facts: Facts, name: str, unread: list[str] | None = None) -> list[str]:
+    """No optimizer step: said by what the script does instead (its own processes, a hand-written update), that the
+    loop may be in code of the user's the port does not read (`unread`: imports from outside the script's folder),
+    or that nothing trains at all."""
     if facts.step_calls():
         return []
     starts = next((call for call in facts.calls if facts.resolve(call) in OWN_PROCESSES), None)
@@ -90,6 +91,11 @@ def nothing_trains(facts: Facts, name: str) -> list[str]:
         return [f"{name}:{facts.line(backward)}: it back-propagates and updates its parameters by hand, with no "
                 "torch.optim optimizer (no `optimizer.step()`): wrap the model in DistributedDataParallel "
                 "yourself; its backward then averages the gradients across ranks before your update"]  # fmt: skip
+    if unread:
+        return [f"{name}: no optimizer step found in it or the modules of its folder it imports (no "
+                f"`optimizer.step()`); it imports {', '.join(unread)} from outside its folder, which the port does "
+                "not read: where the training loop is there, run ddpcli port on a script beside that code, or make "
+                "that loop data-parallel by hand"]  # fmt: skip
     return [f"{name}: no optimizer step found (no `optimizer.step()`): nothing trains, so there is nothing to "
             "make data-parallel"]  # fmt: skip
 

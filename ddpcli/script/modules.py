@@ -58,3 +58,28 @@ def absolute(node: cst.ImportFrom, package: str) -> str | None:
         return None
     base = parts[: len(parts) - (level - 1)]
     return ".".join([*base, module] if module else base)
+
+
+def unread_imports(reader: Reader, root: Path) -> list[str]:
+    """The top-level modules the file imports that are neither in its folder nor found on this interpreter's path
+    outside the user's folders: code of the user's elsewhere (a repository installed with `pip install -e`, a path
+    the script inserts in sys.path), which reading the program from the script's folder does not reach. Found by
+    asking the import system where each would load from (importlib.util.find_spec of the top name, no import)."""
+    import importlib.util
+    import sys
+
+    installed = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+    unread = []
+    for name in dict.fromkeys(name.split(".")[0] for name in imported_names(reader)):
+        if name in sys.builtin_module_names or name in sys.stdlib_module_names or module_file(root, name):
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        origin = getattr(spec, "origin", None) or next(
+            iter(getattr(spec, "submodule_search_locations", None) or []), None
+        )
+        if spec is None or (origin is not None and not str(Path(origin).resolve()).startswith(installed)):
+            unread.append(name)
+    return unread
