@@ -33,6 +33,7 @@ from ddpcli.diagnosis.slowness import SLOWNESS_CODES
 from tests import zygote
 from tests.conftest import REPO
 from tests.helpers import port_command
+from tests.port_scripts import _synthetic as synthetic
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +52,7 @@ def manifest() -> dict[str, dict[str, Any]]:
     for path in paths:
         for name, entry in tomllib.loads(path.read_text())["fixtures"].items():
             assert name not in fixtures, f"{path}: fixture {name} is named twice"
-            fixtures[name] = entry
+            fixtures[name] = {**entry, "name": name}
     return fixtures
 
 
@@ -176,6 +177,8 @@ def switches_for(entry: dict[str, Any]) -> dict[str, str]:
     """The probe's float64 and noise-off switches, alike for the python runs and both launches (a script whose
     files depend on its numbers, a checkpoint saved when the accuracy improves, then writes the same files in all)."""
     switches = dict(entry.get("env", {}))  # the shim's data sizes, a seed for a script that sets none
+    if "synthetic" in entry:  # files the script reads from its working directory
+        switches["PORT_PROBE_DATA"] = str(synthetic.folder_for(entry["name"], entry["synthetic"]))
     if entry.get("float64"):
         switches["PORT_PROBE_FLOAT64"] = "1"
     if entry.get("noise_off"):

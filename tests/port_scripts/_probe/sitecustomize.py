@@ -15,7 +15,8 @@ gradients) and PORT_PROBE_NOISE_OFF=1 (dropout is the identity, randn_like gives
 the same seed on every rank is not the noise one process draws for the whole batch). PORT_PROBE_SEED=N seeds torch,
 random and numpy at start-up, for a published script that seeds nothing (its runs are then comparable bit for bit).
 PORT_PROBE_MKDIRS=A:B makes those folders in the working directory first, as a user of a script that expects them
-does (a launched run's working directory is its run directory, made by ddpcli).
+does (a launched run's working directory is its run directory, made by ddpcli); PORT_PROBE_DATA=FOLDER copies the
+files under FOLDER there (the synthetic data of a script that reads its own files: tests/port_scripts/_synthetic.py).
 """
 
 from __future__ import annotations
@@ -40,6 +41,17 @@ if os.environ.get("PORT_PROBE_DIR"):
 
     for _folder in filter(None, os.environ.get("PORT_PROBE_MKDIRS", "").split(os.pathsep)):
         os.makedirs(_folder, exist_ok=True)
+    if os.environ.get("PORT_PROBE_DATA"):  # the script's data files, copied into its working directory (each rank:
+        import shutil  # a file is written under a name of its own, then renamed: a rank never reads half of one)
+
+        for _root, _, _names in os.walk(os.environ["PORT_PROBE_DATA"]):
+            _here = os.path.relpath(_root, os.environ["PORT_PROBE_DATA"])
+            os.makedirs(_here, exist_ok=True)
+            for _name in _names:
+                _target = os.path.join(_here, _name)
+                if _name != ".done" and not os.path.exists(_target):
+                    shutil.copyfile(os.path.join(_root, _name), f"{_target}.{os.getpid()}")
+                    os.replace(f"{_target}.{os.getpid()}", _target)
     if os.environ.get("PORT_PROBE_SEED"):
         import random
 

@@ -1,0 +1,58 @@
+"""Synthetic data files for published scripts that read files of their own, not a torchvision set (the corpus of
+benchmarks/port_corpus.py): written once per fixture into a folder the probe copies into each run's working
+directory (PORT_PROBE_DATA, tests/port_scripts/_probe/sitecustomize.py), as a user puts data beside a script.
+
+A manifest entry's `synthetic` is a list of files or sets of files, each one of:
+- { kind = "images", path = "data/imgs", count = 24, size = [16, 16], mode = "RGB", name = "img{:02d}.png",
+  values = [0, 255] }: PNG images drawn from a fixed seed (`values`: only those pixel values, a mask's classes);
+- { kind = "sine_waves", path = "traindata.pt", shape = [10, 50] }: sine waves of random phase, float64, saved
+  with torch.save as a numpy array (pytorch/examples' time_sequence_prediction generates its data so).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def folder_for(name: str, files: list[dict[str, Any]]) -> Path:
+    """The fixture's data folder, written the first time it is asked for."""
+    folder = Path(tempfile.gettempdir()) / "ddpcli-port-synthetic" / name
+    done = folder / ".done"
+    if not done.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        for spec in files:
+            WRITERS[spec["kind"]](folder / spec["path"], spec)
+        done.touch()
+    return folder
+
+
+def _images(path: Path, spec: dict[str, Any]) -> None:
+    import numpy
+    from PIL import Image
+
+    path.mkdir(parents=True, exist_ok=True)
+    draw = numpy.random.default_rng(7)
+    width, height = spec["size"]
+    channels = {"RGB": (height, width, 3), "L": (height, width)}[spec["mode"]]
+    for index in range(spec["count"]):
+        if "values" in spec:
+            pixels = draw.choice(numpy.array(spec["values"], dtype=numpy.uint8), size=channels)
+        else:
+            pixels = draw.integers(0, 256, size=channels, dtype=numpy.uint8)
+        Image.fromarray(pixels, mode=spec["mode"]).save(path / spec["name"].format(index))
+
+
+def _sine_waves(path: Path, spec: dict[str, Any]) -> None:
+    import numpy
+    import torch
+
+    rows, length = spec["shape"]
+    draw = numpy.random.default_rng(2)
+    steps = numpy.arange(length) + draw.integers(-80, 80, size=(rows, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(numpy.sin(steps / 20.0).astype("float64"), path)
+
+
+WRITERS = {"images": _images, "sine_waves": _sine_waves}
