@@ -44,6 +44,7 @@ CHECKS = {
     "test_each_published_script_is_ported": "port",
     "test_refused_with_its_reason_and_nothing_written": "refusal",
     "test_hand_batching_is_sharded_or_named_by_its_line": "hand batching",
+    "test_nothing_to_wrap_is_said_and_the_data_stays_whole": "not parallel",
     "test_python_out_takes_script_path_bit_for_bit": "python",
     "test_two_processes_are_one_data_parallel_training": "2 procs",
     "test_each_epoch_is_split_into_disjoint_halves_that_cover_it": "epochs",
@@ -55,6 +56,7 @@ COLUMNS = list(dict.fromkeys(CHECKS.values()))
 TESTS_OF = {  # the manifest's outcome -> the tests that check it
     "refused": ["test_refused_with_its_reason_and_nothing_written"],
     "hand_batching": ["test_hand_batching_is_sharded_or_named_by_its_line"],
+    "not_parallel": ["test_nothing_to_wrap_is_said_and_the_data_stays_whole"],
     "ported": [
         test
         for test in CHECKS

@@ -60,6 +60,7 @@ MANIFEST = manifest()
 PORTED = [name for name, entry in MANIFEST.items() if entry["outcome"] == "ported"]
 REFUSED = [name for name, entry in MANIFEST.items() if entry["outcome"] == "refused"]
 HAND_BATCHING = [name for name, entry in MANIFEST.items() if entry["outcome"] == "hand_batching"]
+NOT_PARALLEL = [name for name, entry in MANIFEST.items() if entry["outcome"] == "not_parallel"]
 TOLERANCE = 1e-5
 LAUNCH_OK = {"completed"}
 
@@ -167,7 +168,8 @@ def run_python(name: str, script: Path, workdir: Path) -> dict[str, Any]:
     probe_dir = workdir.parent / f"{workdir.name}-probe"
     probe_dir.mkdir()
     # forked from an interpreter that imported torch once (tests/zygote.py); probed.py applies the probe in it
-    command = [sys.executable, str(PROBE / "probed.py"), str(script), *args_for(name, entry["batch"], script.parent)]
+    args = args_for(name, entry.get("batch", ""), script.parent)  # no batch: a script run once, never launched
+    command = [sys.executable, str(PROBE / "probed.py"), str(script), *args]
     result = zygote.run(command, env=environment(probe_dir, **switches_for(entry)), cwd=workdir, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return {"dir": workdir, "files": files_in(workdir), **read_probe(probe_dir)["main"]}
@@ -186,8 +188,13 @@ def switches_for(entry: dict[str, Any]) -> dict[str, str]:
     return switches
 
 
+STAMPED = re.compile(r"(events\.out\.tfevents)\.\d+\.[^/]+$")  # TensorBoard's file: its time, host and pid
+
+
 def files_in(directory: Path) -> set[str]:
-    return {str(path.relative_to(directory)) for path in directory.rglob("*") if path.is_file()}
+    """The files under `directory`, a TensorBoard event file by its folder and kind: its name holds the time, the
+    host and the pid it was written at, which no two runs share."""
+    return {STAMPED.sub(r"\1.*", str(path.relative_to(directory))) for path in directory.rglob("*") if path.is_file()}
 
 
 def read_probe(probe_dir: Path) -> dict[str, dict[str, Any]]:
@@ -274,6 +281,22 @@ def test_hand_batching_is_sharded_or_named_by_its_line(name: str, tmp_path: Path
     ranks = run["probe"]
     assert max_diff(ranks["0"]["params"], ranks["1"]["params"]) == 0.0
     assert ranks["1"]["saves"] == [] and len(ranks["0"]["saves"]) == len(original["saves"])
+
+
+@pytest.mark.parametrize("name", NOT_PARALLEL)
+def test_nothing_to_wrap_is_said_and_the_data_stays_whole(name: str, tmp_path: Path) -> None:
+    """A script whose training no DistributedDataParallel can hold (each layer steps an optimizer of its own on its
+    own forward): the port says so, wraps nothing and shards nothing (a rank a model on its share would end apart),
+    and `python OUT` is the script."""
+    script = copy_fixture(name, tmp_path)
+    result = port(script)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert any("the data is not sharded either" in item["reason"] for item in report["not_ported"]), report
+    assert not {"ddp_wrap", "sampler", "hand_batches"} & {change["kind"] for change in report["changes"]}
+    original = run_python(name, script, tmp_path / "original")
+    out = run_python(name, ported_path(script), tmp_path / "out")
+    assert out["files"] == original["files"] and max_diff(out["params"], original["params"]) == 0.0
 
 
 # -- ported scripts: the port, then python, then torchrun ----------------------------------------------------------
@@ -419,6 +442,8 @@ def test_two_processes_are_one_data_parallel_training(ported: dict[str, Any]) ->
 def test_each_epoch_is_split_into_disjoint_halves_that_cover_it(ported: dict[str, Any]) -> None:
     require(ported)
     entry = MANIFEST[ported["name"]]
+    if "epochs" not in entry:  # a script that draws with replacement until a step count: no epoch to split
+        pytest.skip("no epochs: the script draws its samples with replacement until its last step")
     ranks = ported["runs"]["2x"]["probe"]
     epochs = {}
     for rank in ("0", "1"):
