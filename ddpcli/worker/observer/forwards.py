@@ -74,7 +74,7 @@ class ForwardTracker:
         self.first_trained: list[Forward] = []  # the first training forwards, for their fingerprints
         self.trained: set[int] = set()  # ids of the modules whose forwards a backward reached
         self.layout: Any = None  # sequence.BatchLayout: which dimension is the batch
-        self.outputs: list[tuple[weakref.ref[torch.Tensor], int]] = []  # this step's forward outputs, storage
+        self.outputs: list[tuple[weakref.ref[Any], int]] = []  # this step's forward outputs' storages
 
     @staticmethod
     def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
@@ -110,10 +110,15 @@ class ForwardTracker:
             node.register_prehook(self._hook(record))
 
     def _remember(self, output: Any) -> None:
-        """The storage of the forward's output tensors, while they live (a weak reference: none kept alive)."""
+        """The storage of the forward's output tensors, while it lives (a weak reference to the storage, not to the
+        tensor: `generator(z).detach()` drops the output tensor at once and keeps its storage, which is what a
+        discriminator is then fed; none kept alive)."""
         for tensor in tensors(output):
             if len(self.outputs) < MAX_OUTPUTS and (storage := _storage(tensor)) is not None:
-                self.outputs.append((weakref.ref(tensor), storage))
+                try:
+                    self.outputs.append((weakref.ref(tensor.untyped_storage()), storage))
+                except TypeError:  # a storage Python cannot refer to weakly: the tensor, as long as it lives
+                    self.outputs.append((weakref.ref(tensor), storage))
 
     def _is_an_output(self, batch: torch.Tensor | None) -> bool:
         storage = _storage(batch) if batch is not None else None
