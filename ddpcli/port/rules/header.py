@@ -93,21 +93,32 @@ class _DDPModel(DistributedDataParallel):
     def _ddp_forward(self, name):
         """The script's module's method `name`, run as DDP's forward (Lightning Fabric's mark_forward_method): a
         method reached through the wrapper's attributes runs outside DDP's forward, whose preparation is what makes
-        the backward all-reduce the gradients, so each rank would step on its own."""
+        the backward all-reduce the gradients, so each rank would step on its own. DDP calls the module's forward;
+        for that one call it is the method, which finds the module's own forward again (a training_step calls
+        `self(x)`)."""
         module = self.module
         method = getattr(module, name)
 
+        def once(*args, **kwargs):
+            restore()
+            return method(*args, **kwargs)
+
+        def restore():
+            if own is None:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = own
+
         def through_forward(*args, **kwargs):
+            nonlocal own
             own = module.__dict__.get("forward")
-            module.forward = method
+            module.forward = once
             try:
                 return self(*args, **kwargs)
             finally:
-                if own is None:
-                    del module.forward
-                else:
-                    module.forward = own
+                restore()
 
+        own = None
         return through_forward
 '''
 SCRIPT_MODEL = '''

@@ -19,5 +19,6 @@ class Regressor(nn.Module):
         return F.mse_loss(self.body(x), y)
 
     def compute_loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """Calls the model's own forward, as a training_step does: `self(x)`."""
         x, y = batch
-        return self.loss(x, y) + 0.01 * self.body[0].weight.pow(2).sum()
+        return F.mse_loss(self(x), y) + 0.01 * self.body[0].weight.pow(2).sum()
