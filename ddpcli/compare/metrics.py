@@ -170,7 +170,10 @@ def _described(value: Any) -> str:
     """A value as a warning line can hold it: a huge integer by its digits, a long string cut."""
     if isinstance(value, int) and not isinstance(value, bool) and len(str(abs(value))) > 20:
         return f"an integer of {len(str(abs(value)))} digits"
-    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    try:
+        text = repr(value) if isinstance(value, float) else json.dumps(value, allow_nan=False)
+    except ValueError:  # a list holding a NaN: as Python writes it
+        text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
