@@ -30,13 +30,18 @@ from ddpcli.worker.observer.reading import first_tensor, tensors
 MAX_OUTPUTS = 256  # output tensors remembered per optimizer step (a loop of many forwards keeps its first ones)
 
 
-def _storage(tensor: torch.Tensor) -> int | None:
-    """Where the tensor's data lives: equal for a tensor, its views and its `.detach()`; None where not readable
-    (a tensor subclass without storage)."""
+def _held(tensor: torch.Tensor) -> tuple[Any, int] | None:
+    """The tensor's storage and where its data lives (equal for a tensor, its views and its `.detach()`); None where
+    not readable (a tensor subclass without storage)."""
     try:
-        return int(tensor.untyped_storage().data_ptr()) or None
+        held = tensor.untyped_storage()
+        return (held, address) if (address := int(held.data_ptr())) else None
     except Exception:  # DTensor, fake or meta tensors: no storage to compare
         return None
+
+
+def _storage(tensor: torch.Tensor) -> int | None:
+    return found[1] if (found := _held(tensor)) is not None else None
 
 
 @dataclass(eq=False)
@@ -114,9 +119,10 @@ class ForwardTracker:
         tensor: `generator(z).detach()` drops the output tensor at once and keeps its storage, which is what a
         discriminator is then fed; none kept alive)."""
         for tensor in tensors(output):
-            if len(self.outputs) < MAX_OUTPUTS and (storage := _storage(tensor)) is not None:
+            if len(self.outputs) < MAX_OUTPUTS and (found := _held(tensor)) is not None:
+                held, storage = found
                 try:
-                    self.outputs.append((weakref.ref(tensor.untyped_storage()), storage))
+                    self.outputs.append((weakref.ref(held), storage))
                 except TypeError:  # a storage Python cannot refer to weakly: the tensor, as long as it lives
                     self.outputs.append((weakref.ref(tensor), storage))
 
