@@ -8,7 +8,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from ddpcli.script.flow import origins, training_loaders
+from ddpcli.script.flow import backward_sources, origins, training_loaders
 from ddpcli.script.frameworks import OPTIMIZER_CLASSES
 from ddpcli.script.reader import Reader, dotted, import_aliases, keyword, last_name, string_value
 
@@ -31,6 +31,9 @@ def _optimizer_class(name: str) -> bool:
     return last in OPTIMIZER_CLASSES or (head in OPTIMIZER_MODULES and last[:1].isupper())
 
 
+CONTAINERS = (cst.Dict, cst.List, cst.Tuple, cst.Set)  # literals whose elements are values the script keeps
+
+
 @dataclass
 class Facts(Reader):
     """The script as ddpcli.script.reader reads it (names resolved through imports and scopes), with what the
@@ -40,6 +43,7 @@ class Facts(Reader):
     feeding_elsewhere: dict[str, tuple[tuple[str, ...], frozenset[str]]] = field(default_factory=dict)
     # functions of the program's other files whose parameters reach a backward (ddpcli.port.program)
     loaders_elsewhere: frozenset[str] = frozenset()  # functions of the program's other files returning a DataLoader
+    _backward_sources: list[cst.CSTNode] | None = None
     _training_loaders: list[cst.Call] | None = None
     _own_optimizers: set[str] | None = None
 
@@ -156,9 +160,16 @@ class Facts(Reader):
                     return statement
         return None
 
+    def backward_sources(self) -> list[cst.CSTNode]:
+        """Every expression a back-propagated loss is computed from (ddpcli.script.flow), worked out once a file:
+        the program's facts, the sampler and the model's methods ask it."""
+        if self._backward_sources is None:
+            self._backward_sources = backward_sources(self)
+        return self._backward_sources
+
     def training_loaders(self) -> list[cst.Call]:
         """The loader calls whose batches reach the back-propagated loss (ddpcli.script.flow), whatever their names;
         worked out once a port (the rules ask it per loader)."""
         if self._training_loaders is None:
-            self._training_loaders = training_loaders(self)
+            self._training_loaders = training_loaders(self, self.backward_sources())
         return self._training_loaders

@@ -120,7 +120,7 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
         if facts.optimizer_calls():
             found.optimizers.add(name)
         found.steps = found.steps or (name != "__main__" and bool(facts.step_calls()))
-        found.feeding[name] = feeding_parameters(facts)
+        found.feeding[name] = feeding_parameters(facts, facts.backward_sources())
         found.loader_functions[name] = loader_functions(facts)
     return found
 

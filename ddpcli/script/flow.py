@@ -37,29 +37,37 @@ def is_loader(reader: Reader, node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Call) and reader.resolve(node).rsplit(".", 1)[-1] in LOADER_CLASSES
 
 
-def training_loaders(reader: Reader) -> list[cst.Call]:
-    """The loader calls whose batches reach a back-propagated loss, in source order."""
-    reached: set[cst.CSTNode] = set()
+def backward_sources(reader: Reader) -> list[cst.CSTNode]:
+    """Every expression a back-propagated loss is computed from (`sources` of each `.backward()`'s receiver), each
+    once, in the order reached: what the port's rules ask of the training path (its loaders, the model's methods)."""
+    reached: dict[cst.CSTNode, None] = {}
     for call in backward_calls(reader):
         assert isinstance(call.func, cst.Attribute)
-        reached |= {node for node in sources(reader, call.func.value) if is_loader(reader, node)}
-    return [call for call in reader.calls if call in reached]
+        reached.update(dict.fromkeys(sources(reader, call.func.value)))
+    return list(reached)
 
 
-def feeding_parameters(reader: Reader) -> dict[str, tuple[tuple[str, ...], frozenset[str]]]:
+def training_loaders(reader: Reader, reached: list[cst.CSTNode] | None = None) -> list[cst.Call]:
+    """The loader calls whose batches reach a back-propagated loss, in source order (`reached`: the file's
+    backward_sources, where the caller has them)."""
+    loaders = {node for node in (backward_sources(reader) if reached is None else reached) if is_loader(reader, node)}
+    return [call for call in reader.calls if call in loaders]
+
+
+def feeding_parameters(
+    reader: Reader, reached: list[cst.CSTNode] | None = None
+) -> dict[str, tuple[tuple[str, ...], frozenset[str]]]:
     """For each function of the file whose parameters reach a back-propagated loss (`def train(model, loader,
     optimizer): for x, y in loader: ... loss.backward()`): its name, its parameters in order (a method's without
     `self` / `cls`), and those that feed the loss. What another file of the program hands to such a parameter is
-    training data (ddpcli.port.program)."""
+    training data (ddpcli.port.program). `reached`: the file's backward_sources, where the caller has them."""
     found: dict[str, tuple[tuple[str, ...], set[str]]] = {}
-    for call in backward_calls(reader):
-        assert isinstance(call.func, cst.Attribute)
-        for node in sources(reader, call.func.value):
-            function = _function_of(reader, node) if isinstance(node, cst.Param) else None
-            if function is None or not isinstance(node, cst.Param):
-                continue
-            params = tuple(p.name.value for p in function.params.params if p.name.value not in ("self", "cls"))
-            found.setdefault(_called_as(reader, function), (params, set()))[1].add(node.name.value)
+    for node in backward_sources(reader) if reached is None else reached:
+        function = _function_of(reader, node) if isinstance(node, cst.Param) else None
+        if function is None or not isinstance(node, cst.Param):
+            continue
+        params = tuple(p.name.value for p in function.params.params if p.name.value not in ("self", "cls"))
+        found.setdefault(_called_as(reader, function), (params, set()))[1].add(node.name.value)
     return {name: (params, frozenset(feeding)) for name, (params, feeding) in found.items()}
 
 

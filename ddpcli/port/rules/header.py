@@ -99,26 +99,25 @@ class _DDPModel(DistributedDataParallel):
         module = self.module
         method = getattr(module, name)
 
-        def once(*args, **kwargs):
-            restore()
-            return method(*args, **kwargs)
-
-        def restore():
-            if own is None:
-                module.__dict__.pop("forward", None)
-            else:
-                module.forward = own
-
         def through_forward(*args, **kwargs):
-            nonlocal own
             own = module.__dict__.get("forward")
+
+            def restore():
+                if own is None:
+                    module.__dict__.pop("forward", None)
+                else:
+                    module.forward = own
+
+            def once(*inner, **named):
+                restore()
+                return method(*inner, **named)
+
             module.forward = once
             try:
                 return self(*args, **kwargs)
             finally:
                 restore()
 
-        own = None
         return through_forward
 '''
 SCRIPT_MODEL = '''

@@ -146,7 +146,8 @@ def _pure(port: Port, call: cst.Call) -> bool:
         return call.func.value in PURE_BUILTINS and port.facts.resolve(call) in ("", call.func.value)
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in PURE_METHODS:
         return not isinstance(call.func.value, cst.Name) or call.func.value.value not in port.facts.functions
-    return port.facts.resolve(call).startswith(PURE_MODULES) and port.facts.resolve(call) not in ("torch.save",)
+    name = port.facts.resolve(call)
+    return name.startswith(PURE_MODULES) and name != "torch.save"
 
 
 def _runs_more_than_writes(port: Port, block: cst.With) -> bool:

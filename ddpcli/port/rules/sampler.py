@@ -13,7 +13,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, last_name, string_value
 from ddpcli.port.rules.training import Training
-from ddpcli.script.flow import backward_calls, origins, sources
+from ddpcli.script.flow import origins
 
 # Samplers `_ddp_shard` shards (a DistributedSampler, a split's indices kept, draws with replacement shared out);
 # any other is the script's own.
@@ -326,7 +326,7 @@ def _shard_returned_elsewhere(port: Port) -> None:
     facts, made = port.facts, port.facts.loaders_elsewhere
     if not made:
         return
-    reached = {node for backward in backward_calls(facts) for node in sources(facts, backward.func.value)}  # type: ignore[attr-defined]
+    reached = set(facts.backward_sources())
     for call in facts.calls:
         name = last_name(call)
         if name not in made or name in facts.functions or call not in reached:

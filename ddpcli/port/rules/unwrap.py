@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import libcst as cst
 
 from ddpcli.port.context import Port
-from ddpcli.port.facts import dotted
-from ddpcli.script.flow import backward_calls, origins, sources
+from ddpcli.port.facts import CONTAINERS, dotted
+from ddpcli.script.flow import origins
 
 PASSES_THROUGH = {
     "train", "eval", "parameters", "to", "cuda", "cpu", "zero_grad", "requires_grad_", "apply", "forward", "half",
@@ -62,9 +62,6 @@ def apply(port: Port) -> None:
                             "it back")  # fmt: skip
 
 
-CONTAINERS = (cst.Dict, cst.List, cst.Tuple, cst.Set)
-
-
 def _saved_models(port: Port, saved: cst.CSTNode, models: set[str], depth: int = 0) -> Iterator[cst.CSTNode]:
     """The wrapped models `torch.save` pickles: the object saved, or a value of the dict, list or tuple it is, written
     in the call or bound to the name saved (`state = {'net': net, ...}; torch.save(state, path)`), nested too."""
@@ -85,21 +82,19 @@ def _saved_models(port: Port, saved: cst.CSTNode, models: set[str], depth: int =
 
 def _through_forward(port: Port) -> set[cst.Attribute]:
     """Rewrite each call of a model's method whose value a backward is computed from; the methods' attributes."""
-    facts, done = port.facts, set()
-    for backward in backward_calls(facts):
-        assert isinstance(backward.func, cst.Attribute)
-        for node in sources(facts, backward.func.value):
-            if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)) or node.func in done:
-                continue
-            method = node.func.attr.value
-            if method in PASSES_THROUGH or method.startswith("__") or not _a_model(port, node.func.value):
-                continue
-            done.add(node.func)
-            port.needs.add("forward")
-            port.edits.rewrite(node, lambda call, method=method: call.with_changes(func=_through(call, method)))
-            port.change(node, "ddp_forward", f"{port.code(node.func)}(...): its result is back-propagated, so under "
-                        "torchrun it runs as DDP's forward (called past the wrapper, the backward would all-reduce "
-                        "nothing and each rank step on its own)")  # fmt: skip
+    done = set()
+    for node in port.facts.backward_sources():
+        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+            continue
+        method = node.func.attr.value
+        if method in PASSES_THROUGH or method.startswith("__") or not _a_model(port, node.func.value):
+            continue
+        done.add(node.func)
+        port.needs.add("forward")
+        port.edits.rewrite(node, lambda call, method=method: call.with_changes(func=_through(call, method)))
+        port.change(node, "ddp_forward", f"{port.code(node.func)}(...): its result is back-propagated, so under "
+                    "torchrun it runs as DDP's forward (called past the wrapper, the backward would all-reduce "
+                    "nothing and each rank step on its own)")  # fmt: skip
     return done
 
 

@@ -18,7 +18,7 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.edits import expression
-from ddpcli.port.facts import dotted
+from ddpcli.port.facts import CONTAINERS, dotted
 from ddpcli.port.rules import unused
 from ddpcli.port.rules.training import Training, parameter_for
 from ddpcli.script.flow import held
@@ -88,9 +88,6 @@ def wrap_point(port: Port, optimizer: cst.Call, model: str) -> tuple[cst.BaseSta
     return (capture, False) if capture is not None else (level, False)
 
 
-CONTAINERS = (cst.List, cst.Tuple, cst.Set, cst.Dict)
-
-
 def _first_capture(
     port: Port, before: list[cst.BaseStatement], assigned: list[cst.CSTNode], model: str
 ) -> cst.BaseStatement | None:
@@ -103,17 +100,16 @@ def _first_capture(
     if not holders:
         return None
     for statement in before[holders[-1] + 1 :]:
-        for node in port.facts.walk(statement):
-            kept = isinstance(node, CONTAINERS) or (isinstance(node, cst.Assign) and dotted(node.value) == model)
-            if kept and _holds(port, node, model):
-                return statement
+        if any(_keeps(node, model) for node in port.facts.walk(statement)):
+            return statement
     return None
 
 
-def _holds(port: Port, node: cst.CSTNode, model: str) -> bool:
+def _keeps(node: cst.CSTNode, model: str) -> bool:
+    """`other = model`, or a list, tuple, set or dict written with the model among its values."""
     if isinstance(node, cst.Assign):
-        return True
-    values = [getattr(element, "value", None) for element in getattr(node, "elements", ())]
+        return dotted(node.value) == model
+    values = [getattr(element, "value", None) for element in node.elements] if isinstance(node, CONTAINERS) else []
     return any(value is not None and dotted(value) == model for value in values)
 
 
