@@ -1140,13 +1140,24 @@ for x, y in loader:
 @pytest.mark.parametrize("loop", ["for net, opt in zip(nets, opts):", "for index, opt in enumerate(opts):"])
 def test_optimizers_in_a_list_comprehension_stepped_in_a_zip_loop_are_optimizers(loop: str) -> None:
     """MorvanZhou's 504_batch_normalization: `opts = [Adam(net.parameters()) for net in nets]` stepped in a `zip`
-    loop was refused as a script that "updates its parameters by hand, with no torch.optim optimizer". It is ported,
-    and what it cannot wrap (a model of a list) is said, with the data left whole (no model wrapped)."""
+    loop was refused as a script that "updates its parameters by hand, with no torch.optim optimizer". It is ported:
+    each model of the list wrapped where the list is built, before the comprehension, and the loader sharded
+    (tests/test_port_program_e2e.py runs it)."""
     source = ZIPPED_OPTIMIZERS.replace("for net, opt in zip(nets, opts):", loop).replace("net(x)", "nets[0](x)")
     result = port(source)
-    assert result.not_ported, result.changes
-    assert not any("no torch.optim optimizer" in item.reason for item in result.not_ported)
-    assert "DistributedSampler(" not in "\n".join(lines_of(result)[-20:])
+    assert not result.not_ported, result.not_ported
+    lines = lines_of(result)
+    wrap = lines.index("nets = [_DDPModel(net) for net in nets]")
+    assert lines[wrap - 2 : wrap] == ["nets = [torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)]", "if _ddp:"]
+    assert lines[wrap + 1].startswith("opts = [")
+    assert "DistributedSampler(" in result.source or "_ddp_shard(" in result.source
+
+
+def test_a_list_of_models_the_port_cannot_read_is_said_not_guessed() -> None:
+    """`nets = make_nets()` from outside the file: what the list holds is not written where it is assigned."""
+    source = ZIPPED_OPTIMIZERS.replace("nets = [torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)]", "nets = make_nets()")
+    result = port("from factory import make_nets\n" + source)
+    assert any("cannot tell what nets holds" in item.reason for item in result.not_ported), result.not_ported
 
 
 CRITIC_EVERY_STEP = """\

@@ -25,7 +25,11 @@ corpus in pytorch/examples' word_language_model) loads under torchrun as under p
 A DataLoader one module builds and returns and another trains on, through a class's attribute (issue 48, class 3,
 found by the corpus) is sharded where it is trained on.
 
-Cost: 10 torchrun runs of 2 processes (about 6 s each here) and 23 python runs forked from tests/zygote."""
+Models kept in a list with an optimizer each built by a comprehension over it (issue 48, class 6, found by the
+corpus in MorvanZhou's batch normalization tutorial) are each wrapped, with find_unused_parameters where the class
+calls a layer only under a flag.
+
+Cost: 11 torchrun runs of 2 processes (about 6 s each here) and 25 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -219,3 +223,25 @@ def test_a_loader_another_module_builds_and_returns_is_sharded_where_it_is_train
     printed, zero, one = torchrun_ranks(port, "train_ddp.py")
     assert printed == "samples 32\n"  # rank 0's half of 2 epochs of 32
     assert_equal_ranks(zero, one, models=1)
+
+
+def test_models_kept_in_a_list_with_their_optimizers_built_over_it_are_each_wrapped(tmp_path: Path) -> None:
+    """Found by the corpus (MorvanZhou's 504_batch_normalization): `opts = [Adam(net.parameters()) for net in nets]`
+    named a comprehension's variable as the model, which no statement assigns: nothing was wrapped, nothing
+    sharded, two copies of one training. Each model of the list is wrapped where the list is, and the net that
+    never calls its input BatchNorm is wrapped with find_unused_parameters (DDP would wait for its gradients)."""
+    original, port = ported(tmp_path, SCRIPTS / "models_in_a_list.py")
+    expected = python(original, "models_in_a_list.py")
+    assert python(port, "models_in_a_list_ddp.py") == expected
+    assert str(torch.load(original / "nets.pt")) == str(torch.load(port / "nets.pt"))
+    printed, zero, one = torchrun_ranks(port, "models_in_a_list_ddp.py")
+    assert [line.split()[:4] for line in printed.splitlines()] == [["epoch", "0", "samples", "16"],
+                                                                   ["epoch", "1", "samples", "16"]]  # fmt: skip
+    # BatchNorm's running statistics are each rank's own on the CPU (no SyncBatchNorm without GPUs); DDP broadcasts
+    # rank 0's before each forward, so after the last step they differ: the parameters may not
+    statistics = ("running_mean", "running_var", "num_batches_tracked")
+    parameters = [[{k: v for k, v in model.items() if not k.endswith(statistics)} for model in rank]
+                  for rank in (zero, one)]  # fmt: skip
+    assert_equal_ranks(*parameters, models=2)
+    assert len(parameters[0][1]) == 6  # the BatchNorm's weight and bias, and two Linear layers'
+    assert list(torch.load(port / "nets.pt")[1]) == list(torch.load(original / "nets.pt")[1])  # the script's keys

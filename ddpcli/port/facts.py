@@ -10,6 +10,7 @@ import libcst as cst
 
 from ddpcli.script.flow import backward_sources, origins, training_loaders
 from ddpcli.script.frameworks import OPTIMIZER_CLASSES
+from ddpcli.script.layers import Layers
 from ddpcli.script.reader import Reader, dotted, import_aliases, keyword, last_name, string_value
 
 __all__ = ["Facts", "call_name", "dotted", "dotted_module", "import_aliases", "keyword", "last_name", "string_value"]
@@ -43,6 +44,8 @@ class Facts(Reader):
     feeding_elsewhere: dict[str, tuple[tuple[str, ...], frozenset[str]]] = field(default_factory=dict)
     # functions of the program's other files whose parameters reach a backward (ddpcli.port.program)
     loaders_elsewhere: frozenset[str] = frozenset()  # functions of the program's other files returning a DataLoader
+    program_classes: dict[str, Layers] = field(default_factory=dict)  # the classes of the program's files, with the
+    # layers their forward may not reach (ddpcli.script.layers)
     _backward_sources: list[cst.CSTNode] | None = None
     _training_loaders: list[cst.Call] | None = None
     _own_optimizers: set[str] | None = None

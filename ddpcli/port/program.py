@@ -21,6 +21,7 @@ from ddpcli.errors import UserError
 from ddpcli.port.facts import Facts
 from ddpcli.port.records import Change, NotPorted, PortResult
 from ddpcli.script.flow import feeding_parameters, loader_functions
+from ddpcli.script.layers import Layers, classes_of
 from ddpcli.script.modules import absolute, imported_names, module_file
 from ddpcli.script.reader import dotted
 from ddpcli.script.source import Source, parse_ast, read
@@ -91,6 +92,8 @@ class ProgramFacts:
     # DataLoader they build (ddpcli.script.flow.loader_functions)
     feeding: dict[str, dict[str, tuple[tuple[str, ...], frozenset[str]]]] = field(default_factory=dict)
     # file -> {function name: (its parameters, those reaching a backward)} (ddpcli.script.flow.feeding_parameters)
+    classes: dict[str, Layers] = field(default_factory=dict)  # class -> what it builds and may not reach, of every
+    # file (ddpcli.script.layers; a name two files define: both classes' layers)
 
     def trains_elsewhere(self, name: str, script_wraps: bool = False) -> bool:
         """Whether a file of the program besides `name` may wrap a model, whose data `name`'s loaders may be: the
@@ -122,6 +125,13 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
         found.steps = found.steps or (name != "__main__" and bool(facts.step_calls()))
         found.feeding[name] = feeding_parameters(facts, facts.backward_sources())
         found.loader_functions[name] = loader_functions(facts)
+        for cls, layers in classes_of(facts.module).items():
+            known = found.classes.get(cls, Layers())
+            unreached = sorted({*known.unreached, *layers.unreached})
+            found.classes[cls] = Layers(unreached, [*known.classes, *layers.classes])
+    for module in modules.values():
+        if module.facts is not None:
+            module.facts.program_classes = found.classes
     return found
 
 

@@ -21,7 +21,8 @@ from ddpcli.port.edits import expression
 from ddpcli.port.facts import CONTAINERS, dotted
 from ddpcli.port.rules import unused
 from ddpcli.port.rules.training import Training, parameter_for
-from ddpcli.script.flow import held
+from ddpcli.script.flow import held, origins
+from ddpcli.script.layers import classes_of, unreached_in
 
 PARAMETER_METHODS = ("parameters", "named_parameters")
 STILL_THE_MODEL = ("the wrapper (_DDPModel) is still the script's model for its attributes, methods, state_dict and "
@@ -148,12 +149,16 @@ def _wrapping(port: Port, statement: cst.BaseStatement, model: str) -> str:
     return _wrap_code(port, statement, model)
 
 
-def _wrap_code(port: Port, statement: cst.CSTNode, model: str) -> str:
-    """`if _ddp: model = DistributedDataParallel(model)`, then each rank's randomness its own (once per script):
+def _wrap_code(port: Port, statement: cst.CSTNode, model: str, each: str = "") -> str:
+    """`if _ddp: model = DistributedDataParallel(model)` (for a list of models, `each` the name its comprehension
+    gave one: `nets = [_DDPModel(net) for net in nets]`), then each rank's randomness its own (once per script):
     where training starts, if that is later in the same block (what is drawn before it, a random split of the data
     or synthetic data, stays rank 0's on every rank), else right after the wrap."""
-    wrapped = f"_DDPModel({_ddp_arguments(port, model)})"
-    code = f"if _ddp:\n{_sync_batchnorm(port, model)}    {model} = {wrapped}\n"
+    one = each or model
+    wrapped = f"_DDPModel({_ddp_arguments(port, model, one, f'each model of {model}' if each else model)})"
+    if each:
+        wrapped = f"[{wrapped} for {each} in {model}]"
+    code = f"if _ddp:\n{_sync_batchnorm(port, model, each)}    {model} = {wrapped}\n"
     port.needs.add("seed")
     start = _training_after(port, statement)
     if start is None:
@@ -171,16 +176,45 @@ def _wrap_code(port: Port, statement: cst.CSTNode, model: str) -> str:
     return code
 
 
-def _ddp_arguments(port: Port, model: str) -> str:
-    """`model`, and `find_unused_parameters=True` where the script drops an output only some layers make."""
+def _ddp_arguments(port: Port, model: str, one: str, label: str) -> str:
+    """`one` (the model, or the name a list's comprehension gives each of its models), and
+    `find_unused_parameters=True` where the script drops an output only some layers make, or the model's class
+    builds a layer its forward may not reach."""
     found = unused.dropped_layers(port, model)
-    if found is None:
-        return model
-    call, layers = found
-    port.change(call, "ddp_wrap", f"{model} wrapped with find_unused_parameters=True: this call drops the output of "
-                f"{', '.join(layers)}, whose parameters then get no gradient in that backward (without it, DDP waits "
-                "for them and the next forward fails)")  # fmt: skip
-    return f"{model}, find_unused_parameters=True"
+    if found is not None:
+        call, layers = found
+        port.change(call, "ddp_wrap", f"{label} wrapped with find_unused_parameters=True: this call drops the output "
+                    f"of {', '.join(layers)}, whose parameters then get no gradient in that backward (without it, DDP "
+                    "waits for them and the next forward fails)")  # fmt: skip
+        return f"{one}, find_unused_parameters=True"
+    unreached = _unreached_layers(port, model)
+    if not unreached:
+        return one
+    named = "; ".join(f"{cls}.{', '.join(layers)}" for cls, layers in unreached.items())
+    port.change(port.facts.statement(_assigned(port, model)[0]), "ddp_wrap", f"{label} wrapped with "
+                f"find_unused_parameters=True: its class builds layers its forward calls only under a condition, or "
+                f"never ({named}), whose parameters then get no gradient in a backward (without it, DDP waits for "
+                "them and the next forward fails)")  # fmt: skip
+    return f"{one}, find_unused_parameters=True"
+
+
+def _unreached_layers(port: Port, model: str) -> dict[str, list[str]]:
+    """The classes `model` is built from (`model = Net()`, `nets = [Net(False), Net(True)]`), in this file or
+    another of the program, with the layers their forward may not reach (ddpcli.script.layers)."""
+    known = {**port.facts.program_classes, **classes_of(port.facts.module)}
+    ends = [end for value in _assigned(port, model) for end in origins(port.facts, value)]
+    classes = [dotted(end.func).rsplit(".", 1)[-1] for end in ends if isinstance(end, cst.Call)]
+    return unreached_in(known, list(dict.fromkeys(classes)))
+
+
+def _assigned(port: Port, model: str) -> list[cst.BaseExpression]:
+    """What the script assigns to `model` (`model = Net().to(device)`, `nets = [Net(False), Net(True)]`), in any
+    scope: the value of each single-target assignment naming it."""
+    return [
+        node.value
+        for node in port.facts.walk(port.facts.module)
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and dotted(node.targets[0].target) == model
+    ]
 
 
 def _training_after(port: Port, statement: cst.CSTNode) -> cst.BaseStatement | None:
@@ -228,13 +262,49 @@ def _wrap_at_calls(port: Port, helper: str, function: cst.FunctionDef | cst.Lamb
                     f"ranks; {STILL_THE_MODEL}")  # fmt: skip
 
 
-def _sync_batchnorm(port: Port, model: str) -> str:
+def _iterated(port: Port, optimizer: cst.Call, model: str) -> str | None:
+    """`nets` where the model is the variable of a comprehension or loop over the list that holds the models, and
+    the optimizer is built inside it: `[Adam(net.parameters()) for net in nets]`, `for net in nets: opts.append()`."""
+    for node in port.facts.walk(optimizer):
+        if isinstance(node, cst.Name) and node.value == model and port.facts.is_variable(node):
+            for binder in port.facts.values_of(node):
+                if isinstance(binder, cst.CompFor | cst.For) and dotted(binder.target) == model:
+                    return dotted(binder.iter) or None
+    return None
+
+
+def _wrap_each(port: Port, optimizer: cst.Call, container: str, model: str) -> None:
+    """`if _ddp: nets = [_DDPModel(net) for net in nets]`, where the list is assigned, before the optimizers are
+    built from its models: a list the script writes out (its models are what it holds), else said, not guessed."""
+    ends = [end for value in _assigned(port, container) for end in origins(port.facts, value, into_containers=False)]
+    point = wrap_point(port, optimizer, container) if ends else None
+    if point is None or not all(isinstance(end, cst.List | cst.Tuple | cst.ListComp) for end in ends):
+        port.cannot(optimizer, f"{model}: each model of {container} has an optimizer built here, and the port cannot "
+                    f"tell what {container} holds where it is assigned; wrap each in DistributedDataParallel "
+                    "yourself once it is on its device")  # fmt: skip
+        return
+    statement, after = point
+    code = _wrap_code(port, statement, container, each=model)
+    (port.edits.insert_after if after else port.edits.insert_before)(statement, code)
+    port.needs.add("ddp")
+    port.needs_group_here(statement)
+    if container not in port.models:
+        port.models.append(container)
+    port.change(optimizer, "ddp_wrap", f"each model of {container} wrapped in DistributedDataParallel under torchrun, "
+                "after the list is built and before the optimizers built from its models: each backward averages "
+                f"its gradients across ranks, so every rank steps the same; {STILL_THE_MODEL}")  # fmt: skip
+
+
+def _sync_batchnorm(port: Port, model: str, each: str = "") -> str:
     """A script with BatchNorm: on GPUs its statistics over the global batch, as one device computed them over B
     (SyncBatchNorm runs on GPUs only: on the CPU each rank keeps its own, and compare names the difference)."""
     if not port.facts.builds_layer("BatchNorm"):
         return ""
+    converted = f"torch.nn.SyncBatchNorm.convert_sync_batchnorm({each or model})"
+    if each:
+        converted = f"[{converted} for {each} in {model}]"
     return (f"    if torch.cuda.is_available():  # BatchNorm statistics over the global batch, as on one device\n"
-            f"        {model} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model})\n")  # fmt: skip
+            f"        {model} = {converted}\n")  # fmt: skip
 
 
 def apply(port: Port) -> None:
@@ -254,6 +324,10 @@ def apply(port: Port) -> None:
             if moved:  # the DDP tutorial's Trainer: `self.model = model.to(gpu_id)` after the optimizer is built
                 for statement, target in moved:
                     _wrap_after(port, optimizer, statement, target)
+                continue
+            container = _iterated(port, optimizer, model)
+            if container is not None:  # `opts = [Adam(net.parameters()) for net in nets]`: each model of the list
+                _wrap_each(port, optimizer, container, model)
                 continue
             point = wrap_point(port, optimizer, model)
             if point is None:

@@ -1,0 +1,145 @@
+"""The layers a model class builds that its training forward may not reach: built in `__init__`, called in
+`forward` only under a condition (`if self.do_bn: x = self.bn_input(x)`, MorvanZhou's batch normalization net), or
+never. DistributedDataParallel waits, in every backward, for a gradient of each parameter that requires one; a
+parameter no forward used never gets one, and the next forward fails ("Expected to have finished reduction in the
+prior iteration") unless the wrap says `find_unused_parameters=True`.
+
+Read from the class's syntax tree: the `self.<name> = <Class>(...)` assignments of `__init__` (a class built: a
+layer, a block of the project's, an `nn.Parameter`), and the `self.<name>` references of `forward` and of the
+methods it calls, each either reached on every call or under an `if`, a conditional expression, the right side of
+`and`/`or`, an `except` or a `case`. A body under `if self.training:` is reached: DDP's backward follows a training
+forward. A forward that reaches its layers by name at run time (`getattr(self, ...)`, `self.children()`) is not
+judged. A class's own blocks are asked the same (`self.block = Block()`, Block's forward with an optional
+layer): their unused parameters are the model's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ddpcli.script.reader import dotted
+
+# Classes torch.nn builds without parameters: an unreached one makes DDP wait for nothing.
+PARAMETERLESS = frozenset({
+    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Identity", "Flatten", "Unflatten",
+    "ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Softmax",
+    "LogSoftmax", "Softplus", "Hardtanh", "Hardswish", "Hardsigmoid", "MaxPool1d", "MaxPool2d", "MaxPool3d",
+    "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Upsample", "PixelShuffle", "ZeroPad2d",
+})  # fmt: skip
+BY_NAME = frozenset({"getattr", "children", "named_children", "modules", "named_modules", "_modules", "__dict__"})
+
+
+@dataclass(frozen=True)
+class Layers:
+    """What one class builds: the layers its forward may not reach, and the classes of the layers it builds."""
+
+    unreached: list[str] = field(default_factory=list)
+    classes: list[str] = field(default_factory=list)
+
+
+def layers_of(cls: cst.ClassDef) -> Layers:
+    """The layers `cls` builds in `__init__` that its forward reaches only under a condition, or not at all."""
+    methods = {item.name.value: item for item in cls.body.body if isinstance(item, cst.FunctionDef)}
+    if "__init__" not in methods:
+        return Layers()
+    built = _built(methods["__init__"])
+    classes = list(dict.fromkeys(built.values()))
+    if "forward" not in methods:
+        return Layers(classes=classes)  # inherited: what the base class calls is not read here
+    reached: set[str] = set()
+    queue, visited = ["forward"], set()
+    while queue:
+        method = queue.pop()
+        if method in visited:
+            continue
+        visited.add(method)
+        references = _references(methods[method])
+        if references is None:
+            return Layers(classes=classes)
+        for name, conditional in references:
+            if not conditional:
+                reached.add(name)
+                if name in methods:
+                    queue.append(name)
+    return Layers(sorted(name for name in built if name not in reached), classes)
+
+
+def classes_of(module: cst.Module) -> dict[str, Layers]:
+    """Every class of a file, by name, with what it builds."""
+    found: dict[str, Layers] = {}
+    queue: list[cst.CSTNode] = [module]
+    while queue:
+        node = queue.pop()
+        if isinstance(node, cst.ClassDef):
+            found[node.name.value] = layers_of(node)
+        queue += [child for child in node.children if not isinstance(child, cst.FunctionDef)]
+    return found
+
+
+def unreached_in(classes: dict[str, Layers], names: list[str]) -> dict[str, list[str]]:
+    """The layers the models of classes `names` may not reach: each class's own, and those of the classes its
+    layers are built from (known ones: the program's), by class."""
+    found: dict[str, list[str]] = {}
+    queue, seen = list(names), set()
+    while queue:
+        name = queue.pop(0)
+        if name in seen or name not in classes:
+            continue
+        seen.add(name)
+        if classes[name].unreached:
+            found[name] = classes[name].unreached
+        queue += classes[name].classes
+    return found
+
+
+def _built(init: cst.FunctionDef) -> dict[str, str]:
+    """`name -> SomeClass` for each `self.name = SomeClass(...)` in `__init__`: a class torch.nn builds without
+    parameters, or a loss, left out."""
+    found: dict[str, str] = {}
+    queue: list[cst.CSTNode] = [init.body]
+    while queue:
+        node = queue.pop()
+        queue += [child for child in node.children if not isinstance(child, cst.FunctionDef | cst.ClassDef)]
+        if not isinstance(node, cst.Assign | cst.AnnAssign) or not isinstance(node.value, cst.Call):
+            continue
+        built = dotted(node.value.func).rsplit(".", 1)[-1]
+        if not built[:1].isupper() or built in PARAMETERLESS or built.endswith("Loss"):
+            continue
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        for target in targets:
+            if isinstance(target, cst.Attribute) and dotted(target.value) == "self":
+                found.setdefault(target.attr.value, built)
+    return found
+
+
+def _references(method: cst.FunctionDef) -> list[tuple[str, bool]] | None:
+    """Each `self.<name>` the method reads, and whether it is read only under a condition; None where the method
+    reaches its attributes by name at run time."""
+    found: list[tuple[str, bool]] = []
+    queue: list[tuple[cst.CSTNode, bool]] = [(method.body, False)]
+    while queue:
+        node, conditional = queue.pop()
+        if (isinstance(node, cst.Name) and node.value in BY_NAME) or (
+            isinstance(node, cst.Attribute) and node.attr.value in BY_NAME and dotted(node.value) == "self"
+        ):
+            return None
+        if isinstance(node, cst.Attribute) and dotted(node.value) == "self":
+            found.append((node.attr.value, conditional))
+        queue += [(child, conditional or under) for child, under in _children(node)]
+    return found
+
+
+def _children(node: cst.CSTNode) -> list[tuple[cst.CSTNode, bool]]:
+    """A node's children, each with whether reaching it depends on a condition the node tests."""
+    if isinstance(node, cst.If):
+        always = dotted(node.test) == "self.training"  # the training forward takes this branch
+        return [(node.test, False), (node.body, not always)] + ([(node.orelse, True)] if node.orelse else [])
+    if isinstance(node, cst.IfExp):
+        return [(node.test, False), (node.body, True), (node.orelse, True)]
+    if isinstance(node, cst.BooleanOperation):
+        return [(node.left, False), (node.right, True)]
+    if isinstance(node, cst.ExceptHandler | cst.MatchCase):
+        return [(child, True) for child in node.children]
+    return [(child, False) for child in node.children]
