@@ -1121,6 +1121,19 @@ def test_a_slice_along_a_later_axis_is_not_a_batch() -> None:
     assert any("same samples" in item.reason for item in result.not_ported), result.not_ported
 
 
+def test_data_sliced_by_hand_is_named_at_its_slices_and_where_it_comes_from() -> None:
+    """Found by the corpus (yunjey's language model, its ids from data_utils' Corpus.get_data): with no DataLoader
+    the note named the backward's line, not what the user must shard: the slices the loop cuts and the data's
+    assignment."""
+    source = SHIFTED_TARGETS.replace("data = torch.arange(41.)", "data = Corpus().get_data('train.txt', 2)").replace(
+        "data[i:i+seq_length]", "data[:, i:i+seq_length]").replace("data[(i+1):(i+1)+seq_length]",
+        "data[:, (i+1):(i+1)+seq_length]").replace("data.size(0)", "data.size(1)")  # fmt: skip
+    result = port("from data_utils import Corpus\n" + source)
+    assert [item.line for item in result.not_ported] == [9, 10], result.not_ported
+    named = "data[:, i:i+seq_length]; data, from Corpus().get_data('train.txt', 2) at line 4"
+    assert named in result.not_ported[0].reason
+
+
 ZIPPED_OPTIMIZERS = """\
 import torch
 from torch.utils.data import DataLoader, TensorDataset

@@ -149,9 +149,16 @@ def _no_loader_note(port: Port) -> None:
                         "trained model in DistributedDataParallel and shard its loader yourself")  # fmt: skip
         return
     if not kinds & {"sampler", "hand_batches"} and not port.loaders_not_ported:
-        step = steps[0]
-        port.cannot(step, "no training DataLoader found for this step's data: every rank would train on the "
-                    "same samples; shard them by _ddp_rank and _ddp_world")  # fmt: skip
+        sliced = hand_batching.hand_slices(port)
+        for piece, data in sliced:
+            port.cannot(
+                piece,
+                f"data sliced by hand ({port.code(piece)}; {data}) with no DataLoader: every rank "
+                "would train on the same samples; give each rank its share by _ddp_rank and _ddp_world",
+            )
+        if not sliced:
+            port.cannot(steps[0], "no training DataLoader found for this step's data: every rank would train on "
+                        "the same samples; shard them by _ddp_rank and _ddp_world")  # fmt: skip
 
 
 def port_script(path: Path) -> PortResult:

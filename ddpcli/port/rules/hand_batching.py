@@ -85,6 +85,37 @@ def _feeds_training(port: Port, training: Training, call: cst.Call) -> bool:
     return isinstance(parent, cst.Assign) and any("train" in dotted(t.target).lower() for t in parent.targets)
 
 
+def hand_slices(port: Port) -> list[tuple[cst.Subscript, str]]:
+    """The slices a loop that steps cuts the step's data with, by its own variable (`ids[:, i:i+seq_length]` in
+    `for i in range(0, ids.size(1) - seq_length, seq_length)`, yunjey's language model), each with where the data
+    sliced was assigned: what a step with no DataLoader trains on, to name where no rule could shard it."""
+    facts = port.facts
+    training = Training(facts)
+    found: list[tuple[cst.Subscript, str]] = []
+    for source in facts.backward_sources():
+        for node in facts.walk(source):
+            if not isinstance(node, cst.Subscript) or any(node is seen for seen, _ in found):
+                continue
+            bounds = {n.value for e in node.slice if isinstance(e.slice, cst.Slice) for n in facts.walk(e.slice)
+                      if isinstance(n, cst.Name)}  # fmt: skip
+            loops = [loop for loop in facts.loops_around(node) if isinstance(loop, cst.For) and training.steps_in(loop)]
+            if any(isinstance(loop.target, cst.Name) and loop.target.value in bounds for loop in loops):
+                found.append((node, _assigned_at(port, node.value)))
+    return found
+
+
+def _assigned_at(port: Port, data: cst.BaseExpression) -> str:
+    """`ids, from corpus.get_data(...) at line 25`: where the sliced data was last assigned, as far as the file says."""
+    name = dotted(data)
+    assigned = [node for node in port.facts.walk(port.facts.module) if isinstance(node, cst.Assign)
+                and any(dotted(target.target) == name for target in node.targets)]  # fmt: skip
+    if not name or not assigned:
+        return port.code(data)
+    value = port.code(assigned[-1].value)
+    value = value if len(value) <= 60 else value[:57] + "..."
+    return f"{name}, from {value} at line {port.facts.line(assigned[-1])}"
+
+
 def apply(port: Port, training: Training | None = None) -> None:
     facts = port.facts
     training = training or Training(facts)
