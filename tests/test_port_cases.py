@@ -1207,11 +1207,32 @@ def test_a_generator_stepped_every_few_critic_steps_is_not_accumulation() -> Non
     result = port(CRITIC_EVERY_STEP)
     assert "no_sync" not in kinds(result) and "no_sync" not in result.source
     every_iteration = "    optimizer_G.zero_grad()\n    if i % n_critic == 0:\n"
-    where_it_steps = "    if i % n_critic == 0:\n        optimizer_G.zero_grad()\n"
-    accumulating = CRITIC_EVERY_STEP.replace(every_iteration, where_it_steps)
-    assert "no_sync" in kinds(port(accumulating))  # zeroed only where it steps: the critic's passes add up
+    after_its_step = CRITIC_EVERY_STEP.replace(every_iteration, "    if i % n_critic == 0:\n").replace(
+        "        optimizer_G.step()\n", "        optimizer_G.step()\n        optimizer_G.zero_grad()\n")  # fmt: skip
+    accumulating = port(after_its_step)  # zeroed after its step: the critic's passes add up into the next
+    assert "no_sync" in kinds(accumulating)
+    assert "with generator.no_sync() if _ddp and not (i % n_critic == 0) else" in accumulating.source
     window = "    if i % n_critic == 1:\n        optimizer_G.zero_grad()\n    if i % n_critic == 0:\n"
     assert "no_sync" in kinds(port(CRITIC_EVERY_STEP.replace(every_iteration, window)))  # zeroed as a window opens
+
+
+def test_a_critic_stepped_every_iteration_is_never_under_no_sync() -> None:
+    """znxlwm's WGAN_GP (found by the corpus): the generator's optimizer is zeroed in its stepping branch, before
+    its own backward, and the critic's forward came first in the block: the critic's whole step went under
+    `D.no_sync()` though its optimizer steps every iteration, and the ranks' critics trained apart (0.003), exit 0.
+    Zeroed before its backward, nothing adds up: no accumulation; and no_sync only ever goes on the model the
+    stepping optimizer trains."""
+    where_it_steps = CRITIC_EVERY_STEP.replace(
+        "    optimizer_G.zero_grad()\n    if i % n_critic == 0:\n",
+        "    if i % n_critic == 0:\n        optimizer_G.zero_grad()\n",
+    )
+    assert "no_sync" not in port(where_it_steps).source
+    generator_feeds_the_critic = CRITIC_EVERY_STEP.replace(
+        "    optimizer_D.zero_grad()\n", "    optimizer_D.zero_grad()\n    real_score = discriminator(real)\n").replace(
+        "    optimizer_G.zero_grad()\n    if i % n_critic == 0:\n", "    if i % n_critic == 0:\n").replace(
+        "        optimizer_G.step()\n", "        optimizer_G.step()\n        optimizer_G.zero_grad()\n")  # fmt: skip
+    result = port(generator_feeds_the_critic)
+    assert "discriminator.no_sync()" not in result.source and "generator.no_sync()" in result.source
 
 
 READ_FIRST = """\

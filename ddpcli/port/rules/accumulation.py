@@ -1,6 +1,12 @@
 """Gradient accumulation: where the optimizer steps under a condition inside the loop that runs backward
 (`if (i + 1) % accum == 0: optimizer.step()`), the micro-batches that do not step skip DDP's all-reduce:
-their forward and backward run under `model.no_sync()`, the gradients only add up locally until the stepping one."""
+their forward and backward run under `model.no_sync()`, the gradients only add up locally until the stepping one.
+
+no_sync only saves all-reduces (averaged gradients summed are the sum averaged), but it is wrong on any other
+model: it goes on the model the stepping optimizer trains, never on one whose optimizer steps every iteration
+(znxlwm's WGAN_GP steps its critic every iteration and its generator every n_critic-th: the critic under
+no_sync trained apart on each rank). Where the stepped optimizer's gradients are zeroed before its own backward in
+the stepping branch, nothing adds up: no accumulation."""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted
+from ddpcli.port.rules.wrap import trained_models
+from ddpcli.script.flow import origins
 
 
 def apply(port: Port) -> None:
@@ -23,8 +31,11 @@ def apply(port: Port) -> None:
         condition = next((a for a in facts.ancestors(step) if a is loop or isinstance(a, cst.If)), None)
         if not isinstance(condition, cst.If) or not _counts_micro_batches(port, condition):
             continue
-        if _zeroed_every_iteration(port, step, loop):
+        if _zeroed_every_iteration(port, step, loop) or _zeroed_before_its_backward(port, step, condition):
             continue
+        stepped = _stepped_models(port, step)
+        if not stepped:
+            continue  # the model this optimizer trains is not known: every micro-batch all-reduces (right, slower)
         for call in facts.calls:
             if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"):
                 continue
@@ -37,8 +48,8 @@ def apply(port: Port) -> None:
             block = facts.block_of(last)
             body = list(block.body)
             end = body.index(last)
-            start = next((i for i, s in enumerate(body[: end + 1]) if _calls_a_model(port, s)), None)
-            model = next((m for m in port.models if start is not None and _calls(port, body[start], m)), None)
+            start = next((i for i, s in enumerate(body[: end + 1]) if any(_calls(port, s, m) for m in stepped)), None)
+            model = next((m for m in stepped if start is not None and _calls(port, body[start], m)), None)
             if start is None or model is None:
                 port.cannot(call, "an accumulation step without the model's forward in this block: wrap the "
                             "micro-batches that do not step in model.no_sync()")  # fmt: skip
@@ -102,6 +113,34 @@ def _counts_micro_batches(port: Port, condition: cst.If) -> bool:
     return condition.orelse is None and ("%" in test or "accum" in test)
 
 
+def _stepped_models(port: Port, step: cst.Call) -> list[str]:
+    """The wrapped models the stepped optimizer trains (`self.G` for `self.G_optimizer.step()`, built as
+    `Adam(self.G.parameters())`), by where the optimizer comes from."""
+    stepped = [step.func.value, *(arg.value for arg in step.args)] if isinstance(step.func, cst.Attribute) else []
+    found: list[str] = []
+    for node in stepped:
+        for end in origins(port.facts, node):
+            if isinstance(end, cst.Call) and port.facts.is_optimizer_call(end):
+                found += [model for model in trained_models(port, end) if model in port.models and model not in found]
+    return found
+
+
+def _zeroed_before_its_backward(port: Port, step: cst.Call, condition: cst.If) -> bool:
+    """The stepping branch zeroes the stepped optimizer's gradients before its own backward (`if i % n_critic ==
+    0: optimizer_G.zero_grad(); g_loss.backward(); optimizer_G.step()`): what the other iterations' backwards left
+    is discarded, nothing adds up into the step."""
+    stepped = {dotted(step.func.value), *(dotted(arg.value) for arg in step.args)} - {""}  # type: ignore[attr-defined]
+    zeroed = False
+    for node in port.facts.walk(condition.body):
+        if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+            continue
+        if node.func.attr.value == "zero_grad" and dotted(node.func.value) in stepped:
+            zeroed = True
+        elif node.func.attr.value == "backward":
+            return zeroed
+    return False
+
+
 def _zeroed_every_iteration(port: Port, step: cst.Call, loop: cst.CSTNode) -> bool:
     """The stepped optimizer's `zero_grad()` runs at every iteration of the loop (under no condition inside it):
     nothing adds up between its steps, so there is no accumulation (PyTorch-GAN's wgan_gp zeroes its generator's
@@ -119,7 +158,3 @@ def _zeroed_every_iteration(port: Port, step: cst.Call, loop: cst.CSTNode) -> bo
 
 def _calls(port: Port, statement: cst.CSTNode, model: str) -> bool:
     return any(isinstance(n, cst.Call) and dotted(n.func) == model for n in port.facts.walk(statement))
-
-
-def _calls_a_model(port: Port, statement: cst.CSTNode) -> bool:
-    return any(_calls(port, statement, model) for model in port.models)
