@@ -29,7 +29,10 @@ Models kept in a list with an optimizer each built by a comprehension over it (i
 corpus in MorvanZhou's batch normalization tutorial) are each wrapped, with find_unused_parameters where the class
 calls a layer only under a flag.
 
-Cost: 11 torchrun runs of 2 processes (about 6 s each here) and 25 python runs forked from tests/zygote."""
+A global model a function reads and builds its optimizer over every epoch (found by the corpus in meliketoy's
+wide-resnet) is wrapped once at the top level.
+
+Cost: 12 torchrun runs of 2 processes (about 6 s each here) and 27 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -245,3 +248,17 @@ def test_models_kept_in_a_list_with_their_optimizers_built_over_it_are_each_wrap
     assert_equal_ranks(*parameters, models=2)
     assert len(parameters[0][1]) == 6  # the BatchNorm's weight and bias, and two Linear layers'
     assert list(torch.load(port / "nets.pt")[1]) == list(torch.load(original / "nets.pt")[1])  # the script's keys
+
+
+def test_a_global_model_a_function_trains_is_wrapped_once_where_it_is_built(tmp_path: Path) -> None:
+    """Found by the corpus (meliketoy's wide-resnet): `net.training = True` in `train(epoch)` was read as an
+    assignment of `net`, the wrap went inside the function, and `net` became its local: UnboundLocalError under
+    plain python. An attribute set binds nothing; the function reads the global, so the wrap goes once at the top
+    level, after the model is built and on its device, before the loop that calls the function."""
+    original, port = ported(tmp_path, SCRIPTS / "global_model_train_fn.py")
+    assert python(original, "global_model_train_fn.py") == python(port, "global_model_train_fn_ddp.py")
+    assert str(torch.load(original / "net.pt")) == str(torch.load(port / "net.pt"))
+    printed, zero, one = torchrun_ranks(port, "global_model_train_fn_ddp.py")
+    assert printed == "epoch 0 samples 32\nepoch 1 samples 32\n"
+    assert_equal_ranks(zero, one, models=1)
+    assert list(torch.load(port / "net.pt")) == list(torch.load(original / "net.pt"))

@@ -35,6 +35,16 @@ def _optimizer_class(name: str) -> bool:
 CONTAINERS = (cst.Dict, cst.List, cst.Tuple, cst.Set)  # literals whose elements are values the script keeps
 
 
+def _bound(target: cst.CSTNode) -> list[cst.CSTNode]:
+    """What an assignment target binds: itself (`model`, `self.model`), each element of an unpacking; not a name it
+    only reads (`net.training = True` sets an attribute of net and leaves `net` bound as it was; `x[net] = 1`)."""
+    if isinstance(target, cst.Tuple | cst.List):
+        return [bound for element in target.elements for bound in _bound(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return _bound(target.value)
+    return [target] if isinstance(target, cst.Name | cst.Attribute) else []
+
+
 @dataclass
 class Facts(Reader):
     """The script as ddpcli.script.reader reads it (names resolved through imports and scopes), with what the
@@ -145,8 +155,7 @@ class Facts(Reader):
                 targets = [node.target]
             elif isinstance(node, cst.WithItem) and node.asname is not None:
                 targets = [node.asname.name]
-            flat = [n for target in targets for n in self.walk(target) if isinstance(n, cst.Name | cst.Attribute)]
-            if any(dotted(target) == name for target in flat):
+            if any(dotted(bound) == name for target in targets for bound in _bound(target)):
                 found.append(self.statement(node))
         return found
 

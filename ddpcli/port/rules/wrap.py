@@ -79,7 +79,7 @@ def wrap_point(port: Port, optimizer: cst.Call, model: str) -> tuple[cst.BaseSta
         if block is facts.module or (isinstance(scope, cst.FunctionDef) and block is scope.body):
             if model.split(".")[0] in _parameters_of(scope) | {"self"}:
                 break  # a model given to the function that trains it: wrapped there
-            return None
+            return _where_the_global_is(port, scope, model) if isinstance(scope, cst.FunctionDef) else None
         level = facts.statement(facts.parents[block])
     moves = re.compile(rf"^\s*{re.escape(model)}(\s*=\s*{re.escape(model)})?\s*\.\s*(to|cuda)\(")
     later = [s for s in body[index + 1 :] if moves.match(port.code(s))]
@@ -87,6 +87,47 @@ def wrap_point(port: Port, optimizer: cst.Call, model: str) -> tuple[cst.BaseSta
         return later[-1], True
     capture = _first_capture(port, body[:index], assigned, model)
     return (capture, False) if capture is not None else (level, False)
+
+
+def _where_the_global_is(port: Port, function: cst.FunctionDef, model: str) -> tuple[cst.BaseStatement, bool] | None:
+    """A function that builds its optimizer over a model it reads from the module (meliketoy's wide-resnet: `net`
+    built at the top level, `def train(epoch)` makes its SGD from `net.parameters()` every epoch): the wrap goes at
+    the top level, once, after the last statement there that assigns or moves the model before the function is
+    first called there, directly or through the script's functions (a later `net = ...`, a reload for testing, is
+    not what trains)."""
+    facts = port.facts
+    if "." in model:
+        return None
+    body = [s for s in facts.module.body if not isinstance(s, cst.FunctionDef | cst.ClassDef)]
+    callers = _callers(port, function.name.value)
+    calls = [i for i, statement in enumerate(body) if any(
+        isinstance(node, cst.Call) and dotted(node.func) in callers for node in facts.walk(statement))]  # fmt: skip
+    if not calls:
+        return None
+    tops = {id(_top_level(port, a)) for a in facts.assigned_in(facts.module, model)}
+    moves = re.compile(rf"\b{re.escape(model)}\s*\.\s*(to|cuda)\(")
+    before = [i for i in range(calls[0]) if id(body[i]) in tops or moves.search(port.code(body[i]))]
+    return (body[before[-1]], True) if before else None
+
+
+def _callers(port: Port, name: str) -> set[str]:
+    """`name` and the script's top-level functions that call it, however deep (`main()` calling `train(epoch)`)."""
+    functions = [s for s in port.facts.module.body if isinstance(s, cst.FunctionDef)]
+    found, grown = {name}, True
+    while grown:
+        grown = False
+        for function in functions:
+            if function.name.value not in found and any(isinstance(node, cst.Call) and dotted(node.func) in found
+                                                        for node in port.facts.walk(function)):  # fmt: skip
+                found.add(function.name.value)
+                grown = True
+    return found
+
+
+def _top_level(port: Port, node: cst.CSTNode) -> cst.CSTNode:
+    return next(
+        (a for a in [node, *port.facts.ancestors(node)] if port.facts.parents.get(a) is port.facts.module), node
+    )
 
 
 def _first_capture(
