@@ -118,6 +118,7 @@ def published_copy(upstream: dict[str, Any], target_dir: Path) -> Path:
     """A published script and its siblings as its repository holds them at the recorded commit, read from a local
     git mirror (never committed here), with the manifest's edits, each of which must find its text on its line."""
     git_dir = Path(MIRRORS) / upstream["repository"].replace("/", "+") / "repo"
+    git_dir = git_dir / ".git" if (git_dir / ".git").is_dir() else git_dir  # a clone with a work tree, or bare
     if not MIRRORS or not git_dir.is_dir():
         pytest.skip(f"{upstream['repository']}: no mirror under DDPCLI_PUBLISHED_MIRRORS (published code is not "
                     "committed here)")  # fmt: skip
