@@ -30,9 +30,10 @@ corpus in MorvanZhou's batch normalization tutorial) are each wrapped, with find
 calls a layer only under a flag.
 
 A global model a function reads and builds its optimizer over every epoch (found by the corpus in meliketoy's
-wide-resnet) is wrapped once at the top level.
+wide-resnet) is wrapped once at the top level; a model another module puts in nn.DataParallel keeps its `module.`
+names; the model's tree after the wrap (children, modules, indexing, apply, a trace of it) is the script's.
 
-Cost: 12 torchrun runs of 2 processes (about 6 s each here) and 27 python runs forked from tests/zygote."""
+Cost: 14 torchrun runs of 2 processes (about 6 s each here) and 31 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -262,3 +263,33 @@ def test_a_global_model_a_function_trains_is_wrapped_once_where_it_is_built(tmp_
     assert printed == "epoch 0 samples 32\nepoch 1 samples 32\n"
     assert_equal_ranks(zero, one, models=1)
     assert list(torch.load(port / "net.pt")) == list(torch.load(original / "net.pt"))
+
+
+def test_a_model_another_module_puts_in_data_parallel_keeps_its_module_names(tmp_path: Path) -> None:
+    """The mark that keeps nn.DataParallel's `module.` names was a global of the file that called DataParallel:
+    models.py returning `nn.DataParallel(net)` to the script that wraps and saves it gave checkpoints without
+    `module.` under torchrun, which the original's loads refuse. The mark is the process's, every file's."""
+    original, port = ported(tmp_path, SCRIPTS / "data_parallel_project")
+    expected = python(original, "train.py")
+    assert expected.startswith("['module.0.bias'") and python(port, "train_ddp.py") == expected
+    printed, zero, one = torchrun_ranks(port, "train_ddp.py")
+    assert printed == expected
+    assert_equal_ranks(zero, one, models=1)
+    assert list(torch.load(port / "model.pt")) == list(torch.load(original / "model.pt"))
+
+
+def test_the_model_tree_after_the_wrap_is_the_scripts(tmp_path: Path) -> None:
+    """Found by the corpus (weiaicunzai/pytorch-cifar100): `list(net.children())[-1]` of the wrapper was the whole
+    model (its gradient norms logged under the last layer's name), `net.modules()` counted the wrapper; and a trace
+    of the model on rank 0 alone (SummaryWriter.add_graph) traced DDP's forward, a collective. The tree is the
+    script's, what nn.Module walks through it (train, eval, apply, to) reaches the script's module."""
+    original, port = ported(tmp_path, SCRIPTS / "model_tree_after_wrap.py")
+    expected = python(original, "model_tree_after_wrap.py")
+    assert "last layer's ['bias', 'weight']" in expected and "batchnorms 1" in expected
+    assert python(port, "model_tree_after_wrap_ddp.py") == expected
+    printed, zero, one = torchrun_ranks(port, "model_tree_after_wrap_ddp.py")
+    assert printed == expected
+    statistics = ("running_mean", "running_var", "num_batches_tracked")
+    parameters = [[{k: v for k, v in model.items() if not k.endswith(statistics)} for model in rank]
+                  for rank in (zero, one)]  # fmt: skip
+    assert_equal_ranks(*parameters, models=1)

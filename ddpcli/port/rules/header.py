@@ -66,7 +66,7 @@ class _DDPModel(DistributedDataParallel):
 
     def _ddp_original(self):
         """The model as the script had it: nn.DataParallel's view of it where the script used one."""
-        marked = globals().get("_ddp_data_parallel_models", ())
+        marked = getattr(torch.nn.DataParallel, "_ddp_port_models", ())  # any file's mark (_ddp_data_parallel)
         if self.module not in marked and self not in marked:
             return self.module
         view = torch.nn.DataParallel.__new__(torch.nn.DataParallel)  # as nn.DataParallel builds it without GPUs
@@ -85,6 +85,54 @@ class _DDPModel(DistributedDataParallel):
 
     def named_buffers(self, *args, **kwargs):
         return self._ddp_original().named_buffers(*args, **kwargs)
+
+    # Python looks these up on the class, never through __getattr__: `model[0]` of an nn.Sequential, `len(layers)`
+    def __getitem__(self, index):
+        return self._ddp_original()[index]
+
+    def __len__(self):
+        return len(self._ddp_original())
+
+    def __iter__(self):
+        return iter(self._ddp_original())
+
+    def __bool__(self):
+        return bool(self._ddp_original())
+
+    # The script's module tree where the script walks it (`list(model.children())[-1]`, `model.modules()`); what
+    # nn.Module itself walks through children() (train, to, apply) goes to the script's module, whole.
+    def children(self):
+        return self._ddp_original().children() if "_ddp_built" in self.__dict__ else super().children()
+
+    def named_children(self):
+        return self._ddp_original().named_children() if "_ddp_built" in self.__dict__ else super().named_children()
+
+    def modules(self):
+        return self._ddp_original().modules() if "_ddp_built" in self.__dict__ else super().modules()
+
+    def named_modules(self, *args, **kwargs):
+        if "_ddp_built" not in self.__dict__:
+            return super().named_modules(*args, **kwargs)
+        return self._ddp_original().named_modules(*args, **kwargs)
+
+    def train(self, mode=True):
+        if "_ddp_built" not in self.__dict__:
+            return super().train(mode)
+        self.training = mode
+        self.module.train(mode)
+        return self
+
+    def _apply(self, fn, recurse=True):
+        if "_ddp_built" not in self.__dict__:
+            return super()._apply(fn, recurse)
+        self.module._apply(fn, recurse)
+        return self
+
+    def apply(self, fn):
+        if "_ddp_built" not in self.__dict__:
+            return super().apply(fn)
+        self.module.apply(fn)
+        return self
 
     def __reduce_ex__(self, protocol):
         # protocol 1's form (copyreg._reconstructor): protocol 2's would tie the class pickled to the wrapper's
@@ -138,13 +186,13 @@ def _ddp_forward(model, name):
 '''
 DATA_PARALLEL = '''
 
-_ddp_data_parallel_models = weakref.WeakSet()
-
-
 def _ddp_data_parallel(model):
     """Under torchrun, the model the script puts in nn.DataParallel, as it is (one process drives one device),
-    remembered: its DistributedDataParallel keeps the `module.` names DataParallel's state_dict had."""
-    _ddp_data_parallel_models.add(model)
+    remembered for the whole process (the file that wraps it may be another): its DistributedDataParallel keeps the
+    `module.` names DataParallel's state_dict had."""
+    if "_ddp_port_models" not in vars(torch.nn.DataParallel):
+        torch.nn.DataParallel._ddp_port_models = weakref.WeakSet()
+    torch.nn.DataParallel._ddp_port_models.add(model)
     return model
 '''
 SHARD = '''

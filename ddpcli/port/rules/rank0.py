@@ -9,6 +9,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, last_name
 from ddpcli.port.rules.training import Training
+from ddpcli.port.rules.unwrap import model_given
 from ddpcli.port.siblings import only_prints
 from ddpcli.script.reader import open_mode, opens_to_write
 
@@ -61,6 +62,7 @@ def apply(port: Port) -> None:
                 continue
             if what == "write":
                 written.append(node)
+            _script_models_given(port, value)
             line = facts.parents[node]
             if _inside_guard(port, node):
                 pass
@@ -102,6 +104,23 @@ def apply(port: Port) -> None:
             port.change(node, "rank0", "progress bar shown on rank 0 only")
     if written:
         _barriers(port, written)
+
+
+def _script_models_given(port: Port, call: cst.Call) -> None:
+    """A wrapped model handed to what rank 0 alone runs (`writer.add_graph(net, x)`, `print(net)`,
+    `wandb.watch(model)`) is the script's model: a DDP forward there is a collective the other ranks never join (and
+    jit's trace cannot follow), its repr and hooks are the wrapper's. torch.save's is the unwrap rule's."""
+    if port.facts.resolve(call) in ("torch.save",):
+        return
+    for arg in call.args:
+        if (model := model_given(arg.value, set(port.models))) is not None:
+            port.needs.add("script_model")
+            port.edits.rewrite(arg.value, lambda given: cst.Call(func=cst.Name("_ddp_script_model"),
+                                                                 args=[cst.Arg(given)]))  # fmt: skip
+            port.change(arg.value, "unwrap", f"{model} handed to {port.code(call.func)}(...), which "
+                        f"rank 0 alone runs: the script's model (_ddp_script_model({model})), not its "
+                        "DDP wrapper (whose forward is a collective every rank must join, whose repr and hooks are "
+                        "the wrapper's)")  # fmt: skip
 
 
 def _on_rank_zero(func: cst.CSTNode) -> cst.CSTNode:

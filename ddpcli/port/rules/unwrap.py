@@ -29,6 +29,20 @@ PASSES_THROUGH = {
     "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
 }  # fmt: skip
 SAVES = ("torch.save",)
+TRACES = ("torch.jit.trace", "torch.jit.script", "torch.onnx.export")  # DDP's forward holds collectives: untraceable
+
+
+RETURNS_ITSELF = ("eval", "train", "to", "cuda", "cpu", "float", "half", "double", "bfloat16", "requires_grad_")
+
+
+def model_given(expression: cst.BaseExpression, models: set[str]) -> str | None:
+    """The wrapped model an argument is: its name, or a call of one of its methods that returns it (`net.eval()`)."""
+    if dotted(expression) in models:
+        return dotted(expression)
+    if (isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute)
+            and expression.func.attr.value in RETURNS_ITSELF and dotted(expression.func.value) in models):  # fmt: skip
+        return dotted(expression.func.value)
+    return None
 
 
 MODEL_USES = ("train", "eval", "parameters", "named_parameters", "zero_grad", "state_dict", "to")  # a module's
@@ -51,6 +65,15 @@ def apply(port: Port) -> None:
             )
             port.change(node, "unwrap", f"{dotted(node.value)}.{what}: the script's model's, through its DDP wrapper "
                         f"({why})")  # fmt: skip
+        elif isinstance(node, cst.Call) and facts.resolve(node) in TRACES and node.args:
+            traced = node.args[0].value
+            if (model := model_given(traced, models)) is not None:
+                port.needs.add("script_model")
+                port.edits.rewrite(traced, lambda given: cst.Call(func=cst.Name("_ddp_script_model"),
+                                                                  args=[cst.Arg(given)]))  # fmt: skip
+                port.change(traced, "unwrap", f"{port.code(node.func)} of {model}: the script's model "
+                            f"(_ddp_script_model({model})), as the script traced it: DDP's forward holds "
+                            "collectives, which a trace cannot follow")  # fmt: skip
         elif isinstance(node, cst.Call) and facts.resolve(node) in SAVES and node.args:
             for model in _saved_models(port, node.args[0].value, models):
                 port.needs.add("script_model")
