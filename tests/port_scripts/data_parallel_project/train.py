@@ -9,7 +9,7 @@ data = torch.utils.data.TensorDataset(torch.randn(32, 6), torch.randn(32, 1))
 loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
 model = models.build()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-for epoch in range(2):
+for _epoch in range(2):
     for x, y in loader:
         optimizer.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
