@@ -334,7 +334,9 @@ def ported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 RUN_FILES = ("run.json", "metrics.jsonl", "final_params.pt", "summary.json")  # ddpcli's, beside the script's files
-RUN_FOLDERS = ("logs", "observed")  # docs/contracts.md: the run directory
+RUN_FOLDERS = ("observed",)  # docs/contracts.md: the run directory
+# logs/ is ddpcli's (torchrun.log, torchrun's <id>/attempt_<n>/<rank>/ folders) and may be the script's too: a script
+# writing `logs/<name>.csv` in its working directory (uoguelph-mlrg/Cutout) writes it beside them
 
 
 def launch_pair(name: str, root: Path, out: Path, half_out: Path, half: int,
@@ -388,7 +390,15 @@ env = {{ PORT_PROBE_DIR = "{root / f"probe-{label}"}" }}
 
 def script_files(run_dir: Path) -> set[str]:
     """What the script wrote in its working directory, the run directory: all but ddpcli's own files."""
-    return {path for path in files_in(run_dir) if path not in RUN_FILES and path.split("/")[0] not in RUN_FOLDERS}
+    return {path for path in files_in(run_dir) if path not in RUN_FILES and path.split("/")[0] not in RUN_FOLDERS
+            and not _torchrun_log(path)}  # fmt: skip
+
+
+def _torchrun_log(path: str) -> bool:
+    parts = path.split("/")
+    return parts[0] == "logs" and (
+        parts[1:] == ["torchrun.log"] or (len(parts) > 2 and parts[2].startswith("attempt_"))
+    )
 
 
 def require(state: dict[str, Any]) -> None:
@@ -465,7 +475,11 @@ def test_files_are_written_once_by_rank_zero(ported: dict[str, Any]) -> None:
     ranks = run["probe"]
     single = ported["runs"]["1x"]["probe"]["0"]
     assert ranks["1"]["saves"] == []
-    assert ranks["0"]["saves"] == single["saves"] == ported["python"]["script"]["saves"]
+    saves = [ranks["0"]["saves"], single["saves"], ported["python"]["script"]["saves"]]
+    if MANIFEST[ported["name"]]["equivalent"]:
+        assert saves[0] == saves[1] == saves[2]
+    else:  # a save when the test accuracy improves fires as often as runs that are not one training improve
+        assert set(saves[0]) == set(saves[1]) == set(saves[2])
     assert run["files"] == ported["python"]["script"]["files"]
     for saved in MANIFEST[ported["name"]]["saves"]:
         here = ported["script"].parent
