@@ -1265,3 +1265,50 @@ def test_a_file_read_before_the_script_writes_anything_gets_no_barrier() -> None
         "for x, y in loader:\n", 'for x, y in loader:\n        model.load_state_dict(torch.load("model.pt"))\n', 1
     )
     assert "barrier" in kinds(port(in_a_loop))  # epoch 2 reads what epoch 1 saved
+
+
+GLOBAL_MODEL = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def train(epoch):
+    net.train()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        optimizer.step()
+
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4, shuffle=True)
+net = torch.nn.Linear(2, 1)
+for epoch in range(2):
+    train(epoch)
+net = torch.load("best.pt", weights_only=False)
+"""
+
+
+@pytest.mark.parametrize("layout", ["top level", "main guard", "through main()"])
+def test_a_global_model_whose_function_builds_the_optimizer_is_wrapped_once_before_the_first_call(
+    layout: str,
+) -> None:
+    """meliketoy's wide-resnet (the corpus): `train(epoch)` builds its optimizer over the global `net` every epoch.
+    The wrap goes once, after the model is built and before the function is first called, in the block that holds
+    both: the top level, the `__main__` guard, or the module's call of the function that calls it; never after a
+    later reassignment (the reload for testing)."""
+    body = GLOBAL_MODEL.split("loader = ", 1)[1]
+    top = GLOBAL_MODEL.split("loader = ", 1)[0]
+    if layout == "main guard":
+        source = (
+            top + 'if __name__ == "__main__":\n' + "".join(f"    {line}\n" for line in f"loader = {body}".splitlines())
+        )
+    elif layout == "through main()":
+        source = top + "def main():\n    for epoch in range(2):\n        train(epoch)\n\n" + f"loader = {body}".replace(
+            "for epoch in range(2):\n    train(epoch)\n", "main()\n")  # fmt: skip
+    else:
+        source = GLOBAL_MODEL
+    result = port(source)
+    assert not result.not_ported, result.not_ported
+    lines = lines_of(result)
+    assert lines.count("net = _DDPModel(net)") == 1
+    wrap = lines.index("net = _DDPModel(net)")
+    assert lines[wrap - 2] == "net = torch.nn.Linear(2, 1)" and lines[wrap - 1] == "if _ddp:"

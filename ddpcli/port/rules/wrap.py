@@ -91,23 +91,30 @@ def wrap_point(port: Port, optimizer: cst.Call, model: str) -> tuple[cst.BaseSta
 
 def _where_the_global_is(port: Port, function: cst.FunctionDef, model: str) -> tuple[cst.BaseStatement, bool] | None:
     """A function that builds its optimizer over a model it reads from the module (meliketoy's wide-resnet: `net`
-    built at the top level, `def train(epoch)` makes its SGD from `net.parameters()` every epoch): the wrap goes at
-    the top level, once, after the last statement there that assigns or moves the model before the function is
-    first called there, directly or through the script's functions (a later `net = ...`, a reload for testing, is
-    not what trains)."""
+    built at the top level, `def train(epoch)` makes its SGD from `net.parameters()` every epoch): the wrap goes in
+    the module's code, once, after the last statement that assigns or moves the model before the function is first
+    called there, directly or through the script's functions; in the innermost block holding both (the `__main__`
+    guard's), else the block around it (a later `net = ...`, a reload for testing, is not what trains)."""
     facts = port.facts
     if "." in model:
         return None
-    body = [s for s in facts.module.body if not isinstance(s, cst.FunctionDef | cst.ClassDef)]
     callers = _callers(port, function.name.value)
-    calls = [i for i, statement in enumerate(body) if any(
-        isinstance(node, cst.Call) and dotted(node.func) in callers for node in facts.walk(statement))]  # fmt: skip
+    calls = [call for call in facts.calls if dotted(call.func) in callers and facts.scope(call) is facts.module]
     if not calls:
         return None
-    tops = {id(_top_level(port, a)) for a in facts.assigned_in(facts.module, model)}
-    moves = re.compile(rf"\b{re.escape(model)}\s*\.\s*(to|cuda)\(")
-    before = [i for i in range(calls[0]) if id(body[i]) in tops or moves.search(port.code(body[i]))]
-    return (body[before[-1]], True) if before else None
+    assigned = {id(statement) for statement in facts.assigned_in(facts.module, model)}
+    moves = re.compile(rf"^\s*{re.escape(model)}(\s*=\s*{re.escape(model)})?\s*\.\s*(to|cuda)\(")
+    level = facts.statement(min(calls, key=facts.line))
+    while True:
+        block = facts.block_of(level)
+        body = list(block.body)
+        found = [s for s in body[: body.index(level)] if not isinstance(s, cst.FunctionDef | cst.ClassDef)
+                 and (moves.match(port.code(s)) or any(id(n) in assigned for n in facts.walk(s)))]  # fmt: skip
+        if found:
+            return found[-1], True
+        if block is facts.module:
+            return None
+        level = facts.statement(facts.parents[block])
 
 
 def _callers(port: Port, name: str) -> set[str]:
@@ -122,12 +129,6 @@ def _callers(port: Port, name: str) -> set[str]:
                 found.add(function.name.value)
                 grown = True
     return found
-
-
-def _top_level(port: Port, node: cst.CSTNode) -> cst.CSTNode:
-    return next(
-        (a for a in [node, *port.facts.ancestors(node)] if port.facts.parents.get(a) is port.facts.module), node
-    )
 
 
 def _first_capture(
