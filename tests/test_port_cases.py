@@ -1166,6 +1166,12 @@ def test_optimizers_in_a_list_comprehension_stepped_in_a_zip_loop_are_optimizers
     assert "DistributedSampler(" in result.source or "_ddp_shard(" in result.source
 
 
+def test_a_tuple_of_models_stays_a_tuple() -> None:
+    source = ZIPPED_OPTIMIZERS.replace("nets = [torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)]",
+                                       "nets = (torch.nn.Linear(1, 1), torch.nn.Linear(1, 1))")  # fmt: skip
+    assert "nets = tuple(_DDPModel(net) for net in nets)" in lines_of(port(source))
+
+
 def test_a_list_of_models_the_port_cannot_read_is_said_not_guessed() -> None:
     """`nets = make_nets()` from outside the file: what the list holds is not written where it is assigned."""
     source = ZIPPED_OPTIMIZERS.replace("nets = [torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)]", "nets = make_nets()")

@@ -191,7 +191,7 @@ def _wrapping(port: Port, statement: cst.BaseStatement, model: str) -> str:
     return _wrap_code(port, statement, model)
 
 
-def _wrap_code(port: Port, statement: cst.CSTNode, model: str, each: str = "") -> str:
+def _wrap_code(port: Port, statement: cst.CSTNode, model: str, each: str = "", sequence: str = "list") -> str:
     """`if _ddp: model = DistributedDataParallel(model)` (for a list of models, `each` the name its comprehension
     gave one: `nets = [_DDPModel(net) for net in nets]`), then each rank's randomness its own (once per script):
     where training starts, if that is later in the same block (what is drawn before it, a random split of the data
@@ -199,8 +199,8 @@ def _wrap_code(port: Port, statement: cst.CSTNode, model: str, each: str = "") -
     one = each or model
     wrapped = f"_DDPModel({_ddp_arguments(port, model, one, f'each model of {model}' if each else model)})"
     if each:
-        wrapped = f"[{wrapped} for {each} in {model}]"
-    code = f"if _ddp:\n{_sync_batchnorm(port, model, each)}    {model} = {wrapped}\n"
+        wrapped = _each(wrapped, each, model, sequence)
+    code = f"if _ddp:\n{_sync_batchnorm(port, model, each, sequence)}    {model} = {wrapped}\n"
     port.needs.add("seed")
     start = _training_after(port, statement)
     if start is None:
@@ -326,7 +326,8 @@ def _wrap_each(port: Port, optimizer: cst.Call, container: str, model: str) -> N
                     "yourself once it is on its device")  # fmt: skip
         return
     statement, after = point
-    code = _wrap_code(port, statement, container, each=model)
+    sequence = "tuple" if all(isinstance(end, cst.Tuple) for end in ends) else "list"
+    code = _wrap_code(port, statement, container, each=model, sequence=sequence)
     (port.edits.insert_after if after else port.edits.insert_before)(statement, code)
     port.needs.add("ddp")
     port.needs_group_here(statement)
@@ -337,14 +338,20 @@ def _wrap_each(port: Port, optimizer: cst.Call, container: str, model: str) -> N
                 f"its gradients across ranks, so every rank steps the same; {STILL_THE_MODEL}")  # fmt: skip
 
 
-def _sync_batchnorm(port: Port, model: str, each: str = "") -> str:
+def _each(expression: str, each: str, container: str, sequence: str) -> str:
+    """`[expression for each in container]`, a tuple where the script wrote one."""
+    return f"tuple({expression} for {each} in {container})" if sequence == "tuple" else (
+        f"[{expression} for {each} in {container}]")  # fmt: skip
+
+
+def _sync_batchnorm(port: Port, model: str, each: str = "", sequence: str = "list") -> str:
     """A script with BatchNorm: on GPUs its statistics over the global batch, as one device computed them over B
     (SyncBatchNorm runs on GPUs only: on the CPU each rank keeps its own, and compare names the difference)."""
     if not port.facts.builds_layer("BatchNorm"):
         return ""
     converted = f"torch.nn.SyncBatchNorm.convert_sync_batchnorm({each or model})"
     if each:
-        converted = f"[{converted} for {each} in {model}]"
+        converted = _each(converted, each, model, sequence)
     return (f"    if torch.cuda.is_available():  # BatchNorm statistics over the global batch, as on one device\n"
             f"        {model} = {converted}\n")  # fmt: skip
 
