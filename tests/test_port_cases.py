@@ -615,16 +615,20 @@ def test_a_progress_bar_of_the_scripts_own_folder_that_only_prints_is_rank_zero_
     (tmp_path / "utils.py").write_text(
         "import sys\nimport torch\n\n\ndef progress_bar(current, total, msg=None):\n"
         "    sys.stdout.write(f' [{current}/{total}] {msg}\\n')\n\n\n"
-        "def evaluate(model):\n    print(model(torch.ones(1, 4)))\n",
+        "def evaluate(model):\n    print(model(torch.ones(1, 4)))\n\n\n"
+        "def update_learning_rate(scheduler, optimizer):\n    scheduler.step()\n"
+        "    print('lr = %.7f' % optimizer.param_groups[0]['lr'])\n",
         encoding="utf-8",
     )  # fmt: skip
     script = tmp_path / "main.py"
     script.write_text(DATA_PARALLEL.replace("from torch import nn\n", "from torch import nn\n\nfrom utils import "
-                      "evaluate, progress_bar\n") + "    progress_bar(1, 2, 'loss')\n    evaluate(model)\n",
-                      encoding="utf-8")  # fmt: skip
+                      "evaluate, progress_bar, update_learning_rate\n") + "    progress_bar(1, 2, 'loss')\n"
+                      "    evaluate(model)\n    update_learning_rate(None, None)\n", encoding="utf-8")  # fmt: skip
     lines = lines_of(port_script(script))
     assert lines[lines.index("progress_bar(1, 2, 'loss')") - 1] == "if _is_main:"
     assert lines[lines.index("evaluate(model)") - 1] != "if _is_main:"  # it calls the model: every rank
+    # pix2pix-pytorch's (the corpus): it steps the scheduler it is given, then prints; rank 1 never stepped it
+    assert lines[lines.index("update_learning_rate(None, None)") - 1] != "if _is_main:"
 
 
 def test_every_change_kind_a_rule_records_is_in_the_contract() -> None:

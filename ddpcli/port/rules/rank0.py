@@ -8,6 +8,7 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, last_name
+from ddpcli.port.pure import PURE_BUILTINS, PURE_METHODS, PURE_MODULES
 from ddpcli.port.rules.training import Training
 from ddpcli.port.rules.unwrap import model_given
 from ddpcli.port.siblings import only_prints
@@ -128,21 +129,6 @@ def _on_rank_zero(func: cst.CSTNode) -> cst.CSTNode:
     assert isinstance(func, cst.BaseExpression)
     return cst.IfExp(test=cst.Name("_is_main"), body=func, orelse=cst.Name("_ddp_quiet"),
                      lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # fmt: skip
-
-
-# Calls a print's arguments may make on rank 0 alone, pure as far as the run goes: formatting, reading a number.
-PURE_BUILTINS = frozenset({
-    "len", "str", "repr", "int", "float", "round", "format", "abs", "min", "max", "sum", "sorted", "list", "tuple",
-    "dict", "set", "enumerate", "zip", "range", "isinstance", "type", "bool", "divmod", "pow", "any", "all", "id",
-})  # fmt: skip
-PURE_METHODS = frozenset({
-    "item", "tolist", "format", "join", "mean", "sum", "std", "var", "max", "min", "argmax", "argmin", "size",
-    "numel", "cpu", "detach", "numpy", "float", "double", "int", "long", "get", "keys", "values", "items", "upper",
-    "lower", "strip", "rstrip", "lstrip", "split", "replace", "count", "startswith", "endswith", "total_seconds",
-    "strftime", "isoformat", "eq", "ne", "norm", "abs", "sqrt", "exp", "log", "squeeze", "view", "reshape", "dim",
-    "state_dict", "parameters", "named_parameters", "buffers", "named_buffers", "getvalue", "read_text",
-})  # fmt: skip
-PURE_MODULES = ("math.", "time.", "datetime.", "numpy.", "statistics.", "os.path.", "json.dumps", "torch.")
 
 
 def _has_effects(port: Port, call: cst.Call) -> bool:
