@@ -50,9 +50,9 @@ def _changes_its_arguments(tree: Reader, function: cst.FunctionDef) -> bool:
     """A method of a parameter called that is not a read (`scheduler.step()`), or an attribute or item of one set."""
     params = {param.name.value for param in [*function.params.params, *function.params.kwonly_params]}
     for node in tree.walk(function):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-            if _root(node.func.value) in params and node.func.attr.value not in PURE_METHODS:
-                return True
+        method = node.func if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) else None
+        if method is not None and _root(method.value) in params and method.attr.value not in PURE_METHODS:
+            return True
         targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else (
             [node.target] if isinstance(node, cst.AugAssign | cst.AnnAssign) else [])  # fmt: skip
         if any(isinstance(t, cst.Attribute | cst.Subscript) and _root(t) in params for t in targets):
