@@ -31,9 +31,10 @@ calls a layer only under a flag.
 
 A global model a function reads and builds its optimizer over every epoch (found by the corpus in meliketoy's
 wide-resnet) is wrapped once at the top level; a model another module puts in nn.DataParallel keeps its `module.`
-names; the model's tree after the wrap (children, modules, indexing, apply, a trace of it) is the script's.
+names; the model's tree after the wrap (children, modules, indexing, apply, a trace of it) is the script's; a loader
+one module returns and the script hands to another's class is sharded.
 
-Cost: 14 torchrun runs of 2 processes (about 6 s each here) and 31 python runs forked from tests/zygote."""
+Cost: 15 torchrun runs of 2 processes (about 6 s each here) and 33 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -293,3 +294,15 @@ def test_the_model_tree_after_the_wrap_is_the_scripts(tmp_path: Path) -> None:
     parameters = [[{k: v for k, v in model.items() if not k.endswith(statistics)} for model in rank]
                   for rank in (zero, one)]  # fmt: skip
     assert_equal_ranks(*parameters, models=1)
+
+
+def test_a_loader_one_module_returns_and_the_script_hands_to_another_is_sharded(tmp_path: Path) -> None:
+    """Found by the corpus (yunjey/stargan): data.py's get_loader returns the DataLoader, the script hands it to
+    solver.py's Solver, which trains on it through an attribute. No file both built it and back-propagated its
+    batches, so no rule sharded it and said nothing: each rank trained on all 32 samples an epoch."""
+    original, port = ported(tmp_path, SCRIPTS / "loader_handed_project")
+    assert python(original, "train.py") == python(port, "train_ddp.py") == "samples 64 batches a pass 4\n"
+    assert str(torch.load(original / "model.pt")) == str(torch.load(port / "model.pt"))
+    printed, zero, one = torchrun_ranks(port, "train_ddp.py")
+    assert printed == "samples 64 batches a pass 2\n"  # 8 steps of 8, 2 batches of this rank's 16 a pass
+    assert_equal_ranks(zero, one, models=1)

@@ -321,15 +321,16 @@ def _handed_to_a_step(port: Port, loader: cst.Call) -> bool:
 
 def _shard_returned_elsewhere(port: Port) -> None:
     """`self.data_loader = dataloader(...)`, the function in another file of the program that builds and returns the
-    DataLoader, its batches back-propagated here: `_ddp_shard(dataloader(...))`. Neither file both builds the loader
-    and trains on it (znxlwm/pytorch-generative-model-collections' dataloader.py and GAN classes)."""
+    DataLoader, its batches back-propagated here, or handed to what trains in a third file: `_ddp_shard(dataloader(
+    ...))`. Neither file both builds the loader and trains on it (znxlwm/pytorch-generative-model-collections'
+    dataloader.py and GAN classes; StarGAN's get_loader in data_loader.py, handed by main.py to solver.py's Solver)."""
     facts, made = port.facts, port.facts.loaders_elsewhere
     if not made:
         return
     reached = set(facts.backward_sources())
     for call in facts.calls:
         name = last_name(call)
-        if name not in made or name in facts.functions or call not in reached:
+        if name not in made or name in facts.functions or (call not in reached and not _handed_to_a_step(port, call)):
             continue
         port.needs.add("shard")
         port.edits.rewrite(call, lambda built: cst.Call(func=cst.Name("_ddp_shard"), args=[cst.Arg(built)]))
