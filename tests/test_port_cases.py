@@ -1226,6 +1226,18 @@ def test_a_generator_stepped_every_few_critic_steps_is_not_accumulation() -> Non
     assert "no_sync" in kinds(port(CRITIC_EVERY_STEP.replace(every_iteration, window)))  # zeroed as a window opens
 
 
+def test_gradients_zeroed_every_iteration_through_a_helper_are_not_accumulation() -> None:
+    """StarGAN (the corpus) zeroes both optimizers in `reset_grad()` before each backward, and steps its generator
+    every n_critic-th iteration: nothing adds up, no no_sync (the port said the critic passes were micro-batches)."""
+    helper = CRITIC_EVERY_STEP.replace("n_critic = 2\n", "n_critic = 2\n\ndef reset_grad():\n"
+                                       "    optimizer_G.zero_grad()\n    optimizer_D.zero_grad()\n\n").replace(
+        "    optimizer_D.zero_grad()\n    z = ", "    reset_grad()\n    z = ").replace(
+        "    optimizer_G.zero_grad()\n    if i % n_critic == 0:\n", "    if i % n_critic == 0:\n").replace(
+        "        g_loss.backward()", "        reset_grad()\n        g_loss.backward()")  # fmt: skip
+    assert "reset_grad()\n" in helper and helper.count("zero_grad()") == 2
+    assert "no_sync" not in port(helper).source
+
+
 def test_a_critic_stepped_every_iteration_is_never_under_no_sync() -> None:
     """znxlwm's WGAN_GP (found by the corpus): the generator's optimizer is zeroed in its stepping branch, before
     its own backward, and the critic's forward came first in the block: the critic's whole step went under

@@ -125,18 +125,25 @@ def _stepped_models(port: Port, step: cst.Call) -> list[str]:
     return found
 
 
+def _zeroes(port: Port, step: cst.Call) -> set[cst.Call]:
+    """The calls that zero the stepped optimizer's gradients: its `zero_grad()`, and calls of the file's functions
+    that make one (StarGAN's `self.reset_grad()`, zeroing both optimizers), the method's own spelling of it."""
+    stepped = {dotted(step.func.value), *(dotted(arg.value) for arg in step.args)} - {""}  # type: ignore[attr-defined]
+    direct = {call for call in port.facts.calls if isinstance(call.func, cst.Attribute)
+              and call.func.attr.value == "zero_grad" and dotted(call.func.value) in stepped}  # fmt: skip
+    helpers = {scope.name.value for call in direct if isinstance(scope := port.facts.scope(call), cst.FunctionDef)}
+    return direct | {call for call in port.facts.calls if dotted(call.func).rsplit(".", 1)[-1] in helpers}
+
+
 def _zeroed_before_its_backward(port: Port, step: cst.Call, condition: cst.If) -> bool:
     """The stepping branch zeroes the stepped optimizer's gradients before its own backward (`if i % n_critic ==
     0: optimizer_G.zero_grad(); g_loss.backward(); optimizer_G.step()`): what the other iterations' backwards left
     is discarded, nothing adds up into the step."""
-    stepped = {dotted(step.func.value), *(dotted(arg.value) for arg in step.args)} - {""}  # type: ignore[attr-defined]
-    zeroed = False
+    zeroes, zeroed = _zeroes(port, step), False
     for node in port.facts.walk(condition.body):
-        if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
-            continue
-        if node.func.attr.value == "zero_grad" and dotted(node.func.value) in stepped:
+        if node in zeroes:
             zeroed = True
-        elif node.func.attr.value == "backward":
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
             return zeroed
     return False
 
@@ -145,11 +152,7 @@ def _zeroed_every_iteration(port: Port, step: cst.Call, loop: cst.CSTNode) -> bo
     """The stepped optimizer's `zero_grad()` runs at every iteration of the loop (under no condition inside it):
     nothing adds up between its steps, so there is no accumulation (PyTorch-GAN's wgan_gp zeroes its generator's
     gradients at every critic step and steps it every n_critic-th)."""
-    stepped = {dotted(step.func.value), *(dotted(arg.value) for arg in step.args)} - {""}  # scaler.step(opt)
-    for call in port.facts.calls:
-        func = call.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value == "zero_grad" and dotted(func.value) in stepped):
-            continue
+    for call in _zeroes(port, step):
         around = list(port.facts.ancestors(call))
         if loop in around and not any(isinstance(node, cst.If) for node in around[: around.index(loop)]):
             return True  # under no condition inside the loop (`if i % accum == 0: zero_grad()` opens a window)
