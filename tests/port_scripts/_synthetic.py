@@ -6,7 +6,10 @@ A manifest entry's `synthetic` is a list of files or sets of files, each one of:
 - { kind = "images", path = "data/imgs", count = 24, size = [16, 16], mode = "RGB", name = "img{:02d}.png",
   values = [0, 255] }: PNG images drawn from a fixed seed (`values`: only those pixel values, a mask's classes);
 - { kind = "sine_waves", path = "traindata.pt", shape = [10, 50] }: sine waves of random phase, float64, saved
-  with torch.save as a numpy array (pytorch/examples' time_sequence_prediction generates its data so).
+  with torch.save as a numpy array (pytorch/examples' time_sequence_prediction generates its data so);
+- { kind = "celeba", path = "data/celeba", count = 2031, size = [16, 16] }: CelebA's layout, `count` RGB JPEGs
+  images/000001.jpg ... and list_attr_celeba.txt (the count, a line of CelebA's 40 attribute names, then a line per
+  image: its file name and 40 values of 1 or -1), drawn from a fixed seed (yunjey/stargan reads them so).
 """
 
 from __future__ import annotations
@@ -55,4 +58,31 @@ def _sine_waves(path: Path, spec: dict[str, Any]) -> None:
     torch.save(numpy.sin(steps / 20.0).astype("float64"), path)
 
 
-WRITERS = {"images": _images, "sine_waves": _sine_waves}
+CELEBA_ATTRIBUTES = (
+    "5_o_Clock_Shadow Arched_Eyebrows Attractive Bags_Under_Eyes Bald Bangs Big_Lips Big_Nose Black_Hair Blond_Hair "
+    "Blurry Brown_Hair Bushy_Eyebrows Chubby Double_Chin Eyeglasses Goatee Gray_Hair Heavy_Makeup High_Cheekbones "
+    "Male Mouth_Slightly_Open Mustache Narrow_Eyes No_Beard Oval_Face Pale_Skin Pointy_Nose Receding_Hairline "
+    "Rosy_Cheeks Sideburns Smiling Straight_Hair Wavy_Hair Wearing_Earrings Wearing_Hat Wearing_Lipstick "
+    "Wearing_Necklace Wearing_Necktie Young"
+)  # the header line of list_attr_celeba.txt
+
+
+def _celeba(path: Path, spec: dict[str, Any]) -> None:
+    import numpy
+    from PIL import Image
+
+    (path / "images").mkdir(parents=True, exist_ok=True)
+    draw = numpy.random.default_rng(5)
+    width, height = spec["size"]
+    attributes = CELEBA_ATTRIBUTES.split()
+    lines = [str(spec["count"]), " ".join(attributes)]
+    for index in range(1, spec["count"] + 1):
+        name = f"{index:06d}.jpg"
+        pixels = draw.integers(0, 256, size=(height, width, 3), dtype=numpy.uint8)
+        Image.fromarray(pixels, mode="RGB").save(path / "images" / name)
+        values = draw.choice(numpy.array([-1, 1]), size=len(attributes))
+        lines.append(name + " " + " ".join(f"{value:2d}" for value in values))
+    (path / "list_attr_celeba.txt").write_text("\n".join(lines) + "\n")
+
+
+WRITERS = {"images": _images, "sine_waves": _sine_waves, "celeba": _celeba}
