@@ -325,14 +325,8 @@ def _wrap_each(port: Port, optimizer: cst.Call, container: str, model: str) -> N
                     f"tell what {container} holds where it is assigned; wrap each in DistributedDataParallel "
                     "yourself once it is on its device")  # fmt: skip
         return
-    statement, after = point
     sequence = "tuple" if all(isinstance(end, cst.Tuple) for end in ends) else "list"
-    code = _wrap_code(port, statement, container, each=model, sequence=sequence)
-    (port.edits.insert_after if after else port.edits.insert_before)(statement, code)
-    port.needs.add("ddp")
-    port.needs_group_here(statement)
-    if container not in port.models:
-        port.models.append(container)
+    _place_wrap(port, point, container, _wrap_code(port, point[0], container, each=model, sequence=sequence))
     port.change(optimizer, "ddp_wrap", f"each model of {container} wrapped in DistributedDataParallel under torchrun, "
                 "after the list is built and before the optimizers built from its models: each backward averages "
                 f"its gradients across ranks, so every rank steps the same; {STILL_THE_MODEL}")  # fmt: skip
@@ -342,6 +336,16 @@ def _each(expression: str, each: str, container: str, sequence: str) -> str:
     """`[expression for each in container]`, a tuple where the script wrote one."""
     return f"tuple({expression} for {each} in {container})" if sequence == "tuple" else (
         f"[{expression} for {each} in {container}]")  # fmt: skip
+
+
+def _place_wrap(port: Port, point: tuple[cst.BaseStatement, bool], model: str, code: str) -> None:
+    """The wrap's lines before (or after) the statement, the process group up by then, the model counted trained."""
+    statement, after = point
+    (port.edits.insert_after if after else port.edits.insert_before)(statement, code)
+    port.needs.add("ddp")
+    port.needs_group_here(statement)
+    if model not in port.models:
+        port.models.append(model)
 
 
 def _sync_batchnorm(port: Port, model: str, each: str = "", sequence: str = "list") -> str:
@@ -383,13 +387,7 @@ def apply(port: Port) -> None:
                 port.cannot(optimizer, f"{model}: its optimizer is built where the model is not assigned; wrap it "
                             "in DistributedDataParallel yourself after it is on its device")  # fmt: skip
                 continue
-            statement, after = point
-            code = _wrap_code(port, statement, model)
-            (port.edits.insert_after if after else port.edits.insert_before)(statement, code)
-            port.needs.add("ddp")
-            port.needs_group_here(statement)
-            if model not in port.models:
-                port.models.append(model)
+            _place_wrap(port, point, model, _wrap_code(port, point[0], model))
             port.change(optimizer, "ddp_wrap", f"{model} wrapped in DistributedDataParallel under torchrun, after "
                         "it is on its device and before its optimizer: each backward averages its gradients "
                         f"across ranks, so every rank steps the same; {STILL_THE_MODEL}")  # fmt: skip
