@@ -9,6 +9,7 @@ import keyword as python_keywords
 from pathlib import Path
 
 import libcst as cst
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from libcst.metadata import QualifiedNameSource, ScopeProvider
@@ -17,7 +18,7 @@ from ddpcli.init.roles import LITERAL_NAMES
 from ddpcli.init.script_kind import script_facts
 from ddpcli.port.facts import Facts
 from ddpcli.script import reader as reader_module
-from ddpcli.script.flow import origins, training_loaders
+from ddpcli.script.flow import feeding_parameters, origins, training_loaders
 from ddpcli.script.reader import Reader, dotted, last_name
 
 
@@ -292,3 +293,39 @@ def test_a_functions_scope_alone_gives_what_the_whole_modules_does(count: int, a
         expected = {reader.code(reader._binder(a.node)) for access in whole[name].accesses[name]
                     if access.node is name for a in access.referents}  # fmt: skip
         assert {reader.code(value) for value in reader.values_of(name)} == expected != set()
+
+
+BRANCHES = """\
+class Solver:
+    def __init__(self, celeba_loader, rafd_loader, steps):
+        self.celeba_loader = celeba_loader
+        self.rafd_loader = rafd_loader
+        self.steps = steps
+
+    def train(self):
+        CHOICE
+        for x, y in data_loader:
+            loss = self.model(x).sub(y).pow(2).mean()
+            loss.backward()
+"""
+
+
+@pytest.mark.parametrize(
+    ("choice", "feeding"),
+    [
+        ("if self.steps:\n            data_loader = self.celeba_loader\n        elif self.steps > 1:\n"
+         "            data_loader = self.rafd_loader", {"celeba_loader", "rafd_loader"}),
+        ("data_loader = self.celeba_loader\n        if self.steps:\n            data_loader = self.rafd_loader",
+         {"celeba_loader", "rafd_loader"}),  # the if may not run: the binding before it reaches too
+        ("if self.steps:\n            data_loader = self.celeba_loader\n        else:\n"
+         "            data_loader = self.rafd_loader", {"celeba_loader", "rafd_loader"}),
+        ("data_loader = self.celeba_loader\n        data_loader = self.rafd_loader", {"rafd_loader"}),
+    ],
+)  # fmt: skip
+def test_the_bindings_of_every_branch_of_an_if_reach_a_name_after_it(choice: str, feeding: set[str]) -> None:
+    """StarGAN's Solver.train (the corpus): `if CelebA: data_loader = self.celeba_loader elif RaFD: data_loader =
+    self.rafd_loader`: only the last binding before the loop was read, so the CelebA loader the script hands to the
+    Solver fed nothing and was never sharded."""
+    facts = Facts.read(BRANCHES.replace("CHOICE", choice))
+    params, feeds = feeding_parameters(facts)["Solver"]
+    assert params == ("celeba_loader", "rafd_loader", "steps") and feeds & {"celeba_loader", "rafd_loader"} == feeding

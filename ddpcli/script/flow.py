@@ -282,15 +282,37 @@ def _binds_name(target: cst.CSTNode, name: cst.Name) -> bool:
 def _reaching(reader: Reader, name: cst.Name, binders: list[cst.CSTNode]) -> list[cst.CSTNode]:
     """The bindings of `name` that reach it, where the scope holds several (`x` bound by the training loop and
     by the evaluation loop of one function): the `for` around it, else the last binding before it in its own
-    loop, else every binding (the reading is not flow-exact, but a later loop's batch never reaches an earlier
-    loss)."""
+    loop with those in the other branches of the `if` it is in (StarGAN's `if CelebA: data_loader = self.celeba_
+    loader elif RaFD: data_loader = self.rafd_loader`), else every binding (the reading is not flow-exact, but a
+    later loop's batch never reaches an earlier loss)."""
     around = [b for b in binders if isinstance(b, cst.For | cst.CompFor) and b in set(reader.ancestors(name))]
     if around:
         return around[:1] if len(around) == 1 else [_innermost(reader, name, around)]
     loop = _loop_of(reader, name)
     same = [b for b in binders if _loop_of(reader, b) is loop] or binders
     before = sorted((b for b in same if b in reader.positions and reader.line(b) <= reader.line(name)), key=reader.line)
-    return before[-1:] if before else same
+    return _branches(reader, name, before) if before else same
+
+
+def _branches(reader: Reader, name: cst.Name, before: list[cst.CSTNode]) -> list[cst.CSTNode]:
+    """The last of `before` (bindings in source order), and, where it is bound in a branch of an `if` that `name` is
+    not in, every binding in that `if`'s branches, with what reaches the `if` where no `else` closes it."""
+    last = before[-1]
+    around_name = set(reader.ancestors(name))
+    branching = [a for a in reader.ancestors(last) if isinstance(a, cst.If) and a not in around_name]
+    if not branching:
+        return [last]
+    outer = branching[-1]
+    inside = set(reader.walk(outer))
+    within = [b for b in before if b in inside]
+    earlier = [b for b in before if b not in inside]
+    return within + (_branches(reader, name, earlier) if earlier and not _closed(outer) else [])
+
+
+def _closed(statement: cst.If) -> bool:
+    """An `if` / `elif` chain that ends in `else`: one of its branches always runs."""
+    orelse = statement.orelse
+    return isinstance(orelse, cst.Else) or (isinstance(orelse, cst.If) and _closed(orelse))
 
 
 def _innermost(reader: Reader, name: cst.Name, loops: list[cst.CSTNode]) -> cst.CSTNode:
