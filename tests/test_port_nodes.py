@@ -83,6 +83,8 @@ SCRIPTS = {
             print(epoch, len(train_loader), model(x).sum())
         torch.save(model.state_dict(), "m.pt")
         model.load_state_dict(torch.load("m.pt"))
+        writer.add_graph(model.eval(), x)
+        traced = torch.jit.trace(model, x)
         """),
     # accumulation, hand batching by slices, batchify by column, a main that exits (teardown in a finally)
     "by_hand": HEAD

@@ -7,11 +7,11 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import libcst as cst
 import pytest
 
 from ddpcli.port.engine import port_program
 from ddpcli.script.layers import classes_of, unreached_in
+from ddpcli.script.reader import Reader
 
 CLASS = """\
 import torch
@@ -36,7 +36,7 @@ class Net(nn.Module):
 
 
 def unreached(forward: str) -> list[str]:
-    classes = classes_of(cst.parse_module(CLASS.replace("FORWARD", forward)))
+    classes = classes_of(Reader.read(CLASS.replace("FORWARD", forward)))
     return unreached_in(classes, ["Net"]).get("Net", [])
 
 
@@ -65,7 +65,7 @@ def test_a_layer_is_unreached_where_the_forward_calls_it_only_under_a_condition(
 
 def test_an_inherited_forward_is_not_judged() -> None:
     source = CLASS.replace("FORWARD", "pass").replace("def forward(self, x):", "def predict(self, x):")
-    assert unreached_in(classes_of(cst.parse_module(source)), ["Net"]) == {}
+    assert unreached_in(classes_of(Reader.read(source)), ["Net"]) == {}
 
 
 def test_the_blocks_a_model_builds_are_asked_too() -> None:
@@ -79,7 +79,7 @@ def test_the_blocks_a_model_builds_are_asked_too() -> None:
             def forward(self, x):
                 return self.block(x)
         """)
-    assert unreached_in(classes_of(cst.parse_module(source)), ["Model"]) == {"Net": ["extra"]}
+    assert unreached_in(classes_of(Reader.read(source)), ["Model"]) == {"Net": ["extra"]}
 
 
 def test_a_model_whose_class_is_in_another_file_is_wrapped_with_find_unused(tmp_path: Path) -> None:

@@ -125,7 +125,7 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
         found.steps = found.steps or (name != "__main__" and bool(facts.step_calls()))
         found.feeding[name] = feeding_parameters(facts, facts.backward_sources())
         found.loader_functions[name] = loader_functions(facts)
-        for cls, layers in classes_of(facts.module).items():
+        for cls, layers in classes_of(facts).items():
             known = found.classes.get(cls, Layers())
             unreached = sorted({*known.unreached, *layers.unreached})
             found.classes[cls] = Layers(unreached, [*known.classes, *layers.classes])

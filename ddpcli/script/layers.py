@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ddpcli.script.reader import dotted
+from ddpcli.script.reader import Reader, dotted
 
 # Classes torch.nn builds without parameters: an unreached one makes DDP wait for nothing.
 PARAMETERLESS = frozenset({
@@ -39,12 +39,12 @@ class Layers:
     classes: list[str] = field(default_factory=list)
 
 
-def layers_of(cls: cst.ClassDef) -> Layers:
+def layers_of(reader: Reader, cls: cst.ClassDef) -> Layers:
     """The layers `cls` builds in `__init__` that its forward reaches only under a condition, or not at all."""
     methods = {item.name.value: item for item in cls.body.body if isinstance(item, cst.FunctionDef)}
     if "__init__" not in methods:
         return Layers()
-    built = _built(methods["__init__"])
+    built = _built(reader, methods["__init__"])
     classes = list(dict.fromkeys(built.values()))
     if "forward" not in methods:
         return Layers(classes=classes)  # inherited: what the base class calls is not read here
@@ -55,7 +55,7 @@ def layers_of(cls: cst.ClassDef) -> Layers:
         if method in visited:
             continue
         visited.add(method)
-        references = _references(methods[method])
+        references = _references(reader, methods[method])
         if references is None:
             return Layers(classes=classes)
         for name, conditional in references:
@@ -66,15 +66,12 @@ def layers_of(cls: cst.ClassDef) -> Layers:
     return Layers(sorted(name for name in built if name not in reached), classes)
 
 
-def classes_of(module: cst.Module) -> dict[str, Layers]:
-    """Every class of a file, by name, with what it builds."""
+def classes_of(reader: Reader) -> dict[str, Layers]:
+    """Every class of a file, by name, with what it builds (the first of a name the file defines twice)."""
     found: dict[str, Layers] = {}
-    queue: list[cst.CSTNode] = [module]
-    while queue:
-        node = queue.pop()
-        if isinstance(node, cst.ClassDef):
-            found[node.name.value] = layers_of(node)
-        queue += [child for child in node.children if not isinstance(child, cst.FunctionDef)]
+    for node in reader.order:
+        if isinstance(node, cst.ClassDef) and node.name.value not in found:
+            found[node.name.value] = layers_of(reader, node)
     return found
 
 
@@ -94,14 +91,11 @@ def unreached_in(classes: dict[str, Layers], names: list[str]) -> dict[str, list
     return found
 
 
-def _built(init: cst.FunctionDef) -> dict[str, str]:
+def _built(reader: Reader, init: cst.FunctionDef) -> dict[str, str]:
     """`name -> SomeClass` for each `self.name = SomeClass(...)` in `__init__`: a class torch.nn builds without
     parameters, or a loss, left out."""
     found: dict[str, str] = {}
-    queue: list[cst.CSTNode] = [init.body]
-    while queue:
-        node = queue.pop()
-        queue += [child for child in node.children if not isinstance(child, cst.FunctionDef | cst.ClassDef)]
+    for node in reader.walk(init.body):
         if not isinstance(node, cst.Assign | cst.AnnAssign) or not isinstance(node.value, cst.Call):
             continue
         built = dotted(node.value.func).rsplit(".", 1)[-1]
@@ -114,7 +108,7 @@ def _built(init: cst.FunctionDef) -> dict[str, str]:
     return found
 
 
-def _references(method: cst.FunctionDef) -> list[tuple[str, bool]] | None:
+def _references(reader: Reader, method: cst.FunctionDef) -> list[tuple[str, bool]] | None:
     """Each `self.<name>` the method reads, and whether it is read only under a condition; None where the method
     reaches its attributes by name at run time."""
     found: list[tuple[str, bool]] = []
@@ -127,11 +121,11 @@ def _references(method: cst.FunctionDef) -> list[tuple[str, bool]] | None:
             return None
         if isinstance(node, cst.Attribute) and dotted(node.value) == "self":
             found.append((node.attr.value, conditional))
-        queue += [(child, conditional or under) for child, under in _children(node)]
+        queue += [(child, conditional or under) for child, under in _children(reader, node)]
     return found
 
 
-def _children(node: cst.CSTNode) -> list[tuple[cst.CSTNode, bool]]:
+def _children(reader: Reader, node: cst.CSTNode) -> list[tuple[cst.CSTNode, bool]]:
     """A node's children, each with whether reaching it depends on a condition the node tests."""
     if isinstance(node, cst.If):
         always = dotted(node.test) == "self.training"  # the training forward takes this branch
@@ -140,6 +134,7 @@ def _children(node: cst.CSTNode) -> list[tuple[cst.CSTNode, bool]]:
         return [(node.test, False), (node.body, True), (node.orelse, True)]
     if isinstance(node, cst.BooleanOperation):
         return [(node.left, False), (node.right, True)]
+    below = reader.children.get(node, [])  # the tree read once (libcst's .children rebuilds them each time)
     if isinstance(node, cst.ExceptHandler | cst.MatchCase):
-        return [(child, True) for child in node.children]
-    return [(child, False) for child in node.children]
+        return [(child, True) for child in below]
+    return [(child, False) for child in below]

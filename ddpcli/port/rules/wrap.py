@@ -243,7 +243,7 @@ def _ddp_arguments(port: Port, model: str, one: str, label: str) -> str:
 def _unreached_layers(port: Port, model: str) -> dict[str, list[str]]:
     """The classes `model` is built from (`model = Net()`, `nets = [Net(False), Net(True)]`), in this file or
     another of the program, with the layers their forward may not reach (ddpcli.script.layers)."""
-    known = {**port.facts.program_classes, **classes_of(port.facts.module)}
+    known = {**port.facts.program_classes, **classes_of(port.facts)}
     ends = [end for value in _assigned(port, model) for end in origins(port.facts, value)]
     classes = [dotted(end.func).rsplit(".", 1)[-1] for end in ends if isinstance(end, cst.Call)]
     return unreached_in(known, list(dict.fromkeys(classes)))
