@@ -79,6 +79,7 @@ def slow_codes(record: dict[str, Any]) -> set[str]:
 
 
 CPU_CAUSE = "its training thread was ready to run but waited"
+LOAD_CAUSE = "other work on the host took turns with these ranks"  # the load average above the run's own threads
 
 
 def straggler(record: dict[str, Any]) -> dict[str, Any]:
@@ -88,9 +89,10 @@ def straggler(record: dict[str, Any]) -> dict[str, Any]:
 
 def slow_codes_of_the_run(record: dict[str, Any]) -> set[str]:
     """The slowness codes less a straggler whose cause named is the host's CPUs (the rank waited for one, as
-    recorded): other test jobs share this machine's cores and can make any rank of a clean run lag."""
+    recorded, or the host's load was above the run's own threads): other test jobs share this machine's cores and
+    can make any rank of a clean run lag."""
     found = slow_codes(record)
-    if "straggler_rank" in found and CPU_CAUSE in straggler(record)["message"]:
+    if "straggler_rank" in found and any(cause in straggler(record)["message"] for cause in (CPU_CAUSE, LOAD_CAUSE)):
         found.remove("straggler_rank")
     return found
 
