@@ -166,3 +166,35 @@ def test_a_loop_in_code_outside_the_scripts_folder_is_named_in_the_refusal(tmp_p
     assert result.returncode == 2
     assert "it imports nowhere_mingpt from outside its folder, which the port does not read" in result.stderr
     assert "json" not in result.stderr and "torch," not in result.stderr
+
+
+def test_a_trainer_in_a_folder_without_init_is_the_programs_and_its_kwargs_optimizer_steps(tmp_path: Path) -> None:
+    """sthalles/SimCLR (tried, held by no test before): run.py hands the model and the optimizer to
+    `SimCLR(model=model, optimizer=optimizer)` of simclr.py, which keeps `kwargs['optimizer']` and steps it through
+    a GradScaler; its own folders models/ and data_aug/ have no __init__.py (namespace packages, which `python
+    run.py` imports from its folder all the same). The port refused, "no optimizer step found", naming those
+    folders as code outside the script's folder."""
+    trainer = """\
+        import torch
+
+
+        class Trainer:
+            def __init__(self, *args, **kwargs):
+                self.model = kwargs["model"]
+                self.optimizer = kwargs["optimizer"]
+
+            def train(self, loader):
+                scaler = torch.amp.GradScaler("cpu", enabled=False)
+                for x in loader:
+                    self.optimizer.zero_grad()
+                    scaler.scale(self.model(x).sum()).backward()
+                    scaler.step(self.optimizer)
+                    scaler.update()
+        """
+    files = {"trainers/contrastive.py": trainer, "models/linear.py": "from torch import nn\nLinear = nn.Linear\n"}
+    script = program(tmp_path, "from trainers.contrastive import Trainer\nfrom models.linear import Linear",
+                     "Trainer(model=model, optimizer=optimizer).train(loader)", files)  # fmt: skip
+    ported = port_program(script)
+    assert "loader = _ddp_shard(torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2))" in ported.script.source
+    assert "model = _DDPModel(model)" in ported.script.source
+    assert ported.script.not_ported == []

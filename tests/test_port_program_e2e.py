@@ -34,7 +34,12 @@ wide-resnet) is wrapped once at the top level; a model another module puts in nn
 names; the model's tree after the wrap (children, modules, indexing, apply, a trace of it) is the script's; a loader
 one module returns and the script hands to another's class is sharded.
 
-Cost: 15 torchrun runs of 2 processes (about 6 s each here) and 33 python runs forked from tests/zygote."""
+A SummaryWriter another file builds on rank 0 alone is a stand-in on the other ranks wherever it is handed, with
+rank 0's log_dir; a loader handed through two files to the one that trains is sharded (tried on sthalles/SimCLR).
+Loaders returned as a tuple over a split of one data set shard the training split once, and the sampler still has
+its `indices` (tried on kevinzakka/recurrent-visual-attention).
+
+Cost: 17 torchrun runs of 2 processes (about 6 s each here) and 33 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -305,4 +310,39 @@ def test_a_loader_one_module_returns_and_the_script_hands_to_another_is_sharded(
     assert str(torch.load(original / "model.pt")) == str(torch.load(port / "model.pt"))
     printed, zero, one = torchrun_ranks(port, "train_ddp.py")
     assert printed == "samples 64 batches a pass 2\n"  # 8 steps of 8, 2 batches of this rank's 16 a pass
+    assert_equal_ranks(zero, one, models=1)
+
+
+def test_a_writer_rank_zero_builds_is_handed_on_and_its_log_dir_read_on_every_rank(tmp_path: Path) -> None:
+    """Tried on sthalles/SimCLR (held by no test before): the trainer of another file builds the SummaryWriter and
+    every rank reads its log_dir for the config and the checkpoint's path, and a third file logs to the writer it is
+    handed. The writer was None on rank 1 (AttributeError at the first read), the loader handed on through two
+    files was not sharded, and `scaler.step(optimizer)` on two parameters was not taken for a step."""
+    original, port = ported(tmp_path, SCRIPTS / "writer_handed_project")
+    assert python(original, "train.py") == python(port, "train_ddp.py") == "samples 64\n"
+    (first,), (second,) = (original / "runs").iterdir(), (port / "runs").iterdir()
+    assert str(torch.load(first / "checkpoint.pt")) == str(torch.load(second / "checkpoint.pt"))
+    shutil.rmtree(port / "runs")
+    printed, zero, one = torchrun_ranks(port, "train_ddp.py", "--batch-size", "4")
+    assert printed == "samples 32\n"  # rank 0's half of 2 epochs of 32
+    (logged,) = (port / "runs").iterdir()  # rank 0's folder, every rank's files in it
+    names = sorted(path.name for path in logged.iterdir())
+    assert names[:2] == ["checkpoint.pt", "config.json"] and len(names) == 3 and names[2].startswith("events.")
+    assert_equal_ranks(zero, one, models=1)
+
+
+def test_a_tuple_of_split_loaders_handed_to_a_trainer_shards_the_training_split_once(tmp_path: Path) -> None:
+    """Tried on kevinzakka/recurrent-visual-attention (held by no test before): data.py returns `(train_loader,
+    valid_loader)` over SubsetRandomSamplers of one data set, and the trainer counts `len(loader.sampler.indices)`.
+    The script's call was wrapped in _ddp_shard as if it returned one loader (AttributeError on the tuple), and
+    the sharded loader's sampler had no `indices`."""
+    original, port = ported(tmp_path, SCRIPTS / "split_loaders_project")
+    expected = python(original, "train.py")
+    assert python(port, "train_ddp.py") == expected
+    assert expected.splitlines()[0] == "[*] Train on 30 samples, validate on 10 samples"
+    assert str(torch.load(original / "ckpt.pt")) == str(torch.load(port / "ckpt.pt"))
+    printed, zero, one = torchrun_ranks(port, "train_ddp.py", "--batch-size", "4")
+    lines = printed.splitlines()
+    assert lines[0] == "[*] Train on 15 samples, validate on 10 samples"  # rank 0's half of the split; all of valid
+    assert [line.split(",")[0] for line in lines[1:]] == ["epoch 0: trained on 15", "epoch 1: trained on 15"]
     assert_equal_ranks(zero, one, models=1)

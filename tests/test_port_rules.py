@@ -484,14 +484,44 @@ def test_writers_and_wandb_runs_are_rank_zero_only() -> None:
                   "run = wandb.init(project='p')\n" + LOOP + "writer.add_scalar('loss', loss.item(), 0)\n"
                   "run.log({'loss': loss.item()})\nwandb.log({'loss': 1.0})\n")  # fmt: skip
     lines = lines_of(result)
-    assert "writer = SummaryWriter() if _is_main else None" in lines
-    assert "run = wandb.init(project='p') if _is_main else None" in lines
+    assert "writer = _ddp_rank_zero(lambda: SummaryWriter())" in lines
+    assert "run = _ddp_rank_zero(lambda: wandb.init(project='p'))" in lines
     for call in (
         "writer.add_scalar('loss', loss.item(), 0)",
         "wandb.log({'loss': 1.0})",
         "run.log({'loss': loss.item()})",
     ):
         assert lines[lines.index(call) - 1] == "if _is_main:"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_writer_is_rank_zeros_and_a_stand_in_with_its_plain_values_elsewhere(
+    rank: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The helper as the port writes it, as rank `rank` of 2 with no process group (no values to receive): rank 0
+    builds the writer; rank 1 never calls the class, and its stand-in takes any call, through any module it is
+    handed to, and returns None. A writer built inside what rank 0 alone runs is not broadcast (`shared=False`)."""
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    source = port("from torch.utils.tensorboard import SummaryWriter\nwriter = SummaryWriter()\n" + LOOP).source
+    assert "writer = _ddp_rank_zero(lambda: SummaryWriter())" in source.splitlines()
+    scope: dict[str, object] = {"__name__": "ported"}
+    exec(compile(source.split("\n_ddp_setup()")[0], "train_ddp.py", "exec"), scope)
+    built: list[str] = []
+
+    class Writer:
+        def __init__(self, log_dir: str) -> None:
+            built.append(log_dir)
+            self.log_dir, self.queue = log_dir, [1]
+
+    writer = scope["_ddp_rank_zero"](lambda: Writer("runs/a"))  # type: ignore[operator]
+    if rank == 0:
+        assert isinstance(writer, Writer) and built == ["runs/a"]
+    else:
+        assert built == [] and writer.add_scalar("loss", 1.0, 0) is None and writer.flush() is None
+        assert writer.log_dir is scope["_ddp_quiet"] and bool(writer)  # no group: nothing received; truthy
+    in_a_guard = port("import torch\nwith open('log.txt', 'w') as f:\n    w = SummaryWriter('x')\n" + LOOP)
+    assert "w = _ddp_rank_zero(lambda: SummaryWriter('x'), shared=False)" in lines_of(in_a_guard)
 
 
 def test_a_read_back_through_with_open_waits_at_the_barrier_before_the_open() -> None:

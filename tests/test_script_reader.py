@@ -329,3 +329,22 @@ def test_the_bindings_of_every_branch_of_an_if_reach_a_name_after_it(choice: str
     facts = Facts.read(BRANCHES.replace("CHOICE", choice))
     params, feeds = feeding_parameters(facts)["Solver"]
     assert params == ("celeba_loader", "rafd_loader", "steps") and feeds & {"celeba_loader", "rafd_loader"} == feeding
+
+
+@pytest.mark.parametrize("kept", ['kwargs["optimizer"]', "kwargs.get('optimizer')", "kw['optimizer']"])
+def test_an_optimizer_handed_through_keyword_arguments_is_followed_to_its_step(kept: str) -> None:
+    """sthalles/SimCLR (tried, held by no test before): `SimCLR(model=model, optimizer=optimizer, ...)` keeps
+    `kwargs['optimizer']` in `__init__(self, *args, **kwargs)` and steps it as `scaler.step(self.optimizer)`: the
+    keyword argument named at each call is what the subscript of `**kwargs` is."""
+    star = "kw" if kept.startswith("kw[") else "kwargs"
+    source = (
+        "import torch\n"
+        f"class Trainer:\n    def __init__(self, *args, **{star}):\n        self.optimizer = {kept}\n"
+        "    def fit(self, scaler):\n        scaler.step(self.optimizer)\n        self.thing.step()\n"
+        "optimizer = torch.optim.Adam(net.parameters())\n"
+        "Trainer(model=net, optimizer=optimizer).fit(torch.amp.GradScaler())\n"
+    )
+    facts = Facts.read(source)
+    assert [facts.line(call) for call in facts.step_calls()] == [6]
+    argument = facts.step_calls()[0].args[0].value
+    assert [facts.line(end) for end in origins(facts, argument)] == [8]

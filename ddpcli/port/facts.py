@@ -130,7 +130,23 @@ class Facts(Reader):
         receiver = call.func.value
         if dotted(receiver) in optimizers or any(self._is_optimizer(arg.value, optimizers) for arg in call.args):
             return True  # `optimizer.step()`, `scaler.step(optimizer)`
+        if call.args and self._is_grad_scaler(receiver):
+            return True  # `scaler.step(self.optimizer)`: what a GradScaler steps is an optimizer, whatever its path
+        if call.args and self._undecided(receiver) and self._is_optimizer(call.args[0].value, optimizers, True):
+            return True  # `scaler.step(optimizer)` in a module whose callers are in another file: both parameters
         return self._is_optimizer(receiver, optimizers, by_name=True)
+
+    def _undecided(self, node: cst.CSTNode) -> bool:
+        """Whether nothing in this file says what `node` holds (a parameter of a function called from elsewhere)."""
+        return all(isinstance(end, cst.Param | cst.Name | cst.Attribute) for end in origins(self, node))
+
+    def _is_grad_scaler(self, node: cst.CSTNode) -> bool:
+        """Whether `node` holds an AMP GradScaler (`torch.amp.GradScaler(...)`, `torch.cuda.amp.GradScaler(...)`,
+        an imported `GradScaler(...)`), by where its value comes from."""
+        ends = origins(self, node)
+        return bool(ends) and all(
+            isinstance(end, cst.Call) and self.resolve(end.func).rsplit(".", 1)[-1] == "GradScaler" for end in ends
+        )
 
     def _is_optimizer(self, node: cst.CSTNode, optimizers: set[str], by_name: bool = False) -> bool:
         ends = origins(self, node)

@@ -20,7 +20,7 @@ import libcst as cst
 from ddpcli.errors import UserError
 from ddpcli.port.facts import Facts
 from ddpcli.port.records import Change, NotPorted, PortResult
-from ddpcli.script.flow import feeding_parameters, loader_functions
+from ddpcli.script.flow import feeding_parameters, handing_parameters, loader_functions
 from ddpcli.script.layers import Layers, classes_of
 from ddpcli.script.modules import absolute, imported_names, module_file
 from ddpcli.script.reader import dotted
@@ -129,10 +129,30 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
             known = found.classes.get(cls, Layers())
             unreached = sorted({*known.unreached, *layers.unreached})
             found.classes[cls] = Layers(unreached, [*known.classes, *layers.classes])
+    _hand_on(modules, found)
     for module in modules.values():
         if module.facts is not None:
             module.facts.program_classes = found.classes
     return found
+
+
+def _hand_on(modules: dict[str, Module], found: ProgramFacts) -> None:
+    """A function that hands its parameter on to another file's feeding parameter feeds too: the script's
+    `trainer.train(loader)`, trainer.py's `train_epoch(model, loader, ...)`, engine.py's backward. To a fixed point
+    (each pass adds parameters, finitely many)."""
+    while True:
+        grown = False
+        for name, module in modules.items():
+            if module.facts is None:
+                continue
+            mine = found.feeding[name]
+            for function, (params, feeds) in handing_parameters(module.facts, found.feeding_elsewhere(name)).items():
+                known_params, known_feeds = mine.get(function, (params, frozenset()))
+                if not feeds <= known_feeds:
+                    mine[function] = (known_params, known_feeds | feeds)
+                    grown = True
+        if not grown:
+            return
 
 
 def copied(modules: dict[str, Module]) -> set[str]:

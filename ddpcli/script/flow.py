@@ -71,9 +71,48 @@ def feeding_parameters(
     return {name: (params, frozenset(feeding)) for name, (params, feeding) in found.items()}
 
 
+def handing_parameters(
+    reader: Reader, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]
+) -> dict[str, tuple[tuple[str, ...], frozenset[str]]]:
+    """The file's functions that hand a parameter of theirs on to a feeding parameter of another file's function
+    (`feeding`, by the name a call spells): `Trainer.train(self, loader)` calling engine.py's `train_epoch(model,
+    loader, ...)`. What a third file hands them is training data too (ddpcli.port.program, to a fixed point)."""
+    found: dict[str, tuple[tuple[str, ...], set[str]]] = {}
+    for call in reader.calls:
+        if (known := feeding.get(last_name(call))) is None:
+            continue
+        params, feeds = known
+        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        handed = [value for param, value in zip(params, positional, strict=False) if param in feeds]
+        handed += [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value in feeds]
+        for value in handed:
+            for node in _passed_through(reader, value):
+                function = _function_of(reader, node)
+                if function is None:
+                    continue
+                names = tuple(p.name.value for p in function.params.params if p.name.value not in ("self", "cls"))
+                found.setdefault(_called_as(reader, function), (names, set()))[1].add(node.name.value)
+    return {name: (params, frozenset(feeds)) for name, (params, feeds) in found.items()}
+
+
+def _passed_through(reader: Reader, start: cst.CSTNode) -> Iterator[cst.Param]:
+    """The parameters `start`'s value passes through on its way back to where it is made."""
+    seen: set[cst.CSTNode] = set()
+    queue = [start]
+    while queue and len(seen) < MAX_NODES:
+        node = queue.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if isinstance(node, cst.Param):
+            yield node
+        queue += _same_value(reader, node)
+
+
 def loader_functions(reader: Reader) -> frozenset[str]:
     """The file's functions that return a DataLoader they build (`def make_loader(...): return DataLoader(...)`):
-    what another file of the program calls to get its training loader (ddpcli.port.program)."""
+    what another file of the program calls to get its training loader (ddpcli.port.program). A function returning
+    a tuple of loaders (`return train_loader, valid_loader`) returns no loader: its value is the tuple."""
     return frozenset(
         name
         for name, function in reader.functions.items()
@@ -81,7 +120,7 @@ def loader_functions(reader: Reader) -> frozenset[str]:
             is_loader(reader, origin)
             for node in reader.walk(function)
             if isinstance(node, cst.Return) and node.value is not None
-            for origin in origins(reader, node.value)
+            for origin in origins(reader, node.value, into_containers=False)
         )
     )
 
@@ -173,7 +212,7 @@ def _same_value(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
     if isinstance(node, cst.Attribute) and dotted(node):
         return _attribute_values(reader, dotted(node))
     if isinstance(node, cst.Call):
-        return _returned(reader, node)
+        return _got(reader, node) or _returned(reader, node)
     if isinstance(node, cst.For | cst.CompFor):
         return [node.iter]
     if isinstance(node, cst.List | cst.Tuple | cst.Set):
@@ -247,6 +286,8 @@ def _keyed(reader: Reader, node: cst.Subscript) -> list[cst.CSTNode] | None:
             found += [
                 e.value for e in container.elements if isinstance(e, cst.DictElement) and literal_value(e.key) == key
             ]
+        elif isinstance(container, cst.Param) and isinstance(key, str) and _is_star_kwargs(reader, container):
+            found += _keyword_arguments(reader, container, key) or [container]  # no call here: undecided
         elif isinstance(container, cst.List | cst.Tuple) and isinstance(key, int) and not isinstance(key, bool):
             elements = [e.value for e in container.elements if not isinstance(e, cst.StarredElement)]
             if len(elements) != len(container.elements) or not -len(elements) <= key < len(elements):
@@ -255,6 +296,42 @@ def _keyed(reader: Reader, node: cst.Subscript) -> list[cst.CSTNode] | None:
         else:
             return None
     return found or None
+
+
+def _got(reader: Reader, call: cst.Call) -> list[cst.CSTNode]:
+    """`kwargs.get("optimizer")` (with its default, where one is given) of a function's `**kwargs`: the keyword
+    argument of that name at each call of the function; [] for any other call."""
+    if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "get" or not call.args:
+        return []
+    key = literal_value(call.args[0].value)
+    if not isinstance(key, str):
+        return []
+    params = [end for end in origins(reader, call.func.value, into_containers=False)]
+    if not params or not all(isinstance(p, cst.Param) and _is_star_kwargs(reader, p) for p in params):
+        return []
+    default = [arg.value for arg in call.args[1:2]]
+    passed = [value for param in params for value in _keyword_arguments(reader, param, key)]  # type: ignore[arg-type]
+    return (passed or params) + default  # no call of the function here: the parameter, undecided
+
+
+def _is_star_kwargs(reader: Reader, param: cst.Param) -> bool:
+    function = _function_of(reader, param)
+    return function is not None and function.params.star_kwarg is param
+
+
+def _keyword_arguments(reader: Reader, param: cst.Param, key: str) -> list[cst.CSTNode]:
+    """What `**kwargs[key]` holds: the argument passed as `key=...` at each call of the parameter's function."""
+    function = _function_of(reader, param)
+    if function is None:
+        return []
+    called = _called_as(reader, function)
+    return [
+        arg.value
+        for call in reader.calls
+        if last_name(call) == called
+        for arg in call.args
+        if arg.keyword is not None and arg.keyword.value == key
+    ]
 
 
 def _unpacked(reader: Reader, name: cst.Name, binder: cst.CSTNode) -> cst.CSTNode:

@@ -21,6 +21,13 @@ def module_file(root: Path, name: str) -> Path | None:
     return None
 
 
+def own_module(root: Path, name: str) -> bool:
+    """Whether top-level module `name` is of the folder `root`: a module, a package, or a folder without
+    `__init__.py` holding Python files (a namespace package, which `python SCRIPT` imports from its folder too)."""
+    folder = root / name
+    return module_file(root, name) is not None or (folder.is_dir() and any(folder.glob("*.py")))
+
+
 def imported_names(reader: Reader, package: str = "") -> Iterator[str]:
     """The dotted names of modules the file's imports may load: `import a.b` (a, a.b), `from a import b` (a, and
     a.b: b may be a submodule), `from .b import c` in package p (p.b, p.b.c). Relative imports outside a package
@@ -71,7 +78,7 @@ def unread_imports(reader: Reader, root: Path) -> list[str]:
     installed = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
     unread = []
     for name in dict.fromkeys(name.split(".")[0] for name in imported_names(reader)):
-        if name in sys.builtin_module_names or name in sys.stdlib_module_names or module_file(root, name):
+        if name in sys.builtin_module_names or name in sys.stdlib_module_names or own_module(root, name):
             continue
         try:
             spec = importlib.util.find_spec(name)

@@ -216,6 +216,19 @@ class _DDPLoader(torch.utils.data.DataLoader):
         return super().__iter__()
 
 
+class _DDPSplitSampler(DistributedSampler):
+    """A SubsetRandomSampler's split dealt out over the ranks: `indices` is this rank's share of it this epoch, the
+    data set's indices as the script's sampler held them (`len(loader.sampler.indices)`: the samples it sees)."""
+
+    def __init__(self, split, dataset, **kwargs):
+        super().__init__(dataset, **kwargs)
+        self._ddp_split = split
+
+    @property
+    def indices(self):
+        return [self._ddp_split[i] for i in super().__iter__()]
+
+
 def _ddp_shard(loader, epoch=None):
     """Under torchrun, the same DataLoader over this rank's share of each epoch: a DistributedSampler keeping the
     loader's shuffle and drop_last (and, for a loader built each epoch, that epoch's shuffle), or, for draws with
@@ -240,8 +253,11 @@ def _ddp_shard(loader, epoch=None):
         sampler = data.RandomSampler(dataset, replacement=drawn.replacement, num_samples=share)
     else:
         shuffle = isinstance(drawn, (data.RandomSampler, data.SubsetRandomSampler))
-        sampler = DistributedSampler(dataset, num_replicas=_ddp_world, rank=_ddp_rank, shuffle=shuffle,
-                                     drop_last=loader.drop_last)
+        options = dict(num_replicas=_ddp_world, rank=_ddp_rank, shuffle=shuffle, drop_last=loader.drop_last)
+        if isinstance(drawn, data.SubsetRandomSampler):
+            sampler = _DDPSplitSampler(list(drawn.indices), dataset, **options)
+        else:
+            sampler = DistributedSampler(dataset, **options)
         if epoch is not None:
             sampler.set_epoch(epoch)
     sharded = _DDPLoader(
@@ -317,6 +333,35 @@ QUIET = '''
 def _ddp_quiet(*args, **kwargs):
     """What print, a logger or a save does on the ranks but 0: nothing (their arguments were evaluated)."""
 '''
+RANK_ZERO = '''
+
+
+class _DDPRankZero:
+    """What a writer or tracker that rank 0 alone builds (a SummaryWriter, a wandb run) is on the other ranks,
+    wherever the program hands it: every method does nothing and returns None; its plain values (a SummaryWriter's
+    log_dir, where the program may put its own files) are rank 0's."""
+
+    def __init__(self, values):
+        self.__dict__.update(values)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _ddp_quiet
+
+
+def _ddp_rank_zero(build, shared=True):
+    """Rank 0 builds it; under torchrun the other ranks get a _DDPRankZero with its plain values, received from
+    rank 0 (every rank runs this line; `shared=False` where rank 0 alone does)."""
+    if not _ddp:
+        return build()
+    built = build() if _is_main else None
+    plain = (str, int, float, bool, type(None), os.PathLike)
+    values = [{k: v for k, v in getattr(built, "__dict__", {}).items() if isinstance(v, plain)}]
+    if shared and DIST.is_initialized():
+        DIST.broadcast_object_list(values, src=0)
+    return built if _is_main else _DDPRankZero(values[0])
+'''
 SETUP = '(nccl with CUDA, gloo otherwise; LOCAL_RANK the current GPU, so "cuda" is each rank\'s own)'
 TEARDOWN = "if _ddp:\n    DIST.destroy_process_group()\n"
 
@@ -384,8 +429,8 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 
 # The helpers the rules may need (port.needs), in the order the header defines them.
 _HELPERS = (("ddp", MODEL), ("script_model", SCRIPT_MODEL), ("forward", FORWARD), ("data_parallel", DATA_PARALLEL),
-            ("shard", SHARD), ("quiet", QUIET), ("map", MAP), ("device", DEVICE), ("seed", SEED),
-            ("shared", SHARED), ("same", SAME))  # fmt: skip
+            ("shard", SHARD), ("quiet", QUIET), ("rank_zero", RANK_ZERO), ("map", MAP), ("device", DEVICE),
+            ("seed", SEED), ("shared", SHARED), ("same", SAME))  # fmt: skip
 
 
 def apply(port: Port) -> None:

@@ -96,8 +96,12 @@ def apply(port: Port) -> None:
             last_name(node) in WRITER_CLASSES
             or (facts.resolve(node) == "wandb.init" and isinstance(facts.parents.get(node), cst.Assign))
         ):
-            port.edits.rewrite(node, lambda n: cst.IfExp(test=cst.Name("_is_main"), body=n, orelse=cst.Name("None")))
-            port.change(node, "rank0", f"{port.code(node.func)} on rank 0 only (its calls are rank 0's too)")
+            shared = not _inside_guard(port, node)
+            port.edits.rewrite(node, lambda n, shared=shared: _built_on_rank_zero(n, shared))
+            port.needs |= {"quiet", "rank_zero"}
+            port.change(node, "rank0", f"{port.code(node.func)} built on rank 0 only; on the other ranks a stand-in "
+                        "whose every method does nothing, wherever the program hands it, and whose plain values "
+                        "(a log_dir) are rank 0's")  # fmt: skip
         elif isinstance(node, cst.Call) and last_name(node) == "tqdm" and keyword(node, "disable") is None:
             port.edits.rewrite(node, lambda n: n.with_changes(args=[*_with_comma(n.args), cst.Arg(
                 cst.parse_expression("not _is_main"), keyword=cst.Name("disable"),
@@ -105,6 +109,16 @@ def apply(port: Port) -> None:
             port.change(node, "rank0", "progress bar shown on rank 0 only")
     if written:
         _barriers(port, written)
+
+
+def _built_on_rank_zero(call: cst.Call, shared: bool) -> cst.Call:
+    """`SummaryWriter(...)` -> `_ddp_rank_zero(lambda: SummaryWriter(...))` (its arguments evaluated on rank 0, as
+    the script's)."""
+    args = [cst.Arg(cst.Lambda(params=cst.Parameters(), body=call))]
+    if not shared:
+        args.append(cst.Arg(cst.Name("False"), keyword=cst.Name("shared"), equal=cst.AssignEqual(
+            cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))  # fmt: skip
+    return cst.Call(func=cst.Name("_ddp_rank_zero"), args=args)
 
 
 def _script_models_given(port: Port, call: cst.Call) -> None:
