@@ -176,11 +176,12 @@ SCRIPTS = {
 
 
 # a program of several files (ddpcli.port.program): each import spelling a copy is pointed at, in the script and a
-# package's module
+# package's module, and a package's __init__ copied inside it
 PROGRAM = {
     "train.py": HEAD
     + "import utils\nimport utils as u\nfrom pkg import io\nfrom pkg.io import save\n"
     + "from pkg import save as psave, VERSION\nfrom pkg import save as qsave\n"
+    + "from box import keep, part, plain\nfrom box import *\n"
     + SCRIPTS["phases"]
     + "utils.save(model, 'a.pt'); u.save(model, 'b.pt'); io.save(model, 'c.pt')\n"
     + "from pkg.data import make\nfor x in make():\n    model(x).sum().backward()\n    optimizer.step()\n",
@@ -191,6 +192,10 @@ PROGRAM = {
     "pkg/io.py": "import torch\nfrom . import helper\nfrom .helper import hold\n\n\ndef save(model, path):\n"
     "    torch.save(model.state_dict(), path)\n",
     "pkg/helper.py": "import torch\n\n\ndef hold(path):\n    torch.save({}, path)\n",
+    # a package whose __init__ a rule changes: its copy inside it, beside a copied and an unchanged submodule
+    "box/__init__.py": "import torch\n\n\ndef keep(path):\n    torch.save({}, path)\n",
+    "box/part.py": "import torch\n\n\ndef put(path):\n    torch.save({}, path)\n",
+    "box/plain.py": "X = 1\n",
 }
 
 

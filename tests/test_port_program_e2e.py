@@ -37,9 +37,11 @@ one module returns and the script hands to another's class is sharded.
 A SummaryWriter another file builds on rank 0 alone is a stand-in on the other ranks wherever it is handed, with
 rank 0's log_dir; a loader handed through two files to the one that trains is sharded (tried on sthalles/SimCLR).
 Loaders returned as a tuple over a split of one data set shard the training split once, and the sampler still has
-its `indices` (tried on kevinzakka/recurrent-visual-attention).
+its `indices` (tried on kevinzakka/recurrent-visual-attention). Loaders a package's __init__.py builds, unpacked from
+a tuple, and an optimizer whose groups a model's own generators yield (tried on jfzhang95/pytorch-deeplab-xception)
+train data-parallel.
 
-Cost: 17 torchrun runs of 2 processes (about 6 s each here) and 33 python runs forked from tests/zygote."""
+Cost: 18 torchrun runs of 2 processes (about 6 s each here) and 33 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -345,4 +347,24 @@ def test_a_tuple_of_split_loaders_handed_to_a_trainer_shards_the_training_split_
     lines = printed.splitlines()
     assert lines[0] == "[*] Train on 15 samples, validate on 10 samples"  # rank 0's half of the split; all of valid
     assert [line.split(",")[0] for line in lines[1:]] == ["epoch 0: trained on 15", "epoch 1: trained on 15"]
+    assert_equal_ranks(zero, one, models=1)
+
+
+def test_loaders_a_packages_init_builds_and_parameter_groups_a_models_methods_yield_train_data_parallel(
+    tmp_path: Path,
+) -> None:
+    """Tried on jfzhang95/pytorch-deeplab-xception (held by no test before): the optimizer's groups come from
+    generators of the model's class, the loaders from the data package's __init__.py, unpacked into the trainer's
+    attributes, and the writer from another module's method. The port found no trained model (nothing wrapped or
+    sharded, every rank its own training), could not write the __init__'s changes, and left the writer None on
+    rank 1."""
+    original, port = ported(tmp_path, SCRIPTS / "package_loader_project")
+    assert (port / "data" / "__init___ddp.py").is_file()
+    expected = python(original, "train.py")
+    assert python(port, "train_ddp.py") == expected
+    assert str(torch.load(original / "model.pt")) == str(torch.load(port / "model.pt"))
+    shutil.rmtree(port / "run")
+    printed, zero, one = torchrun_ranks(port, "train_ddp.py", "--batch-size", "4")
+    assert [line.split(",")[0] for line in printed.splitlines()] == ["epoch 0: trained on 16", "epoch 1: trained on 16"]
+    assert len(list((port / "run").iterdir())) == 1  # rank 0's event file
     assert_equal_ranks(zero, one, models=1)

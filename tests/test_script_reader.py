@@ -170,6 +170,22 @@ def test_a_loader_in_a_dict_comprehension_is_found_through_the_subscript() -> No
     assert loader_lines(source) == [2]
 
 
+@pytest.mark.parametrize("order", [("train", "val"), ("val", "train")])
+def test_attributes_unpacked_from_a_written_out_tuple_are_each_their_element(order: tuple[str, str]) -> None:
+    """jfzhang95/pytorch-deeplab-xception's `self.train_loader, self.val_loader, ... = make_data_loader(args)`:
+    an attribute assigned by unpacking was never followed. Written out, each is its own element."""
+    first, second = order
+    source = (
+        "from torch.utils.data import DataLoader\n"
+        "class T:\n    def __init__(self):\n"
+        f"        self.{first}_loader, self.{second}_loader = DataLoader(a), DataLoader(b)\n"
+        "    def fit(self):\n        for x in self.train_loader:\n            model(x).sum().backward()\n"
+    )
+    facts = Facts.read(source)
+    (loader,) = facts.training_loaders()
+    assert facts.code(loader) == ("DataLoader(a)" if first == "train" else "DataLoader(b)")
+
+
 def test_a_loader_iterated_inline_is_the_training_loader() -> None:
     source = (
         "import torch\n"

@@ -13,7 +13,7 @@ import libcst as cst
 from ddpcli.errors import UserError
 from ddpcli.port import names, program, refusals
 from ddpcli.port.context import Port
-from ddpcli.port.facts import Facts
+from ddpcli.port.facts import Facts, last_name
 from ddpcli.port.records import PortRefused, PortResult
 from ddpcli.port.rules import (
     accumulation,
@@ -148,7 +148,7 @@ def _no_loader_note(port: Port) -> None:
             port.cannot(steps[0], f"no model found whose parameters an optimizer takes: {unsharded}. Wrap the "
                         "trained model in DistributedDataParallel and shard its loader yourself")  # fmt: skip
         return
-    if not kinds & {"sampler", "hand_batches"} and not port.loaders_not_ported:
+    if not kinds & {"sampler", "hand_batches"} and not port.loaders_not_ported and not _loaders_from_elsewhere(port):
         sliced = hand_batching.hand_slices(port)
         for piece, data in sliced:
             port.cannot(
@@ -159,6 +159,16 @@ def _no_loader_note(port: Port) -> None:
         if not sliced:
             port.cannot(steps[0], "no training DataLoader found for this step's data: every rank would train on "
                         "the same samples; shard them by _ddp_rank and _ddp_world")  # fmt: skip
+
+
+def _loaders_from_elsewhere(port: Port) -> bool:
+    """The step's data comes from a function of another file of the program that builds and returns loaders
+    (`self.train_loader, self.val_loader, ... = make_data_loader(args)`): that file's port shards them."""
+    made = port.facts.loaders_held_elsewhere
+    return bool(made) and any(
+        isinstance(node, cst.Call) and last_name(node) in made and last_name(node) not in port.facts.functions
+        for node in port.facts.backward_sources()
+    )
 
 
 def port_script(path: Path) -> PortResult:
@@ -197,18 +207,16 @@ def port_program(path: Path) -> Program:
     copies = program.copied(modules)
     mapping = {name: modules[name].ported_name for name in copies}
     reexported = program.reexports(modules)
+    names = frozenset(modules)
     for name, module in modules.items():  # in the order the program imports them
         if name not in copies or module.result is None:
             continue
         assert module.source is not None  # ported: read
         module.result.source = program.point_at_copies(module.result.source, module.source.text, mapping,
-                                                       module.package, module.result, reexported)  # fmt: skip
+                                                       module.package, module.result, reexported, names)  # fmt: skip
         ported.modules.append(module)
     ported.script.source = program.point_at_copies(ported.script.source, source.text, mapping, "", ported.script,
-                                                   reexported)  # fmt: skip
-    for module in modules.values():
-        if module.path.name == "__init__.py" and module.result is not None and module.result.changes:
-            ported.script.not_ported.append(program.init_not_copied(module))
+                                                   reexported, names)  # fmt: skip
     return ported
 
 

@@ -56,6 +56,10 @@ class Facts(Reader):
     loaders_elsewhere: frozenset[str] = frozenset()  # functions of the program's other files returning a DataLoader
     program_classes: dict[str, Layers] = field(default_factory=dict)  # the classes of the program's files, with the
     # layers their forward may not reach (ddpcli.script.layers)
+    loaders_held_elsewhere: frozenset[str] = frozenset()  # functions of the program's other files returning the
+    # loaders they build, alone or in a tuple, list or dict (which their file shards)
+    parameter_methods: frozenset[str] = frozenset()  # methods of the program's classes yielding parameters
+    # (ddpcli.script.flow.parameter_methods: this file's alone where it is read without its program)
     _backward_sources: list[cst.CSTNode] | None = None
     _training_loaders: list[cst.Call] | None = None
     _own_optimizers: set[str] | None = None

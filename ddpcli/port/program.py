@@ -20,7 +20,7 @@ import libcst as cst
 from ddpcli.errors import UserError
 from ddpcli.port.facts import Facts
 from ddpcli.port.records import Change, NotPorted, PortResult
-from ddpcli.script.flow import feeding_parameters, handing_parameters, loader_functions
+from ddpcli.script.flow import feeding_parameters, handing_parameters, loader_functions, parameter_methods
 from ddpcli.script.layers import Layers, classes_of
 from ddpcli.script.modules import absolute, imported_names, module_file
 from ddpcli.script.reader import dotted
@@ -47,8 +47,16 @@ class Module:
 
     @property
     def ported_name(self) -> str:
+        """`utils` -> `utils_ddp`, `pkg.trainer` -> `pkg.trainer_ddp`; a package's `__init__.py` -> a module inside
+        the package, `pkg.__init___ddp`, whose relative imports resolve as the __init__'s (one `__package__`)."""
+        if self.is_package:
+            return f"{self.name}.__init__{SUFFIX}"
         head, _, last = self.name.rpartition(".")
         return f"{head}.{last}{SUFFIX}" if head else f"{last}{SUFFIX}"
+
+    @property
+    def is_package(self) -> bool:
+        return self.path.name == "__init__.py"
 
 
 def modules_of(script: Path) -> dict[str, Module]:
@@ -130,9 +138,13 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
             unreached = sorted({*known.unreached, *layers.unreached})
             found.classes[cls] = Layers(unreached, [*known.classes, *layers.classes])
     _hand_on(modules, found)
-    for module in modules.values():
+    yielding = frozenset().union(*(parameter_methods(m.facts) for m in modules.values() if m.facts is not None))
+    held = {name: loader_functions(m.facts, into_containers=True) for name, m in modules.items() if m.facts}
+    for name, module in modules.items():
         if module.facts is not None:
             module.facts.program_classes = found.classes
+            module.facts.parameter_methods = yielding
+            module.facts.loaders_held_elsewhere = frozenset().union(*(f for n, f in held.items() if n != name))
     return found
 
 
@@ -157,13 +169,14 @@ def _hand_on(modules: dict[str, Module], found: ProgramFacts) -> None:
 
 def copied(modules: dict[str, Module]) -> set[str]:
     """The modules that get a ported copy: those a rule changed, and those importing one (their import must name
-    the copy), to a fixed point; never the script (written as OUT) nor a package's `__init__.py` (a copy of it is
-    not the package Python imports)."""
-    copyable = {name for name, module in modules.items() if module.result is not None and name != "__main__"
-                and module.path.name != "__init__.py"}  # fmt: skip
+    the copy), to a fixed point; never the script (written as OUT). A package's `__init__.py` a rule changed is
+    copied inside the package (Module.ported_name): what the program imports from the package that the __init__
+    defines comes from the copy; one that only imports a copied module is not (what it re-exports from it is
+    imported from the copy: reexports)."""
+    copyable = {name for name, module in modules.items() if module.result is not None and name != "__main__"}
     changed = {name for name in copyable if modules[name].result.changes}  # type: ignore[union-attr]
     while True:
-        more = {name for name in copyable - changed if modules[name].imports & changed}
+        more = {name for name in copyable - changed if modules[name].imports & changed and not modules[name].is_package}
         if not more:
             return changed
         changed |= more
@@ -206,9 +219,11 @@ class ImportsOfCopies(cst.CSTTransformer):
     `from pkg import trainer` -> `from pkg import trainer_ddp as trainer`, relative imports alike: each name the
     file binds stays the one it bound, bound to the copy."""
 
-    def __init__(self, copies: dict[str, str], package: str, reexported: dict[str, str] | None = None) -> None:
+    def __init__(self, copies: dict[str, str], package: str, reexported: dict[str, str] | None = None,
+                 submodules: frozenset[str] = frozenset()) -> None:  # fmt: skip
         super().__init__()
         self.copies = copies  # dotted module -> dotted copy
+        self.submodules = submodules  # every module of the program, by dotted name
         self.package = package
         self.reexported = reexported or {}  # `pkg.Name` -> the module of the program defining it (reexports)
         self.changed: list[tuple[str, str]] = []  # (the module, what changed), in the order met
@@ -218,7 +233,11 @@ class ImportsOfCopies(cst.CSTTransformer):
         names = []
         for alias in updated_node.names:
             name = dotted(alias.name)
-            if name in self.copies and (alias.asname is not None or "." not in name):
+            if name in self.copies and self.copies[name].startswith(f"{name}."):  # a package's __init__ copied
+                self.missed.append((name, f"import {name}: the program reaches what {name}'s __init__.py defines as "
+                                   f"{name}.<name>, not through its copy {self.copies[name]}; write `from {name} "
+                                   "import <name>` to use the port's copy"))  # fmt: skip
+            elif name in self.copies and (alias.asname is not None or "." not in name):
                 self.changed.append((name, f"import {name} -> {self.copies[name]}"))
                 bound = alias.asname or cst.AsName(cst.Name(name))
                 alias = alias.with_changes(name=_dotted_node(self.copies[name]), asname=bound)
@@ -235,6 +254,8 @@ class ImportsOfCopies(cst.CSTTransformer):
         base = absolute(updated_node, self.package)
         if base is None:
             return updated_node
+        if base in self.copies and self.copies[base].startswith(f"{base}.") and updated_node.module is not None:
+            return self._from_package_copy(updated_node, base)
         if base in self.copies:
             copy = self.copies[base].rpartition(".")[2]
             module = updated_node.module
@@ -266,6 +287,47 @@ class ImportsOfCopies(cst.CSTTransformer):
             return cst.FlattenSentinel([updated_node.with_changes(names=names), *moved])
         return cst.FlattenSentinel(moved)
 
+    def _from_package_copy(
+        self, node: cst.ImportFrom, base: str
+    ) -> cst.ImportFrom | cst.FlattenSentinel[cst.BaseSmallStatement]:
+        """`from pkg import make_loader, datasets` where pkg's __init__ is copied: what the __init__ defines from
+        `pkg.__init___ddp` (relative: `from .__init___ddp import ...`), a submodule of the package from the package
+        (a copied one as its copy, `leave_ImportFrom`'s rule)."""
+        if isinstance(node.names, cst.ImportStar):
+            self.changed.append((base, f"from {base} import * -> {self.copies[base]}"))
+            return node.with_changes(module=_dotted_node(f"{dotted(node.module)}.{self._tail(base)}"))
+        kept, moved = [], []
+        for alias in node.names:
+            full = f"{base}.{dotted(alias.name)}"
+            if full in self.copies:
+                kept.append(
+                    alias.with_changes(
+                        name=cst.Name(self.copies[full].rpartition(".")[2]),
+                        asname=alias.asname or cst.AsName(cst.Name(dotted(alias.name))),
+                    )
+                )
+                self.changed.append((full, f"from {base} import {dotted(alias.name)} -> {self.copies[full]}"))
+            elif full in self.submodules:
+                kept.append(alias)
+            else:
+                moved.append(alias.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+        if moved:
+            self.changed.append((base, f"from {base} import {', '.join(dotted(a.name) for a in moved)} -> "
+                                 f"{self.copies[base]}"))  # fmt: skip
+        module = _dotted_node(f"{dotted(node.module)}.{self._tail(base)}")  # type: ignore[arg-type]
+        copied = [node.with_changes(module=module, names=_commas(moved))] if moved else []
+        return cst.FlattenSentinel([node.with_changes(names=_commas(kept)), *copied] if kept else copied)
+
+    def _tail(self, base: str) -> str:
+        return self.copies[base].rpartition(".")[2]
+
+
+def _commas(aliases: list[cst.ImportAlias]) -> list[cst.ImportAlias]:
+    """The aliases with a comma after each but the last."""
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    return [a.with_changes(comma=comma if i < len(aliases) - 1 else cst.MaybeSentinel.DEFAULT)
+            for i, a in enumerate(aliases)]  # fmt: skip
+
 
 def _dotted_node(name: str) -> cst.Attribute | cst.Name:
     node: cst.Attribute | cst.Name = cst.Name(name.split(".")[0])
@@ -281,13 +343,14 @@ def point_at_copies(
     package: str,
     result: PortResult,
     reexported: dict[str, str] | None = None,
+    submodules: frozenset[str] = frozenset(),
 ) -> str:
     """`source` (a ported file of the program) with its imports of copied modules pointing at the copies, each
     listed as a change at its line in `original`, the user's file; a name a package re-exports from a copied module
-    is imported from the copy."""
+    is imported from the copy (`submodules`: the program's modules, which a package's copy does not hold)."""
     if not copies:  # a program of one file, or one no rule changed beside the script: nothing to point anywhere
         return source
-    imports = ImportsOfCopies(copies, package, reexported)
+    imports = ImportsOfCopies(copies, package, reexported, submodules)
     written = cst.parse_module(source).visit(imports)
     for module, text in dict.fromkeys(imports.changed):
         line = _import_line(original, module)
@@ -306,9 +369,3 @@ def _import_line(original: str, module: str) -> int:
                                                        for w in words[1:]):  # fmt: skip
             return number
     return 1
-
-
-def init_not_copied(module: Module) -> NotPorted:
-    return NotPorted(1, f"{module.path.name} of package {module.name}: its changes ({len(module.result.changes)}) "
-                     "are not written (a copy of a package's __init__.py is not the package Python imports); make "
-                     "them by hand")  # fmt: skip

@@ -109,10 +109,11 @@ def _passed_through(reader: Reader, start: cst.CSTNode) -> Iterator[cst.Param]:
         queue += _same_value(reader, node)
 
 
-def loader_functions(reader: Reader) -> frozenset[str]:
+def loader_functions(reader: Reader, into_containers: bool = False) -> frozenset[str]:
     """The file's functions that return a DataLoader they build (`def make_loader(...): return DataLoader(...)`):
     what another file of the program calls to get its training loader (ddpcli.port.program). A function returning
-    a tuple of loaders (`return train_loader, valid_loader`) returns no loader: its value is the tuple."""
+    a tuple of loaders (`return train_loader, valid_loader`) returns no loader: its value is the tuple; it is one
+    of those `into_containers` asks for (the loaders it builds are its file's to shard)."""
     return frozenset(
         name
         for name, function in reader.functions.items()
@@ -120,9 +121,32 @@ def loader_functions(reader: Reader) -> frozenset[str]:
             is_loader(reader, origin)
             for node in reader.walk(function)
             if isinstance(node, cst.Return) and node.value is not None
-            for origin in origins(reader, node.value, into_containers=False)
+            for origin in origins(reader, node.value, into_containers=into_containers)
         )
     )
+
+
+PARAMETER_METHODS = ("parameters", "named_parameters")  # nn.Module's own
+
+
+def parameter_methods(reader: Reader) -> frozenset[str]:
+    """The methods of the file's classes that return or yield parameters (`def get_1x_lr_params(self): for p in
+    self.backbone.parameters(): yield p`, DeepLab's parameter groups): `model.get_1x_lr_params()` in an optimizer's
+    groups names `model` as the model it trains, whichever file of the program calls it."""
+    found = set()
+    for name, function in reader.functions.items():
+        if not any(isinstance(a, cst.ClassDef) for a in reader.ancestors(function)):
+            continue
+        ends = (node for node in reader.walk(function) if isinstance(node, cst.Return | cst.Yield))
+        given = [node.value for node in ends if isinstance(node.value, cst.BaseExpression)]
+        if any(_parameters_call(node) for value in given for node in held(reader, value)):
+            found.add(name)
+    return frozenset(found)
+
+
+def _parameters_call(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and (
+        node.func.attr.value in PARAMETER_METHODS)  # fmt: skip
 
 
 ADDS = ("append", "extend", "insert", "add", "update")  # a container's methods that put values in it
@@ -407,12 +431,29 @@ def _loop_of(reader: Reader, node: cst.CSTNode) -> cst.CSTNode | None:
 
 
 def _attribute_values(reader: Reader, spelled: str) -> list[cst.CSTNode]:
-    """`self.loader`: the values assigned to that spelling anywhere in the script (`self.loader = DataLoader(..)`)."""
-    return [
-        statement.value
-        for statement in reader.order
-        if isinstance(statement, cst.Assign) and any(dotted(t.target) == spelled for t in statement.targets)
-    ]
+    """`self.loader`: the values assigned to that spelling anywhere in the script (`self.loader = DataLoader(..)`;
+    unpacked, `self.train_loader, self.val_loader, n = make_data_loader(args)`: the element where the right side
+    is written out, else the whole value, the call it is unpacked from)."""
+    found: list[cst.CSTNode] = []
+    for statement in reader.order:
+        if not isinstance(statement, cst.Assign):
+            continue
+        for target in statement.targets:
+            if dotted(target.target) == spelled:
+                found.append(statement.value)
+            elif isinstance(target.target, cst.Tuple | cst.List):
+                found += _element_assigned(target.target, statement.value, spelled)
+    return found
+
+
+def _element_assigned(target: cst.Tuple | cst.List, value: cst.BaseExpression, spelled: str) -> list[cst.CSTNode]:
+    elements = target.elements
+    position = next((i for i, e in enumerate(elements) if dotted(e.value) == spelled), None)
+    if position is None or any(isinstance(e, cst.StarredElement) for e in elements):
+        return []
+    if isinstance(value, cst.Tuple | cst.List) and len(value.elements) == len(elements):
+        return [value.elements[position].value]
+    return [value]
 
 
 def _returned(reader: Reader, call: cst.Call) -> list[cst.CSTNode]:

@@ -21,26 +21,27 @@ from ddpcli.port.edits import expression
 from ddpcli.port.facts import CONTAINERS, dotted
 from ddpcli.port.rules import unused
 from ddpcli.port.rules.training import Training, parameter_for
-from ddpcli.script.flow import held, origins
+from ddpcli.script.flow import PARAMETER_METHODS, held, origins, parameter_methods
 from ddpcli.script.layers import classes_of, unreached_in
 
-PARAMETER_METHODS = ("parameters", "named_parameters")
 STILL_THE_MODEL = ("the wrapper (_DDPModel) is still the script's model for its attributes, methods, state_dict and "
                    "copies, wherever the program uses them")  # fmt: skip
 
 
 def trained_models(port: Port, optimizer: cst.Call) -> list[str]:
     """`model` in SGD(model.parameters()), [{"params": g.parameters()}], chain(a.parameters(), b.parameters()),
+    a method of the program's classes yielding parameters (`model.get_1x_lr_params()`),
     `params = [p for p in model.parameters() if ...]` given by name, or groups a loop fills (`for n, p in
     model.named_parameters(): backbone.append(p)`): whatever the optimizer's arguments hold, as the reader follows
     them (ddpcli.script.flow.held)."""
     found: list[str] = []
+    yielding = port.facts.parameter_methods or parameter_methods(port.facts)  # the program's, or this file's
     for arg in optimizer.args:
         for node in held(port.facts, arg.value):
             if (
                 isinstance(node, cst.Call)
                 and isinstance(node.func, cst.Attribute)
-                and node.func.attr.value in PARAMETER_METHODS
+                and (node.func.attr.value in PARAMETER_METHODS or node.func.attr.value in yielding)
                 and (name := _model_object(dotted(node.func.value)))
                 and name not in found
             ):
