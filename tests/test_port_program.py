@@ -114,6 +114,27 @@ def test_a_dotted_import_is_said_not_ported_and_a_package_init_that_changes_is_c
     assert "from pkg import quiet; from pkg.__init___ddp import save" in lines
 
 
+@pytest.mark.parametrize(("imports", "reads", "rewritten"), [
+    ("import pkg", "pkg.save(model, 'b.pt')", True),
+    ("import pkg\nimport pkg.quiet", "pkg.save(model, 'b.pt'); pkg.quiet.helper(1)", False),
+])  # fmt: skip
+def test_a_package_imported_whole_is_its_copy_where_the_copy_binds_all_the_file_reads_off_it(
+    tmp_path: Path, imports: str, reads: str, rewritten: bool
+) -> None:
+    """leftthomas/SRGAN (tried): `import pytorch_ssim`, then `pytorch_ssim.ssim(...)`, the package's __init__.py
+    defining ssim. `import pkg.__init___ddp as pkg` where every `pkg.X` the file reads is bound by the __init__;
+    a submodule read off the package (`pkg.quiet`, which the copy does not bind) keeps the import, said not ported."""
+    files = {"pkg/__init__.py": WRITES, "pkg/quiet.py": QUIET}
+    step = "for x in loader:\n        optimizer.zero_grad()\n        model(x).sum().backward()\n"
+    script = program(tmp_path, imports, f"{step}        optimizer.step()\n    {reads}", files)
+    ported = port_program(script)
+    lines = ported.script.source.splitlines()
+    assert ("import pkg.__init___ddp as pkg" in lines) is rewritten
+    assert ("import pkg" in lines) is not rewritten
+    reasons = [item.reason for item in ported.script.not_ported]
+    assert any(r.startswith("import pkg: the program reads pkg.<name> where") for r in reasons) is not rewritten
+
+
 def test_the_cli_writes_every_copy_lists_it_and_never_overwrites_one_without_force(tmp_path: Path) -> None:
     step = (
         "for x in loader:\n        optimizer.zero_grad()\n        model(x).sum().backward()\n        optimizer.step()"

@@ -207,16 +207,17 @@ def port_program(path: Path) -> Program:
     copies = program.copied(modules)
     mapping = {name: modules[name].ported_name for name in copies}
     reexported = program.reexports(modules)
-    names = frozenset(modules)
+    names, defined = frozenset(modules), program.package_names(modules)
     for name, module in modules.items():  # in the order the program imports them
         if name not in copies or module.result is None:
             continue
         assert module.source is not None  # ported: read
         module.result.source = program.point_at_copies(module.result.source, module.source.text, mapping,
-                                                       module.package, module.result, reexported, names)  # fmt: skip
+                                                       module.package, module.result, reexported, names,
+                                                       defined)  # fmt: skip
         ported.modules.append(module)
     ported.script.source = program.point_at_copies(ported.script.source, source.text, mapping, "", ported.script,
-                                                   reexported, names)  # fmt: skip
+                                                   reexported, names, defined)  # fmt: skip
     return ported
 
 

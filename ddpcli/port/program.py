@@ -12,6 +12,7 @@ script shows (ddpcli.script.flow), by its name where the flow leaves the file.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -203,6 +204,35 @@ def reexports(modules: dict[str, Module]) -> dict[str, str]:
     return found
 
 
+def _attributes(node: cst.CSTNode) -> Iterator[cst.Attribute]:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Import | cst.ImportFrom):
+            continue  # `import pkg.quiet` names a module; it reads nothing off pkg
+        if isinstance(current, cst.Attribute):
+            yield current
+        stack.extend(current.children)
+
+
+def package_names(modules: dict[str, Module]) -> dict[str, set[str]]:
+    """For each package of the program, the names its __init__.py binds at its top level: what it defines, assigns
+    and imports (`from .ssim import SSIM`); a star import binds names this reading does not list."""
+    found = {}
+    for name, module in modules.items():
+        if module.is_package and module.facts is not None:
+            names = _top_level_names(module.facts)
+            for statement in module.facts.module.body:
+                for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+                    if isinstance(small, cst.Import):
+                        names |= {dotted(a.asname.name) if a.asname else dotted(a.name).split(".")[0]
+                                  for a in small.names}  # fmt: skip
+                    elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                        names |= {dotted(a.asname.name) if a.asname else dotted(a.name) for a in small.names}
+            found[name] = names
+    return found
+
+
 def _top_level_names(facts: Facts) -> set[str]:
     names = set()
     for statement in facts.module.body:
@@ -219,24 +249,46 @@ class ImportsOfCopies(cst.CSTTransformer):
     `from pkg import trainer` -> `from pkg import trainer_ddp as trainer`, relative imports alike: each name the
     file binds stays the one it bound, bound to the copy."""
 
-    def __init__(self, copies: dict[str, str], package: str, reexported: dict[str, str] | None = None,
-                 submodules: frozenset[str] = frozenset()) -> None:  # fmt: skip
+    def __init__(
+        self,
+        copies: dict[str, str],
+        package: str,
+        reexported: dict[str, str] | None = None,
+        submodules: frozenset[str] = frozenset(),
+        defined: dict[str, set[str]] | None = None,
+    ) -> None:
         super().__init__()
         self.copies = copies  # dotted module -> dotted copy
         self.submodules = submodules  # every module of the program, by dotted name
+        self.defined = defined or {}  # package -> the names its __init__ binds at its top level (copied packages)
+        self.read_off: dict[str, set[str]] = {}  # `pkg` -> the X of each `pkg.X` the file reads (visit_Module)
         self.package = package
         self.reexported = reexported or {}  # `pkg.Name` -> the module of the program defining it (reexports)
         self.changed: list[tuple[str, str]] = []  # (the module, what changed), in the order met
         self.missed: list[tuple[str, str]] = []
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        """What the file reads off each copied package it imports whole (`pytorch_ssim.ssim(...)`): `import pkg`
+        becomes `import pkg.__init___ddp as pkg` only where the copy binds every such name."""
+        packages = {name for name, copy in self.copies.items() if copy.startswith(f"{name}.")}
+        for inner in _attributes(node):
+            if isinstance(inner.value, cst.Name) and inner.value.value in packages:
+                self.read_off.setdefault(inner.value.value, set()).add(inner.attr.value)
+        return True
 
     def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> cst.Import:
         names = []
         for alias in updated_node.names:
             name = dotted(alias.name)
             if name in self.copies and self.copies[name].startswith(f"{name}."):  # a package's __init__ copied
-                self.missed.append((name, f"import {name}: the program reaches what {name}'s __init__.py defines as "
-                                   f"{name}.<name>, not through its copy {self.copies[name]}; write `from {name} "
-                                   "import <name>` to use the port's copy"))  # fmt: skip
+                read = self.read_off.get(name, set())
+                if alias.asname is None and "." not in name and read <= self.defined.get(name, set()):
+                    self.changed.append((name, f"import {name} -> {self.copies[name]}"))
+                    alias = alias.with_changes(name=_dotted_node(self.copies[name]), asname=cst.AsName(cst.Name(name)))
+                else:
+                    self.missed.append((name, f"import {name}: the program reads {name}.<name> where the copy "
+                                        f"{self.copies[name]} does not bind it (a submodule); write `from {name} "
+                                        "import <name>` to use the port's copy"))  # fmt: skip
             elif name in self.copies and (alias.asname is not None or "." not in name):
                 self.changed.append((name, f"import {name} -> {self.copies[name]}"))
                 bound = alias.asname or cst.AsName(cst.Name(name))
@@ -344,13 +396,14 @@ def point_at_copies(
     result: PortResult,
     reexported: dict[str, str] | None = None,
     submodules: frozenset[str] = frozenset(),
+    defined: dict[str, set[str]] | None = None,
 ) -> str:
     """`source` (a ported file of the program) with its imports of copied modules pointing at the copies, each
     listed as a change at its line in `original`, the user's file; a name a package re-exports from a copied module
     is imported from the copy (`submodules`: the program's modules, which a package's copy does not hold)."""
     if not copies:  # a program of one file, or one no rule changed beside the script: nothing to point anywhere
         return source
-    imports = ImportsOfCopies(copies, package, reexported, submodules)
+    imports = ImportsOfCopies(copies, package, reexported, submodules, defined)
     written = cst.parse_module(source).visit(imports)
     for module, text in dict.fromkeys(imports.changed):
         line = _import_line(original, module)
