@@ -181,7 +181,7 @@ PROGRAM = {
     "train.py": HEAD
     + "import utils\nimport utils as u\nfrom pkg import io\nfrom pkg.io import save\n"
     + "from pkg import save as psave, VERSION\nfrom pkg import save as qsave\n"
-    + "from box import keep, part, plain\nfrom box import *\n"
+    + "from box import keep, part, plain\nfrom box import *\nimport box\nbox.keep('k.pt')\n"
     + SCRIPTS["phases"]
     + "utils.save(model, 'a.pt'); u.save(model, 'b.pt'); io.save(model, 'c.pt')\n"
     + "from pkg.data import make\nfor x in make():\n    model(x).sum().backward()\n    optimizer.step()\n",
