@@ -270,3 +270,42 @@ def test_a_models_own_method_yielding_its_parameters_names_the_model_the_optimiz
     assert "model = _DDPModel(model)" in ported.script.source
     assert "loader = _ddp_shard(torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2))" in ported.script.source
     assert ported.script.not_ported == []
+
+
+@pytest.mark.parametrize(
+    ("returned", "unpacked", "trained", "first_is_trained"),
+    [
+        ("return train, val", "train_loader, val_loader = make_loaders()", "train_loader", True),
+        ("return train, val", "train_loader, val_loader = make_loaders()", "val_loader", False),
+        ("return {'fit': train, 'check': val}", "loaders = make_loaders()", "loaders['fit']", True),
+        ("return {'fit': train, 'check': val}", "loaders = make_loaders()", "loaders['check']", False),
+        ("return [train, val]", "loaders = make_loaders()", "loaders[0]", True),
+    ],
+)
+def test_the_loader_another_file_trains_on_is_sharded_where_it_is_built_and_only_it(
+    tmp_path: Path, returned: str, unpacked: str, trained: str, first_is_trained: bool
+) -> None:
+    """A function of data.py builds two loaders and returns both (a tuple, a list, a dict); the script unpacks or
+    indexes the value and hands one to engine.py's loop. That one is sharded in data.py's copy, the other is not
+    (builders_project's pattern; before, neither was, and the port said nothing)."""
+    data = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef make_loaders():\n"
+        "    train = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)\n"
+        f"    val = DataLoader(torch.randn(8, 4), batch_size=4)\n    {returned}\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\nfrom data import make_loaders\nfrom engine import step\n\n"
+        "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        f"{unpacked}\nfor epoch in range(2):\n    step(model, optimizer, {trained})\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "data.py").write_text(data, encoding="utf-8")
+    (tmp_path / "engine.py").write_text(STEPS, encoding="utf-8")
+    ported = port_program(script)
+    (module,) = [m for m in ported.modules if m.name == "data"]
+    lines = module.result.source.splitlines()  # type: ignore[union-attr]
+    train_line = "    train = _ddp_shard(DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True))"
+    val_line = "    val = _ddp_shard(DataLoader(torch.randn(8, 4), batch_size=4))"
+    assert (train_line in lines) is first_is_trained
+    assert (val_line in lines) is not first_is_trained

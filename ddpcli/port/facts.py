@@ -58,6 +58,11 @@ class Facts(Reader):
     # layers their forward may not reach (ddpcli.script.layers)
     loaders_held_elsewhere: frozenset[str] = frozenset()  # functions of the program's other files returning the
     # loaders they build, alone or in a tuple, list or dict (which their file shards)
+    loaders_trained_elsewhere: dict[str, set[str | int | None]] = field(default_factory=dict)  # this file's
+    # functions returning loaders -> where in their value sit those the program's other files train on
+    # (ddpcli.script.flow.loaders_trained_from)
+    builders_elsewhere: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)  # functions of the
+    # program's other files building an optimizer over a model they are given (ddpcli.port.rules.wrap)
     parameter_methods: frozenset[str] = frozenset()  # methods of the program's classes yielding parameters
     # (ddpcli.script.flow.parameter_methods: this file's alone where it is read without its program)
     _backward_sources: list[cst.CSTNode] | None = None

@@ -21,7 +21,14 @@ import libcst as cst
 from ddpcli.errors import UserError
 from ddpcli.port.facts import Facts
 from ddpcli.port.records import Change, NotPorted, PortResult
-from ddpcli.script.flow import feeding_parameters, handing_parameters, loader_functions, parameter_methods
+from ddpcli.port.rules.wrap import optimizer_builders
+from ddpcli.script.flow import (
+    feeding_parameters,
+    handing_parameters,
+    loader_functions,
+    loaders_trained_from,
+    parameter_methods,
+)
 from ddpcli.script.layers import Layers, classes_of
 from ddpcli.script.modules import absolute, imported_names, module_file
 from ddpcli.script.reader import dotted
@@ -141,11 +148,25 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
     _hand_on(modules, found)
     yielding = frozenset().union(*(parameter_methods(m.facts) for m in modules.values() if m.facts is not None))
     held = {name: loader_functions(m.facts, into_containers=True) for name, m in modules.items() if m.facts}
+    builders = {name: optimizer_builders(m.facts) for name, m in modules.items() if m.facts}
+    trained: dict[str, dict[str, set[str | int | None]]] = {}  # file -> {function of another file: keys}
+    for name, module in modules.items():
+        if module.facts is not None:
+            elsewhere = frozenset().union(*(f for n, f in held.items() if n != name))
+            trained[name] = loaders_trained_from(module.facts, elsewhere, found.feeding_elsewhere(name))
     for name, module in modules.items():
         if module.facts is not None:
             module.facts.program_classes = found.classes
             module.facts.parameter_methods = yielding
             module.facts.loaders_held_elsewhere = frozenset().union(*(f for n, f in held.items() if n != name))
+            module.facts.builders_elsewhere = {
+                k: v for n, made in builders.items() if n != name for k, v in made.items()
+            }
+            keys: dict[str, set[str | int | None]] = {}
+            for other, functions in trained.items():
+                for function, where in functions.items() if other != name else ():
+                    keys.setdefault(function, set()).update(where)
+            module.facts.loaders_trained_elsewhere = keys
     return found
 
 

@@ -95,6 +95,80 @@ def handing_parameters(
     return {name: (params, frozenset(feeds)) for name, (params, feeds) in found.items()}
 
 
+Key = str | int | None  # where a function's returned loader sits: a dict key, a tuple position, None: it is the value
+
+
+def loaders_trained_from(
+    reader: Reader, made: frozenset[str], feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]
+) -> dict[str, set[Key]]:
+    """For each function of another file of the program that builds and returns loaders (`made`), called here:
+    where in its returned value sit the loaders this file trains on or hands to a feeding parameter of another file
+    (`loaders["train"]` of `loaders = build_loaders(cfg)`; position 0 of `train_loader, val_loader = make()`).
+    The file that builds them shards those (ddpcli.port.rules.sampler)."""
+    if not made:
+        return {}
+    used = list(backward_sources(reader))
+    for call in reader.calls:
+        if (known := feeding.get(last_name(call))) is not None:
+            params, feeds = known
+            positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+            used += [value for param, value in zip(params, positional, strict=False) if param in feeds]
+            used += [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value in feeds]
+    found: dict[str, set[Key]] = {}
+    for node in used:
+        for function, key in _where_returned(reader, node, made):
+            found.setdefault(function, set()).add(key)
+    return found
+
+
+def _where_returned(reader: Reader, node: cst.CSTNode, made: frozenset[str]) -> list[tuple[str, Key]]:
+    """(function, key) for each call of a function of `made` whose returned value `node` is, or is an item of."""
+    found: list[tuple[str, Key]] = []
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+        key = literal_value(node.slice[0].slice.value)
+        if isinstance(key, str | int) and not isinstance(key, bool):
+            found += [(last_name(end), key) for end in origins(reader, node.value, into_containers=False)
+                      if isinstance(end, cst.Call) and last_name(end) in made]  # fmt: skip
+    for end in origins(reader, node, into_containers=False):
+        if isinstance(end, cst.Call) and last_name(end) in made:
+            found.append((last_name(end), _unpacked_at(reader, node, end)))
+    return found
+
+
+def _unpacked_at(reader: Reader, node: cst.CSTNode, call: cst.Call) -> Key:
+    """The position `node` (a name) takes in `a, b = call(...)`; None where it is bound to the whole value."""
+    if not isinstance(node, cst.Name):
+        return None
+    assign = reader.parents.get(call)
+    if not isinstance(assign, cst.Assign):
+        return None
+    for target in assign.targets:
+        if isinstance(target.target, cst.Tuple | cst.List):
+            names = [dotted(element.value) for element in target.target.elements]
+            if node.value in names:
+                return names.index(node.value)
+    return None
+
+
+def returned_keys(reader: Reader, function: cst.FunctionDef, loader: cst.Call) -> set[Key]:
+    """Where `loader` sits in what `function` returns: a dict's key, a tuple's or list's position, None for the
+    value itself (`return {"train": DataLoader(...)}`, `return train_loader, val_loader`)."""
+    found: set[Key] = set()
+    for node in reader.walk(function):
+        if not isinstance(node, cst.Return) or node.value is None:
+            continue
+        for end in origins(reader, node.value, into_containers=False):
+            if isinstance(end, cst.Dict):
+                keys = [literal_value(e.key) for e in end.elements
+                        if isinstance(e, cst.DictElement) and loader in origins(reader, e.value)]  # fmt: skip
+                found |= {key for key in keys if isinstance(key, str | int)}
+            elif isinstance(end, cst.Tuple | cst.List):
+                found |= {i for i, e in enumerate(end.elements) if loader in origins(reader, e.value)}
+            elif end is loader:
+                found.add(None)
+    return found
+
+
 def _passed_through(reader: Reader, start: cst.CSTNode) -> Iterator[cst.Param]:
     """The parameters `start`'s value passes through on its way back to where it is made."""
     seen: set[cst.CSTNode] = set()
@@ -121,9 +195,20 @@ def loader_functions(reader: Reader, into_containers: bool = False) -> frozenset
             is_loader(reader, origin)
             for node in reader.walk(function)
             if isinstance(node, cst.Return) and node.value is not None
-            for origin in origins(reader, node.value, into_containers=into_containers)
+            for origin in _returned_values(reader, node.value, into_containers)
         )
     )
+
+
+def _returned_values(reader: Reader, value: cst.BaseExpression, into_containers: bool) -> list[cst.CSTNode]:
+    """What a return gives: its value's origins, and, into containers, a dict's values too."""
+    ends = origins(reader, value, into_containers=into_containers)
+    if not into_containers:
+        return ends
+    inside = [
+        e.value for end in ends if isinstance(end, cst.Dict) for e in end.elements if isinstance(e, cst.DictElement)
+    ]
+    return ends + [origin for element in inside for origin in origins(reader, element)]
 
 
 PARAMETER_METHODS = ("parameters", "named_parameters")  # nn.Module's own

@@ -13,7 +13,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, last_name, string_value
 from ddpcli.port.rules.training import Training
-from ddpcli.script.flow import origins
+from ddpcli.script.flow import origins, returned_keys
 
 # Samplers `_ddp_shard` shards (a DistributedSampler, a split's indices kept, draws with replacement shared out);
 # any other is the script's own.
@@ -302,6 +302,20 @@ def _feeds_the_loss(port: Port, site: cst.CSTNode, call: cst.Call, name: str) ->
     return "train" in name.lower()
 
 
+def _trained_where_returned(port: Port, loader: cst.Call) -> bool | None:
+    """Whether another file of the program trains on the loader, where its function returns it (alone, or at a key
+    of a dict or a position of a tuple) and another file trains on some of what it returns (`loaders["train"]`
+    handed to engine.py's loop): build_loaders' "train" loader is sharded, its "val" one is not, whatever their
+    names. None where no other file trains on what the function returns (the names may decide)."""
+    function = port.facts.scope(loader)
+    if not isinstance(function, cst.FunctionDef):
+        return None
+    wanted = port.facts.loaders_trained_elsewhere.get(function.name.value)
+    if not wanted:
+        return None
+    return bool(returned_keys(port.facts, function, loader) & wanted)
+
+
 def _handed_to_a_step(port: Port, loader: cst.Call) -> bool:
     """The loader is handed to a function of another file of the program whose parameter reaches a backward
     (`engine.train_one_epoch(train_loader)` with the loop in engine.py), by position or keyword."""
@@ -361,7 +375,8 @@ def apply(port: Port) -> None:
             loops = training.batch_loops(name) if name else []
             if not loops and site is call:
                 loops = _flow_loops(port, training, call)
-            if loops or _feeds_the_loss(port, site, call, name):
+            returned = _trained_where_returned(port, call)  # the program's answer, where it has one
+            if loops or (_feeds_the_loss(port, site, call, name) if returned is None else returned):
                 shard.append((site, name, loops))
         if not shard:
             continue

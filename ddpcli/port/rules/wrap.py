@@ -18,7 +18,7 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.edits import expression
-from ddpcli.port.facts import CONTAINERS, dotted
+from ddpcli.port.facts import CONTAINERS, Facts, dotted, last_name
 from ddpcli.port.rules import unused
 from ddpcli.port.rules.training import Training, parameter_for
 from ddpcli.script.flow import PARAMETER_METHODS, held, origins, parameter_methods
@@ -29,15 +29,36 @@ STILL_THE_MODEL = ("the wrapper (_DDPModel) is still the script's model for its 
 
 
 def trained_models(port: Port, optimizer: cst.Call) -> list[str]:
+    return models_trained(port.facts, optimizer)
+
+
+def optimizer_builders(facts: Facts) -> dict[str, tuple[tuple[str, ...], str]]:
+    """The file's functions that build an optimizer over a model they are given and do not train it themselves
+    (`def build_optimizer(cfg, model): return SGD(model.parameters(), lr=cfg.lr)`): name -> (its parameters, a
+    method's without `self`, and the model's). Another file of the program that calls one wraps what it passes."""
+    found: dict[str, tuple[tuple[str, ...], str]] = {}
+    training = Training(facts)
+    for optimizer in facts.optimizer_calls():
+        scope = facts.scope(optimizer)
+        if not isinstance(scope, cst.FunctionDef) or training.steps_in(scope):
+            continue
+        params = tuple(p.name.value for p in scope.params.params if p.name.value not in ("self", "cls"))
+        for model in models_trained(facts, optimizer):
+            if model in params:
+                found.setdefault(scope.name.value, (params, model))
+    return found
+
+
+def models_trained(facts: Facts, optimizer: cst.Call) -> list[str]:
     """`model` in SGD(model.parameters()), [{"params": g.parameters()}], chain(a.parameters(), b.parameters()),
     a method of the program's classes yielding parameters (`model.get_1x_lr_params()`),
     `params = [p for p in model.parameters() if ...]` given by name, or groups a loop fills (`for n, p in
     model.named_parameters(): backbone.append(p)`): whatever the optimizer's arguments hold, as the reader follows
     them (ddpcli.script.flow.held)."""
     found: list[str] = []
-    yielding = port.facts.parameter_methods or parameter_methods(port.facts)  # the program's, or this file's
+    yielding = facts.parameter_methods or parameter_methods(facts)  # the program's, or this file's
     for arg in optimizer.args:
-        for node in held(port.facts, arg.value):
+        for node in held(facts, arg.value):
             if (
                 isinstance(node, cst.Call)
                 and isinstance(node.func, cst.Attribute)
@@ -361,8 +382,36 @@ def _sync_batchnorm(port: Port, model: str, each: str = "", sequence: str = "lis
             f"        {model} = {converted}\n")  # fmt: skip
 
 
+def _wrap_at_builders_elsewhere(port: Port) -> None:
+    """`optimizer = build_optimizer(cfg, model)` where another file of the program defines build_optimizer
+    (optimizer_builders): the model passed is wrapped before the call, as for the file's own builder."""
+    facts = port.facts
+    for call in facts.calls:
+        helper = last_name(call)
+        if helper not in facts.builders_elsewhere or helper in facts.functions:
+            continue
+        params, model = facts.builders_elsewhere[helper]
+        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        keyed = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+        index = params.index(model)
+        argument = keyed.get(model, positional[index] if index < len(positional) else None)
+        name = dotted(argument) if argument is not None else ""
+        if not name:
+            port.cannot(call, f"{helper}(...) builds the optimizer of a model it is given: wrap that "
+                        "model in DistributedDataParallel yourself before this call")  # fmt: skip
+            continue
+        if name in port.models:
+            continue
+        statement = facts.statement(call)
+        port.edits.insert_before(statement, _wrapping(port, statement, name))
+        port.change(call, "ddp_wrap", f"{name} wrapped in DistributedDataParallel under torchrun before "
+                    f"{helper}(...) of another file of the program builds its optimizer: each backward averages "
+                    f"its gradients across ranks; {STILL_THE_MODEL}")  # fmt: skip
+
+
 def apply(port: Port) -> None:
     facts = port.facts
+    _wrap_at_builders_elsewhere(port)
     done: set[tuple[str, int]] = set()
     for optimizer in facts.optimizer_calls():
         for model in trained_models(port, optimizer):
