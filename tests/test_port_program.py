@@ -309,3 +309,34 @@ def test_the_loader_another_file_trains_on_is_sharded_where_it_is_built_and_only
     val_line = "    val = _ddp_shard(DataLoader(torch.randn(8, 4), batch_size=4))"
     assert (train_line in lines) is first_is_trained
     assert (val_line in lines) is not first_is_trained
+
+
+@pytest.mark.parametrize("imported", ["from data import loader", "from data import loader as batches",
+                                      "from data import loader, held_out"])  # fmt: skip
+def test_a_loader_another_file_builds_at_import_and_the_script_trains_on_is_sharded_there(
+    tmp_path: Path, imported: str
+) -> None:
+    """Tried as a new user would (a tutorial split into data.py and train.py, held by no test): data.py builds
+    `loader` and `held_out` at its top level, the script imports and trains on `loader`. Nothing was sharded and the
+    port said "no training DataLoader found", which was false as a fix: the loader was there, in data.py."""
+    data = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)\n"
+        "held_out = DataLoader(torch.randn(8, 4), batch_size=4)\n"
+    )
+    name = "batches" if " as " in imported else "loader"
+    script = tmp_path / "train.py"
+    script.write_text(
+        f"import torch\nfrom torch import nn\n{imported}\n\n"
+        "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        f"for epoch in range(2):\n    for x in {name}:\n        optimizer.zero_grad()\n"
+        "        model(x).sum().backward()\n        optimizer.step()\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "data.py").write_text(data, encoding="utf-8")
+    ported = port_program(script)
+    (module,) = ported.modules
+    lines = module.result.source.splitlines()  # type: ignore[union-attr]
+    assert "loader = _ddp_shard(DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True))" in lines
+    assert "held_out = DataLoader(torch.randn(8, 4), batch_size=4)" in lines
+    assert ported.script.not_ported == []

@@ -163,8 +163,11 @@ def _no_loader_note(port: Port) -> None:
 
 def _loaders_from_elsewhere(port: Port) -> bool:
     """The step's data comes from a function of another file of the program that builds and returns loaders
-    (`self.train_loader, self.val_loader, ... = make_data_loader(args)`): that file's port shards them."""
+    (`self.train_loader, self.val_loader, ... = make_data_loader(args)`), or is a name imported from one (`from
+    data import loader`): that file's port shards them."""
     made = port.facts.loaders_held_elsewhere
+    if port.facts.trains_imported_loaders:  # `from data import loader`: data.py's port shards it
+        return True
     return bool(made) and any(
         isinstance(node, cst.Call) and last_name(node) in made and last_name(node) not in port.facts.functions
         for node in port.facts.backward_sources()

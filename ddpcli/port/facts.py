@@ -61,6 +61,9 @@ class Facts(Reader):
     loaders_trained_elsewhere: dict[str, set[str | int | None]] = field(default_factory=dict)  # this file's
     # functions returning loaders -> where in their value sit those the program's other files train on
     # (ddpcli.script.flow.loaders_trained_from)
+    trains_imported_loaders: bool = False  # this file trains on a name it imports from another file of the program
+    names_trained_elsewhere: frozenset[str] = frozenset()  # this file's top-level names another file of the
+    # program imports and trains on (`from data import loader`: flow.imported_and_trained)
     builders_elsewhere: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)  # functions of the
     # program's other files building an optimizer over a model they are given (ddpcli.port.rules.wrap)
     parameter_methods: frozenset[str] = frozenset()  # methods of the program's classes yielding parameters

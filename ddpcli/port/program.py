@@ -25,6 +25,7 @@ from ddpcli.port.rules.wrap import optimizer_builders
 from ddpcli.script.flow import (
     feeding_parameters,
     handing_parameters,
+    imported_and_trained,
     loader_functions,
     loaders_trained_from,
     parameter_methods,
@@ -150,10 +151,16 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
     held = {name: loader_functions(m.facts, into_containers=True) for name, m in modules.items() if m.facts}
     builders = {name: optimizer_builders(m.facts) for name, m in modules.items() if m.facts}
     trained: dict[str, dict[str, set[str | int | None]]] = {}  # file -> {function of another file: keys}
+    names_trained: dict[str, set[str]] = {}  # file -> its top-level names another file imports and trains on
     for name, module in modules.items():
         if module.facts is not None:
             elsewhere = frozenset().union(*(f for n, f in held.items() if n != name))
             trained[name] = loaders_trained_from(module.facts, elsewhere, found.feeding_elsewhere(name))
+            for node, imported in imported_and_trained(module.facts, found.feeding_elsewhere(name)):
+                source = absolute(node, module.package)
+                if source in modules and source != name:
+                    names_trained.setdefault(source, set()).add(imported)
+                    module.facts.trains_imported_loaders = True
     for name, module in modules.items():
         if module.facts is not None:
             module.facts.program_classes = found.classes
@@ -167,6 +174,7 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
                 for function, where in functions.items() if other != name else ():
                     keys.setdefault(function, set()).update(where)
             module.facts.loaders_trained_elsewhere = keys
+            module.facts.names_trained_elsewhere = frozenset(names_trained.get(name, ()))
     return found
 
 

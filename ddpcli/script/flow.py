@@ -107,6 +107,31 @@ def loaders_trained_from(
     The file that builds them shards those (ddpcli.port.rules.sampler)."""
     if not made:
         return {}
+    found: dict[str, set[Key]] = {}
+    for node in _trained_here(reader, feeding):
+        for function, key in _where_returned(reader, node, made):
+            found.setdefault(function, set()).add(key)
+    return found
+
+
+def imported_and_trained(
+    reader: Reader, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]
+) -> list[tuple[cst.ImportFrom, str]]:
+    """The names this file imports from another file of the program (`from data import loader`) and trains on or
+    hands to a feeding parameter: each import and the name the other file binds. That file shards its loader."""
+    found = []
+    for node in _trained_here(reader, feeding):
+        if not isinstance(node, cst.Name) or node not in reader.parents:
+            continue
+        for binder in reader.values_of(node):
+            if isinstance(binder, cst.ImportFrom) and not isinstance(binder.names, cst.ImportStar):
+                found += [(binder, dotted(alias.name)) for alias in binder.names
+                          if dotted(alias.asname.name if alias.asname else alias.name) == node.value]  # fmt: skip
+    return found
+
+
+def _trained_here(reader: Reader, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]) -> list[cst.CSTNode]:
+    """What this file's backward is computed from, and what it hands to feeding parameters of other files."""
     used = list(backward_sources(reader))
     for call in reader.calls:
         if (known := feeding.get(last_name(call))) is not None:
@@ -114,11 +139,7 @@ def loaders_trained_from(
             positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
             used += [value for param, value in zip(params, positional, strict=False) if param in feeds]
             used += [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value in feeds]
-    found: dict[str, set[Key]] = {}
-    for node in used:
-        for function, key in _where_returned(reader, node, made):
-            found.setdefault(function, set()).add(key)
-    return found
+    return used
 
 
 def _where_returned(reader: Reader, node: cst.CSTNode, made: frozenset[str]) -> list[tuple[str, Key]]:

@@ -308,6 +308,10 @@ def _trained_where_returned(port: Port, loader: cst.Call) -> bool | None:
     handed to engine.py's loop): build_loaders' "train" loader is sharded, its "val" one is not, whatever their
     names. None where no other file trains on what the function returns (the names may decide)."""
     function = port.facts.scope(loader)
+    if isinstance(function, cst.Module) and port.facts.names_trained_elsewhere:  # `loader = DataLoader(...)`,
+        assigned = port.facts.parents.get(loader)  # imported by a file that trains on it
+        targets = [dotted(t.target) for t in assigned.targets] if isinstance(assigned, cst.Assign) else []
+        return any(target in port.facts.names_trained_elsewhere for target in targets) or None
     if not isinstance(function, cst.FunctionDef):
         return None
     wanted = port.facts.loaders_trained_elsewhere.get(function.name.value)
