@@ -152,6 +152,18 @@ def test_a_discriminator_on_data_and_generated_samples_in_one_backward_counts_th
     assert observed.samples_seen == 64
 
 
+def test_a_discriminator_on_two_concatenations_of_one_batch_counts_the_batch_once(tmp_path: Path) -> None:
+    """Found by the corpus (mrzhu-cool/pix2pix-pytorch): the discriminator on `cat(a, fake_b).detach()` and on
+    `cat(a, b)` in one backward counted 16 samples where the loader gave 8 (a concatenation is new storage, so
+    neither is a generator's output). Several forwards of one module on data count at most what the loaders gave
+    since the last backward."""
+    _, ranks, _ = observed_unchanged(tmp_path, "conditional-gan")
+    observed = summarize(ranks)
+    assert observed is not None
+    assert (observed.optimizer_steps, observed.per_device_batch_size, observed.grad_accum_steps) == (4, 8, 1)
+    assert observed.samples_seen == 32
+
+
 def test_a_forward_that_no_backward_reached_is_not_training(tmp_path: Path) -> None:
     """Item 11: a validation batch of 32 with grad enabled, never back-propagated, was taken as the training one."""
     _, ranks, _ = observed_unchanged(tmp_path, "grad-validation")

@@ -23,6 +23,8 @@ unless the pattern says otherwise:
   gan               a GAN's step (pytorch/examples dcgan's order): the model (the discriminator) back-propagates
                     a data batch and, separately, a generator's detached output; its optimizer steps; then the
                     generator's loss through the model, and the generator's own optimizer steps
+  conditional-gan   pix2pix's step: the discriminator (`model`) on `cat(a, generator(x)).detach()` and on `cat(a, b)`,
+                    two concatenations of one batch, in one backward; then the generator through it
 --save writes the final parameters (torch.save of the state_dict) for a bit-identical comparison.
 """
 
@@ -43,7 +45,7 @@ from torch.utils.data import DataLoader, TensorDataset
 PATTERNS = (
     "plain", "fresh-optimizer", "instance-step", "bound-step", "double-backward", "loss-list", "grad-validation",
     "eval-wrapper", "checkpointed", "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn", "gan",
-    "gan-one-backward",
+    "gan-one-backward", "conditional-gan",
 )  # fmt: skip
 
 
@@ -124,8 +126,9 @@ def train(args: argparse.Namespace) -> None:
         for inputs, targets in train:
             if step == args.steps:
                 break
-            if args.pattern in ("gan", "gan-one-backward"):
-                step_of = gan_step if args.pattern == "gan" else gan_step_one_backward
+            if args.pattern in ("gan", "gan-one-backward", "conditional-gan"):
+                step_of = {"gan": gan_step, "gan-one-backward": gan_step_one_backward,
+                           "conditional-gan": conditional_gan_step}[args.pattern]  # fmt: skip
                 step_of(model, optimizer, generator, generator_optimizer, inputs, targets, noise)
                 step += 1
                 continue
@@ -192,6 +195,25 @@ def gan_step_one_backward(
     optimizer.step()
     generator_optimizer.zero_grad()
     model(generator(torch.randn(len(inputs), 4, generator=noise))).mean().neg().backward()
+    generator_optimizer.step()
+
+
+def conditional_gan_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, generator: nn.Module,
+    generator_optimizer: torch.optim.Optimizer, inputs: torch.Tensor, targets: torch.Tensor, noise: torch.Generator,
+) -> None:  # fmt: skip
+    """As mrzhu-cool/pix2pix-pytorch writes it: the discriminator sees the condition beside the generated half,
+    detached, and beside the real half, both concatenations (new storage, neither a generator's output) in one
+    backward; then the generator's loss through it."""
+    condition, real = inputs[:, :2], inputs[:, 2:]
+    fake = generator(inputs)[:, 2:]
+    optimizer.zero_grad()
+    on_fake = model(torch.cat((condition, fake), 1).detach()).square().mean()
+    on_real = F.mse_loss(model(torch.cat((condition, real), 1)), targets)
+    ((on_fake + on_real) * 0.5).backward()
+    optimizer.step()
+    generator_optimizer.zero_grad()
+    model(torch.cat((condition, fake), 1)).mean().neg().backward()
     generator_optimizer.step()
 
 

@@ -80,6 +80,7 @@ class ForwardTracker:
         self.trained: set[int] = set()  # ids of the modules whose forwards a backward reached
         self.layout: Any = None  # sequence.BatchLayout: which dimension is the batch
         self.outputs: list[tuple[weakref.ref[Any], int]] = []  # this step's forward outputs' storages
+        self.drawn: int | None = 0  # samples the loaders gave since the last backward (None: a batch unreadable)
 
     @staticmethod
     def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
@@ -150,11 +151,21 @@ class ForwardTracker:
     def backward_ended(self, *args: Any, **kwargs: Any) -> None:
         self.settle()
 
+    def drew(self, batch: Any) -> None:
+        """A loader gave `batch`: its samples, by the leading dimension of its first tensor."""
+        first = first_tensor(batch)
+        size = int(first.shape[0]) if first is not None and first.dim() > 0 else None
+        self.drawn = None if size is None or self.drawn is None else self.drawn + size
+
     def settle(self) -> None:
-        """Count what the last backward reached (micro-batch and samples)."""
+        """Count what the last backward reached (micro-batch and samples). Its samples are the batch sizes of the
+        first module's forwards on data; where several such forwards count more than the loaders gave since the
+        previous backward (a conditional GAN's discriminator on two concatenations of one batch, a siamese pair),
+        the loaders' count: the samples are the data's, however many times a model sees them."""
         if not self.in_backward:
             return
         self.in_backward = False
+        drawn, self.drawn = self.drawn, 0
         reached, self.reached = self.reached, []
         reached_any, self.reached_any = self.reached_any, False
         if not reached:
@@ -174,6 +185,8 @@ class ForwardTracker:
         data = [record for record in on_data if record.module == first]
         sizes = [record.samples for record in data]
         samples = None if any(size is None for size in sizes) else sum(sizes)  # type: ignore[misc]
+        if samples is not None and len(data) > 1 and drawn and samples > drawn:
+            samples = drawn  # pix2pix's D on cat(a, fake_b).detach() and cat(a, b): one batch, not two
         self.counts.samples = None if samples is None or self.counts.samples is None else self.counts.samples + samples
         tokens = [record.tokens for record in data]
         known = None if any(count is None for count in tokens) else sum(tokens)  # type: ignore[misc]

@@ -117,7 +117,7 @@ class Observer:
              after=self._guard(self._after_backward))  # fmt: skip
         wrap(torch.amp.GradScaler, "scale", after=self._guard(self._scaled))
         wrap(DataLoader, "__iter__", after=self._guard(self._loader_iter))
-        wrap(_BaseDataLoaderIter, "__next__", before=self._guard(self._loader_next))
+        wrap(_BaseDataLoaderIter, "__next__", after=self._guard(self._loader_next))
         wrap(DistributedDataParallel, "__init__", after=self._guard(self._ddp_built))
         wrap(DistributedDataParallel, "register_comm_hook", before=self._guard(self._comm_hook_registered))
         self.habits.patch(self._guard)
@@ -257,8 +257,9 @@ class Observer:
         info["epochs"].append(sampler_epoch(loader))
         iterator._ddpcli_loader = id(loader)
 
-    def _loader_next(self, iterator: Any) -> None:
+    def _loader_next(self, batch: Any, iterator: Any) -> None:
         self.last_loader = getattr(iterator, "_ddpcli_loader", None)
+        self.forwards.drew(batch)
 
     # -- DDP --------------------------------------------------------------------------------------------------------
 
