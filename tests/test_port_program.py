@@ -340,3 +340,31 @@ def test_a_loader_another_file_builds_at_import_and_the_script_trains_on_is_shar
     assert "loader = _ddp_shard(DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True))" in lines
     assert "held_out = DataLoader(torch.randn(8, 4), batch_size=4)" in lines
     assert ported.script.not_ported == []
+
+
+def test_a_tuple_of_loaders_handed_on_whole_leaves_the_choice_to_the_names(tmp_path: Path) -> None:
+    """kevinzakka/recurrent-visual-attention (in the corpus): main.py hands the whole tuple get_train_valid_loader
+    returns to Trainer, which takes `data_loader[0]` in its own file. Where the tuple's element is not known, the
+    building file's names decide (its `train_loader` is sharded, its `valid_loader` not): the tuple handed on whole
+    had made both stay whole."""
+    data = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef make_loaders():\n"
+        "    train_loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)\n"
+        "    valid_loader = DataLoader(torch.randn(8, 4), batch_size=4)\n    return (train_loader, valid_loader)\n"
+    )
+    engine = "def fit(model, optimizer, loaders):\n    for x in loaders[0]:\n        optimizer.zero_grad()\n" \
+             "        model(x).sum().backward()\n        optimizer.step()\n"  # fmt: skip
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\nfrom data import make_loaders\nfrom engine import fit\n\n"
+        "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loaders = make_loaders()\nfit(model, optimizer, loaders)\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "data.py").write_text(data, encoding="utf-8")
+    (tmp_path / "engine.py").write_text(engine, encoding="utf-8")
+    ported = port_program(script)
+    (module,) = [m for m in ported.modules if m.name == "data"]
+    lines = module.result.source.splitlines()  # type: ignore[union-attr]
+    assert "    train_loader = _ddp_shard(DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True))" in lines
+    assert "    valid_loader = DataLoader(torch.randn(8, 4), batch_size=4)" in lines

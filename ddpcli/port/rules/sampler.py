@@ -306,7 +306,8 @@ def _trained_where_returned(port: Port, loader: cst.Call) -> bool | None:
     """Whether another file of the program trains on the loader, where its function returns it (alone, or at a key
     of a dict or a position of a tuple) and another file trains on some of what it returns (`loaders["train"]`
     handed to engine.py's loop): build_loaders' "train" loader is sharded, its "val" one is not, whatever their
-    names. None where no other file trains on what the function returns (the names may decide)."""
+    names. None where no other file trains on what the function returns, or one hands the whole tuple on to code
+    that picks its loader (the names may decide)."""
     function = port.facts.scope(loader)
     if isinstance(function, cst.Module) and port.facts.names_trained_elsewhere:  # `loader = DataLoader(...)`,
         assigned = port.facts.parents.get(loader)  # imported by a file that trains on it
@@ -317,7 +318,12 @@ def _trained_where_returned(port: Port, loader: cst.Call) -> bool | None:
     wanted = port.facts.loaders_trained_elsewhere.get(function.name.value)
     if not wanted:
         return None
-    return bool(returned_keys(port.facts, function, loader) & wanted)
+    keys = returned_keys(port.facts, function, loader)
+    if keys & wanted:
+        return True
+    if None in wanted and keys - {None}:  # the whole tuple handed on (`Trainer(config, loaders)`), indexed there
+        return None
+    return False
 
 
 def _handed_to_a_step(port: Port, loader: cst.Call) -> bool:
