@@ -4,7 +4,8 @@ Python imports this module at start-up when its folder is on PYTHONPATH. It does
 set; then it imports torch and records, without changing what the script computes:
 - every DataLoader iteration (one per epoch, or a peek such as `next(iter(loader))`): which dataset it read (by the
   order DataLoaders were first built over each dataset, so a loader rebuilt over the same dataset, as a port does
-  to add a sampler, counts as the same), the sample indices its sampler gave, and whether it ran to its end;
+  to add a sampler, counts as the same; two SubsetRandomSampler splits of one dataset are two), the sample
+  indices its sampler gave, and whether it ran to its end;
 - every `torch.save` call of the script (the path, or the type of the file object), not the observer's;
 - at exit, the parameters of every optimizer the process built, in order (what "identical parameters" compares).
 It writes `<PORT_PROBE_DIR>/<RANK or 'main'>-<pid>.probe.json` and `.params.pt` beside it at exit.
@@ -34,7 +35,8 @@ if os.environ.get("PORT_PROBE_DIR"):
     _DIR = os.environ["PORT_PROBE_DIR"]
     _TAG = os.environ.get("RANK", "main")
     _RUN_DIR = os.environ.get("DDPCLI_RUN_DIR", "")
-    _datasets: list[object] = []  # in the order loaders were first built over them (kept alive: ids stay unique)
+    _datasets: list[tuple[object, frozenset[int] | None]] = []  # (dataset, split) in the order loaders were first
+    # built over them (kept alive: ids stay unique)
     _iterations: list[dict] = []
     _saves: list[str] = []
     _optimizers: list[torch.optim.Optimizer] = []
@@ -69,10 +71,25 @@ if os.environ.get("PORT_PROBE_DIR"):
 
     _loader_init = torch.utils.data.DataLoader.__init__
 
+    def _identity(loader) -> tuple[object, frozenset[int] | None]:
+        """What a loader reads: its dataset, and the split of it a SubsetRandomSampler draws from. The port's shard of
+        such a split is a loader over `Subset(dataset, split)`: the same identity (its indices are positions in the
+        split, one to one with the split's)."""
+        dataset, sampler = loader.dataset, loader.sampler
+        if isinstance(dataset, torch.utils.data.Subset):
+            return dataset.dataset, frozenset(int(i) for i in dataset.indices)
+        if isinstance(sampler, torch.utils.data.SubsetRandomSampler):
+            return dataset, frozenset(int(i) for i in sampler.indices)
+        return dataset, None
+
+    def _serial(loader) -> int:
+        dataset, split = _identity(loader)
+        return next((i for i, (seen, part) in enumerate(_datasets) if seen is dataset and part == split), -1)
+
     def _init_loader(self, *args, **kwargs):
         _loader_init(self, *args, **kwargs)
-        if not any(dataset is self.dataset for dataset in _datasets):
-            _datasets.append(self.dataset)
+        if _serial(self) < 0:
+            _datasets.append(_identity(self))
 
     torch.utils.data.DataLoader.__init__ = _init_loader
 
@@ -81,8 +98,7 @@ if os.environ.get("PORT_PROBE_DIR"):
 
     def _init_iter(self, loader):
         _iter_init(self, loader)
-        serial = next((i for i, dataset in enumerate(_datasets) if dataset is loader.dataset), -1)
-        self._probe = {"loader": serial, "indices": [], "complete": False}
+        self._probe = {"loader": _serial(loader), "indices": [], "complete": False}
         _iterations.append(self._probe)
 
     def _next(self):
