@@ -88,7 +88,8 @@ SCRIPTS = {
         writer.add_graph(model.eval(), x)
         traced = torch.jit.trace(model, x)
         """),
-    # accumulation, hand batching by slices, batchify by column, a main that exits (teardown in a finally)
+    # accumulation, hand batching by slices, batchify by column, an exit the loss decides, a main that exits (teardown
+    # in a finally)
     "by_hand": HEAD
     + textwrap.dedent("""\
         import sys
@@ -106,6 +107,8 @@ SCRIPTS = {
                 if (i + 1) % 2 == 0:
                     optimizer.step()
                     optimizer.zero_grad()
+                if loss.item() < 1e-6:
+                    break
             return 0
         if __name__ == "__main__":
             sys.exit(main())

@@ -41,8 +41,9 @@ its `indices` (tried on kevinzakka/recurrent-visual-attention). Loaders a packag
 a tuple, and an optimizer whose groups a model's own generators yield (tried on jfzhang95/pytorch-deeplab-xception)
 train data-parallel. A model, its optimizer and a dict of loaders from builders of another file: the model passed to
 the optimizer's builder is wrapped, the loader the program trains on is sharded where it is built, the other is not.
+An early stop each rank would decide on its own share's loss is rank 0's decision on every rank.
 
-Cost: 19 torchrun runs of 2 processes (about 6 s each here) and 33 python runs forked from tests/zygote."""
+Cost: 20 torchrun runs of 2 processes (about 6 s each here) and 33 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -385,4 +386,17 @@ def test_a_model_and_loaders_from_builders_of_another_file_train_data_parallel(t
     lines = printed.splitlines()
     assert lines[0] == "batches: train 4, val 2"  # rank 0's 16 of the training set by 4; all of val by 16
     assert [line.split(",")[0] for line in lines[1:]] == ["epoch 0: trained on 16", "epoch 1: trained on 16"]
+    assert_equal_ranks(zero, one, models=1)
+
+
+def test_an_early_stop_on_each_ranks_own_loss_is_rank_zeros_decision(tmp_path: Path) -> None:
+    """Tried as a new user would (an EarlyStopping class in a module, fed the epoch's training loss, held by no
+    test): under torchrun each rank's stopper saw its own share's loss; at this seed rank 1 left the loop one epoch
+    before rank 0, whose next all-reduce then failed (gloo; nccl hangs). The exit is rank 0's decision on every
+    rank now."""
+    original, port = ported(tmp_path, SCRIPTS / "early_stop_project")
+    expected = python(original, "train.py")
+    assert python(port, "train_ddp.py") == expected
+    printed, zero, one = torchrun_ranks(port, "train_ddp.py", "--batch-size", "4")
+    assert printed.startswith("stopped at epoch ")
     assert_equal_ranks(zero, one, models=1)

@@ -1030,3 +1030,55 @@ def test_models_kept_in_a_list_before_their_optimizers_are_wrapped_before_the_li
     listed = lines.index("nets = [net_a, net_b]")
     wraps = [i for i, line in enumerate(lines) if line.startswith(("net_a = _DDPModel(", "net_b = _DDPModel("))]
     assert len(wraps) == 2 and all(i < listed for i in wraps), lines
+
+
+EXITS = """
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+train_loader = DataLoader(data, batch_size=8, shuffle=True, drop_last=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+step, best, stopper = 0, None, Stopper()
+for epoch in range(30):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        step += 1
+        {inner}
+    {outer}
+"""
+
+
+@pytest.mark.parametrize(
+    ("inner", "outer", "decided"),
+    [
+        ("if loss.item() < 0.01: break", "pass", "loss.item() < 0.01"),
+        ("if torch.isnan(loss):\n            break", "pass", "torch.isnan(loss)"),
+        ("pass", "stopper(loss.item(), model)\n    if stopper.early_stop:\n        break", "stopper.early_stop"),
+        ("pass", "best = loss.item() if best is None else min(best, loss.item())\n    if best < 0.1: break",
+         "best < 0.1"),
+        ("if step >= 100: break", "pass", None),
+        ("pass", "if epoch == 10:\n        break", None),
+    ],
+)  # fmt: skip
+def test_a_training_loops_exit_that_the_ranks_data_decides_is_rank_zeros(
+    inner: str, outer: str, decided: str | None
+) -> None:
+    """An early stop tried as a new user would (an EarlyStopping fed the training loss, held by no test): each
+    rank decided on its own share, one left the loop, and the others' next all-reduce failed. A test that reads
+    what the rank computed from its data becomes rank 0's decision; one of counters and constants is left alone."""
+    result = port(EXITS.format(inner=inner, outer=outer))
+    source = result.source
+    if decided is None:
+        assert "_ddp_same(" not in source
+        assert not any(change.kind == "same_decision" for change in result.changes)
+    else:
+        assert f"if _ddp_same(bool({decided})):" in source.replace("\n            break", "").replace(
+            ": break", ":")  # fmt: skip
+        assert [change.kind for change in result.changes].count("same_decision") == 1
+
+
+def test_a_while_loop_that_trains_until_the_loss_is_small_asks_rank_zero() -> None:
+    result = port(LOOP.replace("for epoch in range(3):", "loss = torch.tensor(1.0)\nwhile loss.item() > 0.5:"))
+    assert "while _ddp_same(bool(loss.item() > 0.5)):" in result.source

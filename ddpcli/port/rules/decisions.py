@@ -1,4 +1,5 @@
-"""A random draw that decides what is built is one draw for the whole run: rank 0's value on every rank.
+"""A random draw that decides what is built is one draw for the whole run: rank 0's value on every rank; and so is
+a loop's exit that values of the rank's own data decide.
 
 Each rank draws from its own stream: the port offsets every rank's RNG where training starts (per-sample noise,
 dropout and augmentation must differ across ranks), and a script that never seeds draws differently on every rank
@@ -6,15 +7,22 @@ from the start. A draw that a trained model's construction reads (a width a sear
 trial of a hyperparameter search per fold) would then build models of different shapes on different ranks, and
 DistributedDataParallel fails at the wrap. Such a draw, found by what the model's construction holds as the reader
 follows it (ddpcli.script.flow.held: names to their bindings, the script's functions to their returns), becomes
-`_ddp_same(draw)`: every rank draws, rank 0's value is broadcast; under python, the draw itself."""
+`_ddp_same(draw)`: every rank draws, rank 0's value is broadcast; under python, the draw itself.
+
+A training loop's `break` or `return` (or a `while` test) decided by what the rank computed from its own share of
+the data (an early stop on the training loss, a stopper object handed the loss, `if loss.item() < 0.01: break`)
+is decided differently on different ranks: one rank leaves the loop, the others wait in their next all-reduce for
+it (gloo fails the run, nccl hangs). Such a test becomes `_ddp_same(bool(test))`: rank 0's decision on every rank.
+A test of counters, constants and arguments alone is the same on every rank and is left as it is."""
 
 from __future__ import annotations
 
 import libcst as cst
 
 from ddpcli.port.context import Port
-from ddpcli.port.facts import dotted, last_name
-from ddpcli.script.flow import held
+from ddpcli.port.facts import Facts, dotted, last_name
+from ddpcli.port.rules.training import Training
+from ddpcli.script.flow import held, sources
 
 DRAWS = ("random.", "numpy.random.", "torch.rand", "torch.randint", "torch.randn", "torch.randperm",
          "torch.multinomial", "torch.normal")  # fmt: skip
@@ -33,6 +41,7 @@ def _built(port: Port, model: str) -> list[cst.CSTNode]:
 
 
 def apply(port: Port) -> None:
+    _exits_decided_by_data(port)
     done: set[cst.CSTNode] = set()
     for model in port.models:
         for value in _built(port, model):
@@ -47,3 +56,73 @@ def apply(port: Port) -> None:
                     port.change(node, "same_draw", f"{port.code(node)} decides how {model} is built: rank 0's draw on "
                                 "every rank under torchrun (each rank's own stream would build models of different "
                                 "shapes, and DDP fails at the wrap); the draw itself under python")  # fmt: skip
+
+
+def _exits_decided_by_data(port: Port) -> None:
+    facts = port.facts
+    training = Training(facts)
+    reached = set(facts.backward_sources())
+    elsewhere = set(facts.feeding_elsewhere)
+
+    def trains(loop: cst.CSTNode) -> bool:
+        return training.steps_in(loop) or any(
+            isinstance(node, cst.Call) and last_name(node) in elsewhere for node in facts.walk(loop)
+        )
+
+    done: set[cst.CSTNode] = set()
+    for node in facts.walk(facts.module):
+        if isinstance(node, cst.While):
+            exits = trains(node)
+        else:
+            exits = isinstance(node, cst.If) and (loop := _exited_loop(facts, node)) is not None and trains(loop)
+        test = node.test if exits else None  # type: ignore[union-attr]
+        if test is None or test in done or not _rank_local(port, test, reached):
+            continue
+        done.add(test)
+        port.edits.rewrite(test, lambda t: cst.Call(func=cst.Name("_ddp_same"), args=[
+            cst.Arg(cst.Call(func=cst.Name("bool"), args=[cst.Arg(t)]))]))  # fmt: skip
+        port.needs.add("same")
+        port.needs_group_here(test)
+        word = "the loop's test" if isinstance(node, cst.While) else "this exit of the training loop"
+        port.change(node, "same_decision", f"{word} ({port.code(test)}) reads what the rank computed from its own "
+                    "share of the data: rank 0's decision on every rank under torchrun (a rank leaving the loop "
+                    "alone leaves the others waiting in their next all-reduce); the test itself under "
+                    "python")  # fmt: skip
+
+
+def _exited_loop(facts: Facts, statement: cst.If) -> cst.CSTNode | None:
+    """The loop a `break` (or the function a `return`) directly in `statement`'s body leaves: the innermost loop
+    around the `if` for a break, the innermost loop around it for a return (it leaves every loop of the function)."""
+    body = statement.body.body if isinstance(statement.body, cst.IndentedBlock) else [statement.body]
+    smalls = [small for line in body if isinstance(line, cst.SimpleStatementLine) for small in line.body]
+    if isinstance(statement.body, cst.SimpleStatementSuite):
+        smalls = list(statement.body.body)
+    if not any(isinstance(small, cst.Break | cst.Return) for small in smalls):
+        return None
+    for ancestor in facts.ancestors(statement):
+        if isinstance(ancestor, cst.FunctionDef | cst.ClassDef):
+            return None
+        if isinstance(ancestor, cst.For | cst.While):
+            return ancestor
+    return None
+
+
+def _rank_local(port: Port, test: cst.CSTNode, reached: set[cst.CSTNode]) -> bool:
+    """Whether `test` reads what the training computed from the rank's data: it is computed from what a backward
+    is (the loss, the batch, the model's outputs), or it reads an object the script hands such a value to
+    (`stopper(val_loss, model)`, then `stopper.early_stop`)."""
+    facts = port.facts
+    if any(node in reached for node in sources(facts, test)):
+        return True
+    if isinstance(facts.parents.get(test), cst.While):  # evaluated after the body too: every binding of its names
+        names = {n.value for n in facts.walk(test) if isinstance(n, cst.Name) and facts.is_variable(n)}
+        scope = facts.scope(test)
+        bound = [statement for name in names for statement in facts.assigned_in(scope, name)]
+        if any(node in reached for statement in bound for node in sources(facts, statement)):
+            return True
+    heads = {dotted(n).split(".")[0] for n in facts.walk(test) if isinstance(n, cst.Name | cst.Attribute) and dotted(n)}
+    for call in facts.calls:
+        head = dotted(call.func).split(".")[0] if dotted(call.func) else ""
+        if head in heads and any(node in reached for arg in call.args for node in sources(facts, arg.value)):
+            return True
+    return False
