@@ -1082,3 +1082,22 @@ def test_a_training_loops_exit_that_the_ranks_data_decides_is_rank_zeros(
 def test_a_while_loop_that_trains_until_the_loss_is_small_asks_rank_zero() -> None:
     result = port(LOOP.replace("for epoch in range(3):", "loss = torch.tensor(1.0)\nwhile loss.item() > 0.5:"))
     assert "while _ddp_same(bool(loss.item() > 0.5)):" in result.source
+
+
+@pytest.mark.parametrize("taken", ["model[2]", "model.layers[-1]", "model.layers[1:][0]"])
+def test_an_optimizer_over_a_submodule_taken_by_index_trains_the_model(taken: str) -> None:
+    """Tried as a new user would (fine-tuning the head of an nn.Sequential, held by no test): `SGD(model[2]
+    .parameters())` named no model, so nothing was wrapped or sharded ("no model found whose parameters an
+    optimizer takes"). The model is what the submodule is indexed out of, wrapped after the head is replaced."""
+    body = LOOP.replace("model = nn.Linear(4, 1)\n", "model = Net()\nfor p in model.parameters():\n"
+                        "    p.requires_grad = False\nmodel.layers[-1] = nn.Linear(8, 1)\n")  # fmt: skip
+    body = body.replace("torch.optim.SGD(model.parameters()", f"torch.optim.SGD({taken}.parameters()")
+    if taken == "model[2]":
+        body = body.replace("model.layers[-1] = nn.Linear(8, 1)", "model[2] = nn.Linear(8, 1)")
+    lines = lines_of(port("class Net(nn.Sequential):\n    layers = property(lambda self: self)\n" + body))
+    wrap = lines.index("model = _DDPModel(model)")
+    assert (
+        lines.index("model[2] = nn.Linear(8, 1)" if taken == "model[2]" else "model.layers[-1] = nn.Linear(8, 1)")
+        < wrap
+    )
+    assert wrap < next(i for i, line in enumerate(lines) if line.startswith("optimizer = torch.optim.SGD("))

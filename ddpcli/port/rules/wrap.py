@@ -63,11 +63,22 @@ def models_trained(facts: Facts, optimizer: cst.Call) -> list[str]:
                 isinstance(node, cst.Call)
                 and isinstance(node.func, cst.Attribute)
                 and (node.func.attr.value in PARAMETER_METHODS or node.func.attr.value in yielding)
-                and (name := _model_object(dotted(node.func.value)))
+                and (name := _model_object(dotted(_unindexed(node.func.value))))
                 and name not in found
             ):
                 found.append(name)
     return found
+
+
+def _unindexed(node: cst.CSTNode) -> cst.CSTNode:
+    """The module a submodule is taken from by indexing (`model[2]`, `model.layers[-1]`, `self.net.blocks[0]`):
+    the expression before the first index, whose name the model is."""
+    inner = node
+    while isinstance(inner, cst.Subscript | cst.Attribute):
+        if isinstance(inner, cst.Subscript):
+            node = inner.value
+        inner = inner.value
+    return node
 
 
 def _model_object(name: str) -> str:
