@@ -60,13 +60,15 @@ def test_the_checker_sees_a_wrong_field() -> None:
 
 HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
 SCRIPTS = {
-    # wrap, unwrap, sampler, rank0 (print, save, writer, a writer rank 0 alone builds, tqdm, open outside a with),
-    # DataParallel, .cuda(), device, a pinned GPU
+    # wrap, unwrap, sampler, rank0 (print, save, writer, wandb.init, a writer rank 0 alone builds, tqdm, open outside
+    # a with), DataParallel, .cuda(), device, a pinned GPU
     "many": HEAD
     + textwrap.dedent("""\
         from torch.utils.tensorboard import SummaryWriter
         from tqdm import tqdm
+        import wandb
         writer = SummaryWriter()
+        wandb.init(project="p")
         with open("notes.txt", "w") as notes:
             side = SummaryWriter("side")
         log = open("log.txt", "w")

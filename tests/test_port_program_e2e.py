@@ -41,9 +41,10 @@ its `indices` (tried on kevinzakka/recurrent-visual-attention). Loaders a packag
 a tuple, and an optimizer whose groups a model's own generators yield (tried on jfzhang95/pytorch-deeplab-xception)
 train data-parallel. A model, its optimizer and a dict of loaders from builders of another file: the model passed to
 the optimizer's builder is wrapped, the loader the program trains on is sharded where it is built, the other is not.
-An early stop each rank would decide on its own share's loss is rank 0's decision on every rank.
+An early stop each rank would decide on its own share's loss is rank 0's decision on every rank. A config read back
+from wandb is there on every rank.
 
-Cost: 20 torchrun runs of 2 processes (about 6 s each here) and 33 python runs forked from tests/zygote."""
+Cost: 21 torchrun runs of 2 processes (about 6 s each here) and 33 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -399,4 +400,17 @@ def test_an_early_stop_on_each_ranks_own_loss_is_rank_zeros_decision(tmp_path: P
     assert python(port, "train_ddp.py") == expected
     printed, zero, one = torchrun_ranks(port, "train_ddp.py", "--batch-size", "4")
     assert printed.startswith("stopped at epoch ")
+    assert_equal_ranks(zero, one, models=1)
+
+
+def test_a_config_read_back_from_wandb_is_there_on_every_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tried as a new user would (a script written for wandb sweeps, held by no test): `wandb.init(config=...)` ran
+    on rank 0 alone, and rank 1's first `wandb.config.batch_size` raised "You must call wandb.init() before". The
+    other ranks now get a disabled run with rank 0's config (wandb disabled here: no network, no files)."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    original, port = ported(tmp_path, SCRIPTS / "wandb_config.py")
+    assert python(original, "wandb_config.py") == python(port, "wandb_config_ddp.py") == "samples 64\n"
+    printed, zero, one = torchrun_ranks(port, "wandb_config_ddp.py", "--batch-size", "4")
+    assert printed == "samples 32\n"
     assert_equal_ranks(zero, one, models=1)

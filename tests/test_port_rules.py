@@ -485,7 +485,7 @@ def test_writers_and_wandb_runs_are_rank_zero_only() -> None:
                   "run.log({'loss': loss.item()})\nwandb.log({'loss': 1.0})\n")  # fmt: skip
     lines = lines_of(result)
     assert "writer = _ddp_rank_zero(lambda: SummaryWriter())" in lines
-    assert "run = _ddp_rank_zero(lambda: wandb.init(project='p'))" in lines
+    assert "run = _ddp_wandb_init(project='p')" in lines
     for call in (
         "writer.add_scalar('loss', loss.item(), 0)",
         "wandb.log({'loss': 1.0})",

@@ -362,6 +362,25 @@ def _ddp_rank_zero(build, shared=True):
         DIST.broadcast_object_list(values, src=0)
     return built if _is_main else _DDPRankZero(values[0])
 '''
+WANDB = '''
+
+
+def _ddp_wandb_init(*args, **kwargs):
+    """wandb.init as the script calls it on rank 0; on the other ranks a disabled run (its calls do nothing, no
+    files, no network) whose config is rank 0's, a sweep's values included: `wandb.config.lr` reads alike on every
+    rank, where without an init it raises."""
+    import wandb
+
+    if not _ddp:
+        return wandb.init(*args, **kwargs)
+    run = wandb.init(*args, **kwargs) if _is_main else wandb.init(*args, **{**kwargs, "mode": "disabled"})
+    shared = [dict(wandb.config) if _is_main else None]
+    if DIST.is_initialized():
+        DIST.broadcast_object_list(shared, src=0)
+        if not _is_main:
+            wandb.config.update(shared[0], allow_val_change=True)
+    return run
+'''
 SETUP = '(nccl with CUDA, gloo otherwise; LOCAL_RANK the current GPU, so "cuda" is each rank\'s own)'
 TEARDOWN = "if _ddp:\n    DIST.destroy_process_group()\n"
 
@@ -429,8 +448,8 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 
 # The helpers the rules may need (port.needs), in the order the header defines them.
 _HELPERS = (("ddp", MODEL), ("script_model", SCRIPT_MODEL), ("forward", FORWARD), ("data_parallel", DATA_PARALLEL),
-            ("shard", SHARD), ("quiet", QUIET), ("rank_zero", RANK_ZERO), ("map", MAP), ("device", DEVICE),
-            ("seed", SEED), ("shared", SHARED), ("same", SAME))  # fmt: skip
+            ("shard", SHARD), ("quiet", QUIET), ("rank_zero", RANK_ZERO), ("wandb", WANDB), ("map", MAP),
+            ("device", DEVICE), ("seed", SEED), ("shared", SHARED), ("same", SAME))  # fmt: skip
 
 
 def apply(port: Port) -> None:

@@ -56,8 +56,13 @@ def apply(port: Port) -> None:
                and isinstance(a := facts.parents.get(c), cst.Assign) for t in a.targets}  # fmt: skip
     written: list[cst.CSTNode] = []  # every write, for the reads that may come after one
     for node in facts.walk(facts.module):
+        if isinstance(node, cst.Call) and facts.resolve(node) == "wandb.init":
+            _wandb_init(port, node)
+            continue
         if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
             value = node.value
+            if facts.resolve(value) == "wandb.init":
+                continue  # the call itself, met next
             what = _talks_or_writes(port, value, writers, loggers)
             if not what:
                 continue
@@ -92,10 +97,7 @@ def apply(port: Port) -> None:
         ):
             written.append(node)
             _open_on_rank_zero(port, node)
-        elif isinstance(node, cst.Call) and (
-            last_name(node) in WRITER_CLASSES
-            or (facts.resolve(node) == "wandb.init" and isinstance(facts.parents.get(node), cst.Assign))
-        ):
+        elif isinstance(node, cst.Call) and last_name(node) in WRITER_CLASSES:
             shared = not _inside_guard(port, node)
             port.edits.rewrite(node, lambda n, shared=shared: _built_on_rank_zero(n, shared))
             port.needs |= {"quiet", "rank_zero"}
@@ -109,6 +111,16 @@ def apply(port: Port) -> None:
             port.change(node, "rank0", "progress bar shown on rank 0 only")
     if written:
         _barriers(port, written)
+
+
+def _wandb_init(port: Port, call: cst.Call) -> None:
+    """`wandb.init(...)` -> `_ddp_wandb_init(...)`: the run on rank 0, a disabled one with rank 0's config elsewhere
+    (the script reads `wandb.config` on every rank; a sweep sets it on rank 0)."""
+    port.edits.rewrite(call.func, lambda _: cst.Name("_ddp_wandb_init"))
+    port.needs.add("wandb")
+    port.needs_group_here(call)
+    port.change(call, "rank0", "wandb.init(...) on rank 0; on the other ranks a disabled run (no files, no network, "
+                "its calls do nothing) with rank 0's config, so wandb.config reads alike on every rank")  # fmt: skip
 
 
 def _built_on_rank_zero(call: cst.Call, shared: bool) -> cst.Call:
