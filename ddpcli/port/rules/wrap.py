@@ -325,16 +325,7 @@ def _wrap_at_calls(port: Port, helper: str, function: cst.FunctionDef | cst.Lamb
     calls = [call for call in facts.calls if dotted(call.func).rsplit(".", 1)[-1] == helper]
     for call in calls:
         argument = next((a.value for a in call.args if parameter_for(function, call, a.value) == model), None)
-        name = dotted(argument) if argument is not None else ""
-        if not name:
-            port.cannot(call, f"{helper}(...) builds the optimizer of a model it is given: wrap that "
-                        "model in DistributedDataParallel yourself before this call")  # fmt: skip
-            continue
-        statement = facts.statement(call)
-        port.edits.insert_before(statement, _wrapping(port, statement, name))
-        port.change(call, "ddp_wrap", f"{name} wrapped in DistributedDataParallel under torchrun before "
-                    f"{helper}(...) builds its optimizer: each backward averages its gradients across "
-                    f"ranks; {STILL_THE_MODEL}")  # fmt: skip
+        _wrap_before_builder(port, call, helper, argument, "")
 
 
 def _iterated(port: Port, optimizer: cst.Call, model: str) -> str | None:
@@ -406,18 +397,24 @@ def _wrap_at_builders_elsewhere(port: Port) -> None:
         keyed = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
         index = params.index(model)
         argument = keyed.get(model, positional[index] if index < len(positional) else None)
-        name = dotted(argument) if argument is not None else ""
-        if not name:
-            port.cannot(call, f"{helper}(...) builds the optimizer of a model it is given: wrap that "
-                        "model in DistributedDataParallel yourself before this call")  # fmt: skip
-            continue
-        if name in port.models:
-            continue
-        statement = facts.statement(call)
-        port.edits.insert_before(statement, _wrapping(port, statement, name))
-        port.change(call, "ddp_wrap", f"{name} wrapped in DistributedDataParallel under torchrun before "
-                    f"{helper}(...) of another file of the program builds its optimizer: each backward averages "
-                    f"its gradients across ranks; {STILL_THE_MODEL}")  # fmt: skip
+        _wrap_before_builder(port, call, helper, argument, " of another file of the program")
+
+
+def _wrap_before_builder(port: Port, call: cst.Call, helper: str, argument: cst.CSTNode | None, where: str) -> None:
+    """The model `argument` wrapped before `call` of a function that builds its optimizer (said not ported where
+    the argument spells no name)."""
+    name = dotted(argument) if argument is not None else ""
+    if not name:
+        port.cannot(call, f"{helper}(...) builds the optimizer of a model it is given: wrap that "
+                    "model in DistributedDataParallel yourself before this call")  # fmt: skip
+        return
+    if where and name in port.models:  # another file's builder of a model this file's own rule wrapped
+        return
+    statement = port.facts.statement(call)
+    port.edits.insert_before(statement, _wrapping(port, statement, name))
+    port.change(call, "ddp_wrap", f"{name} wrapped in DistributedDataParallel under torchrun before "
+                f"{helper}(...){where} builds its optimizer: each backward averages its gradients across "
+                f"ranks; {STILL_THE_MODEL}")  # fmt: skip
 
 
 def apply(port: Port) -> None:
