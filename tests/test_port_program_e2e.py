@@ -42,9 +42,10 @@ a tuple, and an optimizer whose groups a model's own generators yield (tried on 
 train data-parallel. A model, its optimizer and a dict of loaders from builders of another file: the model passed to
 the optimizer's builder is wrapped, the loader the program trains on is sharded where it is built, the other is not.
 An early stop each rank would decide on its own share's loss is rank 0's decision on every rank. A config read back
-from wandb is there on every rank.
+from wandb is there on every rank. A model that builds its own optimizer (minGPT's configure_optimizers) is wrapped
+before it does.
 
-Cost: 21 torchrun runs of 2 processes (about 6 s each here) and 33 python runs forked from tests/zygote."""
+Cost: 22 torchrun runs of 2 processes (about 6 s each here) and 33 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -414,3 +415,18 @@ def test_a_config_read_back_from_wandb_is_there_on_every_rank(tmp_path: Path, mo
     printed, zero, one = torchrun_ranks(port, "wandb_config_ddp.py", "--batch-size", "4")
     assert printed == "samples 32\n"
     assert_equal_ranks(zero, one, models=1)
+
+
+def test_a_model_that_builds_its_own_optimizer_is_wrapped_before_it_does(tmp_path: Path) -> None:
+    """karpathy/minGPT's pattern (last session's note named it; held by no test): `optimizer =
+    model.configure_optimizers(config)`, the method in model.py choosing its groups by name. The script was refused
+    as updating its parameters by hand (no optimizer it could see). The model is wrapped before the call, and the
+    method, reached through the wrapper, builds its groups over the model's own names."""
+    original, port = ported(tmp_path, SCRIPTS / "configure_optimizers_project")
+    expected = python(original, "train.py")
+    assert python(port, "train_ddp.py") == expected
+    assert str(torch.load(original / "model.pt")) == str(torch.load(port / "model.pt"))
+    printed, zero, one = torchrun_ranks(port, "train_ddp.py", "--batch-size", "4")
+    assert printed.splitlines() == ["epoch 0: 16 samples", "epoch 1: 32 samples"]
+    assert_equal_ranks(zero, one, models=1)
+    assert list(torch.load(port / "model.pt")) == ["body.weight", "body.bias", "head.weight", "head.bias"]

@@ -1101,3 +1101,19 @@ def test_an_optimizer_over_a_submodule_taken_by_index_trains_the_model(taken: st
         < wrap
     )
     assert wrap < next(i for i, line in enumerate(lines) if line.startswith("optimizer = torch.optim.SGD("))
+
+
+def test_a_model_that_builds_its_own_optimizer_in_the_script_is_wrapped_before_the_call() -> None:
+    """minGPT's configure_optimizers, its class in the script itself: the wrap goes before
+    `model.configure_optimizers(...)`, the call's receiver being the model the method builds its optimizer for."""
+    model_class = (
+        "class GPT(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.body = nn.Linear(4, 1)\n    def forward(self, x):\n        return self.body(x)\n"
+        "    def configure_optimizers(self, lr):\n        return torch.optim.AdamW(self.parameters(), lr=lr)\n"
+    )
+    body = LOOP.replace("model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+                        "model = GPT()\noptimizer = model.configure_optimizers(0.1)\n")  # fmt: skip
+    result = port(model_class + body)
+    lines = lines_of(result)
+    assert lines.index("model = _DDPModel(model)") + 1 == lines.index("optimizer = model.configure_optimizers(0.1)")
+    assert result.not_ported == []

@@ -148,6 +148,11 @@ class Facts(Reader):
             return True  # `scaler.step(optimizer)` in a module whose callers are in another file: both parameters
         return self._is_optimizer(receiver, optimizers, by_name=True)
 
+    def _built_elsewhere(self, call: cst.Call) -> bool:
+        """A call of another file's function that builds and returns an optimizer (ddpcli.port.rules.wrap)."""
+        name = last_name(call)
+        return name in self.builders_elsewhere and name not in self.functions
+
     def _undecided(self, node: cst.CSTNode) -> bool:
         """Whether nothing in this file says what `node` holds (a parameter of a function called from elsewhere)."""
         return all(isinstance(end, cst.Param | cst.Name | cst.Attribute) for end in origins(self, node))
@@ -164,6 +169,8 @@ class Facts(Reader):
         ends = origins(self, node)
         if any(isinstance(end, cst.Call) and self.is_optimizer_call(end) for end in ends):
             return True
+        if any(isinstance(end, cst.Call) and self._built_elsewhere(end) for end in ends):
+            return True  # `model.configure_optimizers(cfg)`, `build_optimizer(cfg, model)` of another file
         if any(dotted(end) in optimizers for end in ends if isinstance(end, cst.Name | cst.Attribute)):
             return True
         undecided = all(isinstance(end, cst.Param | cst.Name | cst.Attribute) for end in ends)

@@ -34,8 +34,10 @@ def trained_models(port: Port, optimizer: cst.Call) -> list[str]:
 
 def optimizer_builders(facts: Facts) -> dict[str, tuple[tuple[str, ...], str]]:
     """The file's functions that build an optimizer over a model they are given and do not train it themselves
-    (`def build_optimizer(cfg, model): return SGD(model.parameters(), lr=cfg.lr)`): name -> (its parameters, a
-    method's without `self`, and the model's). Another file of the program that calls one wraps what it passes."""
+    (`def build_optimizer(cfg, model): return SGD(model.parameters(), lr=cfg.lr)`), or a model's method over its
+    own (`def configure_optimizers(self, cfg)`): name -> (its parameters, a method's without `self`, and the
+    model's, `self` for the model the method is called on). Another file of the program that calls one wraps what
+    it passes."""
     found: dict[str, tuple[tuple[str, ...], str]] = {}
     training = Training(facts)
     for optimizer in facts.optimizer_calls():
@@ -43,8 +45,9 @@ def optimizer_builders(facts: Facts) -> dict[str, tuple[tuple[str, ...], str]]:
         if not isinstance(scope, cst.FunctionDef) or training.steps_in(scope):
             continue
         params = tuple(p.name.value for p in scope.params.params if p.name.value not in ("self", "cls"))
+        method = any(isinstance(a, cst.ClassDef) for a in facts.ancestors(scope))
         for model in models_trained(facts, optimizer):
-            if model in params:
+            if model in params or (model == "self" and method):  # minGPT's `model.configure_optimizers(config)`
                 found.setdefault(scope.name.value, (params, model))
     return found
 
@@ -325,7 +328,7 @@ def _wrap_at_calls(port: Port, helper: str, function: cst.FunctionDef | cst.Lamb
     calls = [call for call in facts.calls if dotted(call.func).rsplit(".", 1)[-1] == helper]
     for call in calls:
         argument = next((a.value for a in call.args if parameter_for(function, call, a.value) == model), None)
-        _wrap_before_builder(port, call, helper, argument, "")
+        _wrap_before_builder(port, call, helper, _receiver(call) if model == "self" else argument, "")
 
 
 def _iterated(port: Port, optimizer: cst.Call, model: str) -> str | None:
@@ -395,9 +398,15 @@ def _wrap_at_builders_elsewhere(port: Port) -> None:
         params, model = facts.builders_elsewhere[helper]
         positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
         keyed = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
-        index = params.index(model)
-        argument = keyed.get(model, positional[index] if index < len(positional) else None)
+        index = params.index(model) if model in params else -1
+        argument = keyed.get(model, positional[index] if index < len(positional) else None) if index >= 0 else None
+        argument = _receiver(call) if model == "self" else argument
         _wrap_before_builder(port, call, helper, argument, " of another file of the program")
+
+
+def _receiver(call: cst.Call) -> cst.CSTNode | None:
+    """The model a method builds its own optimizer for (`model.configure_optimizers(cfg)`): the call's receiver."""
+    return call.func.value if isinstance(call.func, cst.Attribute) else None
 
 
 def _wrap_before_builder(port: Port, call: cst.Call, helper: str, argument: cst.CSTNode | None, where: str) -> None:
