@@ -1117,3 +1117,18 @@ def test_a_model_that_builds_its_own_optimizer_in_the_script_is_wrapped_before_t
     lines = lines_of(result)
     assert lines.index("model = _DDPModel(model)") + 1 == lines.index("optimizer = model.configure_optimizers(0.1)")
     assert result.not_ported == []
+
+
+def test_an_exit_that_the_arguments_decide_is_the_same_on_every_rank_and_left_alone() -> None:
+    """Found by CI on pytorch/examples' mnist stand-in: `if args.dry_run: break` was taken for a decision of the
+    rank's data, because the training reads `args` too (its device). What the arguments decide is alike on every
+    rank: no broadcast."""
+    source = LOOP.replace(
+        "for epoch in range(3):",
+        "import argparse\nargs = argparse.Namespace(dry_run=False, "
+        "cuda=False)\ndevice = torch.device('cuda' if args.cuda else 'cpu')\nfor epoch in range(3):",
+    )
+    source = source.replace("        optimizer.step()\n", "        optimizer.step()\n        if args.dry_run:\n"
+                            "            break\n").replace("model(x)", "model(x.to(device))")  # fmt: skip
+    result = port(source)
+    assert "if args.dry_run:" in lines_of(result) and "_ddp_same(" not in result.source

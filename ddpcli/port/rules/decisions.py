@@ -22,7 +22,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import Facts, dotted, last_name
 from ddpcli.port.rules.training import Training
-from ddpcli.script.flow import held, sources
+from ddpcli.script.flow import held, is_loader, sources
 
 DRAWS = ("random.", "numpy.random.", "torch.rand", "torch.randint", "torch.randn", "torch.randperm",
          "torch.multinomial", "torch.normal")  # fmt: skip
@@ -61,8 +61,10 @@ def apply(port: Port) -> None:
 def _exits_decided_by_data(port: Port) -> None:
     facts = port.facts
     training = Training(facts)
-    reached = set(facts.backward_sources())
     elsewhere = set(facts.feeding_elsewhere)
+    reached = {node for node in facts.backward_sources()  # the rank's data: its batches' loops and its loaders
+               if isinstance(node, cst.For | cst.CompFor) or is_loader(facts, node)}  # fmt: skip
+    reached |= {call for call in facts.calls if last_name(call) in elsewhere}  # a step of another file's, its value
 
     def trains(loop: cst.CSTNode) -> bool:
         return training.steps_in(loop) or any(
@@ -108,9 +110,10 @@ def _exited_loop(facts: Facts, statement: cst.If) -> cst.CSTNode | None:
 
 
 def _rank_local(port: Port, test: cst.CSTNode, reached: set[cst.CSTNode]) -> bool:
-    """Whether `test` reads what the training computed from the rank's data: it is computed from what a backward
-    is (the loss, the batch, the model's outputs), or it reads an object the script hands such a value to
-    (`stopper(val_loss, model)`, then `stopper.early_stop`)."""
+    """Whether `test` reads what the training computed from the rank's data: it is computed from the batches a
+    backward is computed from (their loops, their loaders: the loss, the outputs), or from what another file's
+    training step returns, or it reads an object the script hands such a value to (`stopper(val_loss, model)`,
+    then `stopper.early_stop`). The arguments and the config the training also reads are the same on every rank."""
     facts = port.facts
     if any(node in reached for node in sources(facts, test)):
         return True
