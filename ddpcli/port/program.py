@@ -150,13 +150,14 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
     yielding = frozenset().union(*(parameter_methods(m.facts) for m in modules.values() if m.facts is not None))
     held = {name: loader_functions(m.facts, into_containers=True) for name, m in modules.items() if m.facts}
     builders = {name: optimizer_builders(m.facts) for name, m in modules.items() if m.facts}
+    held_elsewhere = {name: frozenset().union(*(f for n, f in held.items() if n != name)) for name in held}
     trained: dict[str, dict[str, set[str | int | None]]] = {}  # file -> {function of another file: keys}
     names_trained: dict[str, set[str]] = {}  # file -> its top-level names another file imports and trains on
     for name, module in modules.items():
         if module.facts is not None:
-            elsewhere = frozenset().union(*(f for n, f in held.items() if n != name))
-            trained[name] = loaders_trained_from(module.facts, elsewhere, found.feeding_elsewhere(name))
-            for node, imported in imported_and_trained(module.facts, found.feeding_elsewhere(name)):
+            feeding = found.feeding_elsewhere(name)
+            trained[name] = loaders_trained_from(module.facts, held_elsewhere[name], feeding)
+            for node, imported in imported_and_trained(module.facts, feeding):
                 source = absolute(node, module.package)
                 if source in modules and source != name:
                     names_trained.setdefault(source, set()).add(imported)
@@ -165,7 +166,7 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
         if module.facts is not None:
             module.facts.program_classes = found.classes
             module.facts.parameter_methods = yielding
-            module.facts.loaders_held_elsewhere = frozenset().union(*(f for n, f in held.items() if n != name))
+            module.facts.loaders_held_elsewhere = held_elsewhere[name]
             module.facts.builders_elsewhere = {
                 k: v for n, made in builders.items() if n != name for k, v in made.items()
             }

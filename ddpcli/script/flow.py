@@ -79,13 +79,7 @@ def handing_parameters(
     loader, ...)`. What a third file hands them is training data too (ddpcli.port.program, to a fixed point)."""
     found: dict[str, tuple[tuple[str, ...], set[str]]] = {}
     for call in reader.calls:
-        if (known := feeding.get(last_name(call))) is None:
-            continue
-        params, feeds = known
-        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
-        handed = [value for param, value in zip(params, positional, strict=False) if param in feeds]
-        handed += [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value in feeds]
-        for value in handed:
+        for value in handed_to_feeding(call, feeding):
             for node in _passed_through(reader, value):
                 function = _function_of(reader, node)
                 if function is None:
@@ -132,14 +126,20 @@ def imported_and_trained(
 
 def _trained_here(reader: Reader, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]) -> list[cst.CSTNode]:
     """What this file's backward is computed from, and what it hands to feeding parameters of other files."""
-    used = list(backward_sources(reader))
-    for call in reader.calls:
-        if (known := feeding.get(last_name(call))) is not None:
-            params, feeds = known
-            positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
-            used += [value for param, value in zip(params, positional, strict=False) if param in feeds]
-            used += [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value in feeds]
-    return used
+    return [*backward_sources(reader), *(value for call in reader.calls for value in handed_to_feeding(call, feeding))]
+
+
+def handed_to_feeding(
+    call: cst.Call, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]
+) -> list[cst.BaseExpression]:
+    """The arguments `call` passes (by position or keyword) for the parameters of a function of another file that
+    reach its backward (`feeding`, by the name the call spells: ddpcli.port.program)."""
+    if (known := feeding.get(last_name(call))) is None:
+        return []
+    params, feeds = known
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    handed = [value for param, value in zip(params, positional, strict=False) if param in feeds]
+    return handed + [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value in feeds]
 
 
 def _where_returned(reader: Reader, node: cst.CSTNode, made: frozenset[str]) -> list[tuple[str, Key]]:

@@ -13,7 +13,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, last_name, string_value
 from ddpcli.port.rules.training import Training
-from ddpcli.script.flow import origins, returned_keys
+from ddpcli.script.flow import handed_to_feeding, origins, returned_keys
 
 # Samplers `_ddp_shard` shards (a DistributedSampler, a split's indices kept, draws with replacement shared out);
 # any other is the script's own.
@@ -330,17 +330,8 @@ def _handed_to_a_step(port: Port, loader: cst.Call) -> bool:
     """The loader is handed to a function of another file of the program whose parameter reaches a backward
     (`engine.train_one_epoch(train_loader)` with the loop in engine.py), by position or keyword."""
     feeding = port.facts.feeding_elsewhere
-    for call in port.facts.calls if feeding else ():
-        found = feeding.get(last_name(call))
-        if found is None:
-            continue
-        params, feeds = found
-        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
-        handed = [value for param, value in zip(params, positional, strict=False) if param in feeds]
-        handed += [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value in feeds]
-        if any(loader in origins(port.facts, value) for value in handed):
-            return True
-    return False
+    calls = port.facts.calls if feeding else []
+    return any(loader in origins(port.facts, value) for call in calls for value in handed_to_feeding(call, feeding))
 
 
 def _shard_returned_elsewhere(port: Port) -> None:
