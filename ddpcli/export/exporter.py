@@ -3,12 +3,17 @@ that cannot be written is named (the others still are), and the caller exits 2 w
 
 Nothing is made before there is a run to write (a folder target, a new SQLite store); the runs are written under
 the target's lock (ddpcli.export.lock), one at a time, each reported as soon as it is written, so that an export
-stopped halfway (Ctrl-C) has said which runs it wrote: exporting again writes the rest."""
+stopped halfway (Ctrl-C) has said which runs it wrote: exporting again writes the rest. A Ctrl-C while a run is
+written takes effect once it is written (a second one at once): the viewers' libraries write from threads that a
+KeyboardInterrupt raised inside their calls can leave waiting for ever (tensorboardX's queue: 8 of 40 writers
+interrupted at random times hung)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,18 +70,21 @@ class Exporter:
             return outcome
         with self._lock():
             for run in runs:
-                try:
-                    what = self._one(run)
-                except UserError as error:
-                    outcome.failures.append(str(error))
-                    continue
-                except Skipped as skip:
-                    outcome.warnings.append(str(skip))
-                    continue
-                line = f"{run.name} {run.run_id}: {what}"
-                outcome.written.append(line)
-                if on_written is not None:
-                    on_written(line)
+                what: str | None = None
+                with ctrl_c_after() as came:
+                    try:
+                        what = self._one(run)
+                    except UserError as error:
+                        outcome.failures.append(str(error))
+                    except Skipped as skip:
+                        outcome.warnings.append(str(skip))
+                if what is not None:
+                    line = f"{run.name} {run.run_id}: {what}"
+                    outcome.written.append(line)
+                    if on_written is not None:
+                        on_written(line)
+                if came:
+                    raise KeyboardInterrupt
         return outcome
 
     def _lock(self) -> Any:
@@ -97,3 +105,29 @@ class Exporter:
         from ddpcli.export import to_wandb
 
         return to_wandb.export(run, self._target)
+
+
+@contextmanager
+def ctrl_c_after() -> Iterator[list[int]]:
+    """Hold a Ctrl-C (SIGINT) that comes inside the block: the list yielded gets its signal number, for the caller
+    to raise KeyboardInterrupt once the block is done; a second Ctrl-C raises at once (the default handler is back
+    after the first). Only where Python's own handler is in place, in the main thread: elsewhere the block runs
+    as it is (a signal handler can be set in the main thread alone, and a caller's own handler is theirs)."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        yield came
+        return
+
+    def hold(signum: int, frame: object) -> None:
+        came.append(signum)
+        signal.signal(signal.SIGINT, previous)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, previous)
