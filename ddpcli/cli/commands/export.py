@@ -73,8 +73,9 @@ def export_command(
 
 def interrupted(outcome: Outcome, target: str, total: int | None) -> NoReturn:
     """Ctrl-C: how many runs were written (each one's line was printed as it was), and that the same command
-    writes the rest (no run or point twice); exit 130. A run cut off halfway was not written (the viewers' modules
-    write nothing half)."""
+    writes the rest (no run or point twice); exit 130. The run being written when it came was finished first
+    (ddpcli.export.exporter.ctrl_c_after); one a second Ctrl-C cut off was not written (the viewers' modules write
+    nothing half)."""
     if total is None:
         say(f"interrupted before any run was written to {target}")
     else:
