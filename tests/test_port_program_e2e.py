@@ -404,6 +404,20 @@ def test_an_early_stop_on_each_ranks_own_loss_is_rank_zeros_decision(tmp_path: P
     assert_equal_ranks(zero, one, models=1)
 
 
+def test_a_patience_counted_in_a_branch_the_ranks_loss_chose_ends_every_rank_together(tmp_path: Path) -> None:
+    """Tried as a new user would (patience counted in the `else` of `if total < best`, held by no test): the exit
+    read only the count, the count went up on the ranks whose own share's loss did not improve, and one rank left
+    the loop while the other waited in its next all-reduce (the run failed at every try). Both tests that decide
+    the exit are rank 0's now."""
+    original, port = ported(tmp_path, SCRIPTS / "patience_branch.py")
+    expected = python(original, "patience_branch.py")
+    assert expected.startswith("stopped at epoch ") and python(port, "patience_branch_ddp.py") == expected
+    assert str(torch.load(original / "best.pt")) == str(torch.load(port / "best.pt"))
+    printed, zero, one = torchrun_ranks(port, "patience_branch_ddp.py", "--batch-size", "4")
+    assert printed.startswith("stopped at epoch ")
+    assert_equal_ranks(zero, one, models=1)
+
+
 def test_a_config_read_back_from_wandb_is_there_on_every_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tried as a new user would (a script written for wandb sweeps, held by no test): `wandb.init(config=...)` ran
     on rank 0 alone, and rank 1's first `wandb.config.batch_size` raised "You must call wandb.init() before". The

@@ -1079,6 +1079,55 @@ def test_a_training_loops_exit_that_the_ranks_data_decides_is_rank_zeros(
         assert [change.kind for change in result.changes].count("same_decision") == 1
 
 
+PATIENCE = """
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+train_loader = DataLoader(data, batch_size=8, shuffle=True, drop_last=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+best, patience = float("inf"), 0
+for epoch in range(30):
+    total = 0.0
+    for step, (x, y) in enumerate(train_loader):
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+        {inner}
+    {outer}
+"""
+
+
+@pytest.mark.parametrize(
+    ("inner", "outer", "decided"),
+    [
+        ("pass", "if total < best:\n        best, patience = total, 0\n    else:\n        patience += 1\n"
+         "        if patience >= 2:\n            break", ["total < best", "patience >= 2"]),
+        ("pass", "if total < best:\n        best, patience = total, 0\n    else:\n        patience += 1\n"
+         "    if patience >= 2:\n        break", ["patience >= 2"]),
+        ("pass", "if total < best:\n        best = total\n    elif epoch > 5:\n        break",
+         ["total < best"]),
+        ("if step % 2 == 0:\n            print(loss.item())\n            if step >= 6:\n                break",
+         "pass", []),
+        ("pass", "if epoch % 5 == 0:\n        if total < 0.1:\n            break", ["total < 0.1"]),
+    ],
+)  # fmt: skip
+def test_an_exit_that_the_ranks_data_decides_by_way_of_a_branch_is_rank_zeros(
+    inner: str, outer: str, decided: list[str]
+) -> None:
+    """Tried as a new user would (patience counted on the epoch's summed training loss, held by no test): the
+    count went up in the `else` of `if total < best`, so the exit read no loss itself, and `total += loss.item()`
+    in the batches' loop did not reach the test; the ported script left the loop on one rank and failed under
+    torchrun. Each test that decides whether the exit is reached (the `if`s around it, the branch that counted)
+    is rank 0's now where it reads the rank's data; a batch count (`enumerate`'s) or the epoch is the same on every
+    rank and is left alone."""
+    result = port(PATIENCE.format(inner=inner, outer=outer))
+    asked = [line for line in lines_of(result) if "_ddp_same(bool(" in line]
+    made = [line.split("_ddp_same(bool(", 1)[1].rsplit(")):", 1)[0] for line in asked]
+    assert made == decided
+    assert kinds(result).count("same_decision") == len(decided)
+
+
 def test_a_while_loop_that_trains_until_the_loss_is_small_asks_rank_zero() -> None:
     result = port(LOOP.replace("for epoch in range(3):", "loss = torch.tensor(1.0)\nwhile loss.item() > 0.5:"))
     assert "while _ddp_same(bool(loss.item() > 0.5)):" in result.source

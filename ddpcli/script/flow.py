@@ -391,7 +391,8 @@ def _inputs(reader: Reader, node: cst.CSTNode, calls: Calls) -> list[tuple[cst.C
     found: list[tuple[cst.CSTNode, Calls]] = []
     for inner in reader.walk(node):
         if isinstance(inner, cst.Name) and reader.is_variable(inner):
-            found += [(value, calls) for value in _reaching(reader, inner, reader.values_of(inner))]
+            reaching = _reaching(reader, inner, reader.values_of(inner))
+            found += [(value, calls) for binder in reaching for value in _counted(reader, inner, binder)]
         elif isinstance(inner, cst.Attribute) and dotted(inner):
             found += [(value, calls) for value in _attribute_values(reader, dotted(inner))]
         elif isinstance(inner, cst.Call) and inner is not node and is_loader(reader, inner):
@@ -482,6 +483,22 @@ def _unpacked(reader: Reader, name: cst.Name, binder: cst.CSTNode) -> cst.CSTNod
     return arguments[position]
 
 
+def _counted(reader: Reader, name: cst.Name, binder: cst.CSTNode) -> list[cst.CSTNode]:
+    """What a name a loop binds is computed from: for the count of `for i, batch in enumerate(loader)`, enumerate's
+    `start` alone (the count is the same whatever the batches hold); else the binding itself."""
+    if not isinstance(binder, cst.For | cst.CompFor) or not isinstance(binder.target, cst.Tuple | cst.List):
+        return [binder]
+    call = binder.iter
+    elements = binder.target.elements
+    if not isinstance(call, cst.Call) or dotted(call.func) != "enumerate" or not elements:
+        return [binder]
+    if not _binds_name(elements[0].value, name):
+        return [binder]
+    return [arg.value for arg in call.args[1:2] if not arg.star] + [
+        arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "start"
+    ]
+
+
 def _binds_name(target: cst.CSTNode, name: cst.Name) -> bool:
     return isinstance(target, cst.Name) and target.value == name.value
 
@@ -496,24 +513,27 @@ def _reaching(reader: Reader, name: cst.Name, binders: list[cst.CSTNode]) -> lis
     if around:
         return around[:1] if len(around) == 1 else [_innermost(reader, name, around)]
     loop = _loop_of(reader, name)
-    same = [b for b in binders if _loop_of(reader, b) is loop] or binders
+    same = [b for b in binders if loop is None or loop in set(reader.ancestors(b))] or binders
     before = sorted((b for b in same if b in reader.positions and reader.line(b) <= reader.line(name)), key=reader.line)
     return _branches(reader, name, before) if before else same
 
 
 def _branches(reader: Reader, name: cst.Name, before: list[cst.CSTNode]) -> list[cst.CSTNode]:
     """The last of `before` (bindings in source order), and, where it is bound in a branch of an `if` that `name` is
-    not in, every binding in that `if`'s branches, with what reaches the `if` where no `else` closes it."""
+    not in, or in a loop it is not in (`total += loss.item()` in the batches' loop, read after it), every binding
+    in that `if`'s branches or that loop, with what reaches it where no `else` closes it (a loop may not run)."""
     last = before[-1]
     around_name = set(reader.ancestors(name))
-    branching = [a for a in reader.ancestors(last) if isinstance(a, cst.If) and a not in around_name]
+    branching = [a for a in reader.ancestors(last) if isinstance(a, cst.If | cst.For | cst.While)
+                 and a not in around_name]  # fmt: skip
     if not branching:
         return [last]
     outer = branching[-1]
     inside = set(reader.walk(outer))
     within = [b for b in before if b in inside]
     earlier = [b for b in before if b not in inside]
-    return within + (_branches(reader, name, earlier) if earlier and not _closed(outer) else [])
+    closed = isinstance(outer, cst.If) and _closed(outer)
+    return within + (_branches(reader, name, earlier) if earlier and not closed else [])
 
 
 def _closed(statement: cst.If) -> bool:

@@ -303,10 +303,12 @@ class Reader:
         return []
 
     def _binder(self, target: cst.CSTNode) -> cst.CSTNode:
-        """The node that binds `target`: an Assign's value, a For / CompFor, a Param, a def, an import."""
+        """The node that binds `target`: an Assign's value, an AugAssign's value (`total += loss.item()`: what it
+        adds; what it added to is the name's earlier binding), a For / CompFor, a Param, a def, an import."""
         child = target
         for parent in self.ancestors(target):
-            if isinstance(parent, cst.Assign | cst.AnnAssign | cst.NamedExpr) and child is not parent.value:
+            binding = isinstance(parent, cst.Assign | cst.AnnAssign | cst.NamedExpr | cst.AugAssign)
+            if binding and child is not parent.value:
                 return parent.value or parent
             if isinstance(parent, cst.For | cst.CompFor | cst.WithItem) and child is not _iter_or_item(parent):
                 return parent

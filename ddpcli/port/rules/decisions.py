@@ -74,22 +74,43 @@ def _exits_decided_by_data(port: Port) -> None:
     done: set[cst.CSTNode] = set()
     for node in facts.walk(facts.module):
         if isinstance(node, cst.While):
-            exits = trains(node)
+            tests = [node.test] if trains(node) else []
         else:
-            exits = isinstance(node, cst.If) and (loop := _exited_loop(facts, node)) is not None and trains(loop)
-        test = node.test if exits else None  # type: ignore[union-attr]
-        if test is None or test in done or not _rank_local(port, test, reached):
-            continue
-        done.add(test)
-        port.edits.rewrite(test, lambda t: cst.Call(func=cst.Name("_ddp_same"), args=[
-            cst.Arg(cst.Call(func=cst.Name("bool"), args=[cst.Arg(t)]))]))  # fmt: skip
-        port.needs.add("same")
-        port.needs_group_here(test)
-        word = "the loop's test" if isinstance(node, cst.While) else "this exit of the training loop"
-        port.change(node, "same_decision", f"{word} ({port.code(test)}) reads what the rank computed from its own "
-                    "share of the data: rank 0's decision on every rank under torchrun (a rank leaving the loop "
-                    "alone leaves the others waiting in their next all-reduce); the test itself under "
-                    "python")  # fmt: skip
+            loop = _exited_loop(facts, node) if isinstance(node, cst.If) else None
+            tests = _deciding(facts, node, loop) if loop is not None and trains(loop) else []
+        for test in tests:
+            if test in done or not _rank_local(port, test, reached, set()):
+                continue
+            done.add(test)
+            port.edits.rewrite(test, lambda t: cst.Call(func=cst.Name("_ddp_same"), args=[
+                cst.Arg(cst.Call(func=cst.Name("bool"), args=[cst.Arg(t)]))]))  # fmt: skip
+            port.needs.add("same")
+            port.needs_group_here(test)
+            owner = facts.parents[test]
+            code = port.code(test)
+            said = (
+                f"the loop's test ({code}) reads"
+                if isinstance(owner, cst.While)
+                else f"this exit of the training loop ({code}) reads"
+                if owner is node
+                else f"this test ({code}) decides whether the training loop's exit in it is reached, and reads"
+            )
+            port.change(owner, "same_decision", f"{said} what the rank computed from its own share of the data: "
+                        "rank 0's decision on every rank under torchrun (a rank leaving the loop alone leaves the "
+                        "others waiting in their next all-reduce); the test itself under python")  # fmt: skip
+
+
+def _deciding(facts: Facts, exit_if: cst.If, loop: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The tests that decide whether `exit_if`'s break or return runs: its own and those of the `if`s (and the
+    `elif`s before it) between it and the loop it leaves. Rank 0's decision for the exit alone would leave a rank
+    that took another branch of an enclosing `if` out of the collective that decides it."""
+    tests = [exit_if.test]
+    for ancestor in facts.ancestors(exit_if):
+        if ancestor is loop:
+            break
+        if isinstance(ancestor, cst.If):
+            tests.append(ancestor.test)
+    return tests
 
 
 def _exited_loop(facts: Facts, statement: cst.If) -> cst.CSTNode | None:
@@ -109,13 +130,17 @@ def _exited_loop(facts: Facts, statement: cst.If) -> cst.CSTNode | None:
     return None
 
 
-def _rank_local(port: Port, test: cst.CSTNode, reached: set[cst.CSTNode]) -> bool:
+def _rank_local(port: Port, test: cst.CSTNode, reached: set[cst.CSTNode], asked: set[cst.CSTNode]) -> bool:
     """Whether `test` reads what the training computed from the rank's data: it is computed from the batches a
     backward is computed from (their loops, their loaders: the loss, the outputs), or from what another file's
     training step returns, or it reads an object the script hands such a value to (`stopper(val_loss, model)`,
-    then `stopper.early_stop`). The arguments and the config the training also reads are the same on every rank."""
+    then `stopper.early_stop`), or a value bound in a branch that such a test chose (`patience += 1` under `if
+    loss > best: ... else:`: the count is each rank's own). The arguments and the config the training also reads
+    are the same on every rank; `asked` holds the tests already asked, so that a loop of branches ends."""
     facts = port.facts
-    if any(node in reached for node in sources(facts, test)):
+    asked.add(test)
+    read = list(sources(facts, test))
+    if any(node in reached for node in read):
         return True
     if isinstance(facts.parents.get(test), cst.While):  # evaluated after the body too: every binding of its names
         names = {n.value for n in facts.walk(test) if isinstance(n, cst.Name) and facts.is_variable(n)}
@@ -128,4 +153,17 @@ def _rank_local(port: Port, test: cst.CSTNode, reached: set[cst.CSTNode]) -> boo
         head = dotted(call.func).split(".")[0] if dotted(call.func) else ""
         if head in heads and any(node in reached for arg in call.args for node in sources(facts, arg.value)):
             return True
-    return False
+    inside = set(facts.walk(test))
+    choices = {choice: None for node in read if node not in inside for choice in _choosing(facts, node)}
+    return any(_rank_local(port, choice, reached, asked) for choice in choices if choice not in asked)
+
+
+def _choosing(facts: Facts, bound: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The tests of the `if`s and `while`s around a binding, within its function: whether it runs is theirs."""
+    tests: list[cst.BaseExpression] = []
+    for ancestor in facts.ancestors(bound):
+        if isinstance(ancestor, cst.FunctionDef | cst.ClassDef):
+            break
+        if isinstance(ancestor, cst.If | cst.While) and bound not in set(facts.walk(ancestor.test)):
+            tests.append(ancestor.test)
+    return tests
