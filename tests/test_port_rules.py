@@ -206,6 +206,53 @@ def test_a_file_opened_for_writing_is_rank_zero_only_and_a_read_back_waits_at_a_
     assert lines[barrier + 1] == 'model.load_state_dict(torch.load("m.pt", map_location=_ddp_map_location))'
 
 
+LOGGED_EPOCHS = """
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+train_loader = DataLoader(data, batch_size=8, shuffle=True, drop_last=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+best = float("inf")
+for epoch in range(30):
+    total = 0.0
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    with open("log.csv", "a") as log:
+        log.write(f"{{epoch}},{{total}}\\n")
+        {then}
+print(best)
+"""
+
+
+@pytest.mark.parametrize(
+    ("then", "guarded"),
+    [
+        ("if total < 0.5:\n            break", False),
+        ("if epoch == 3:\n            continue", False),
+        ("best = min(best, total)", False),
+        ("if total != total:\n            raise ValueError(total)", False),
+        ("log.flush()", True),
+        ("try:\n            raise ValueError(total)\n        except ValueError:\n            pass", True),
+    ],
+)
+def test_a_log_block_that_leaves_the_loop_or_binds_what_is_read_runs_on_every_rank(then: str, guarded: bool) -> None:
+    """Tried as a new user would (an early stop written beside the epoch's log line, inside `with open("log.csv",
+    "a")`, held by no test): the whole block went under `if _is_main:`, so rank 0 alone left the loop and the other
+    rank waited in its next all-reduce (the exit's `_ddp_same` itself was a collective rank 1 never joined). A
+    block that leaves a loop or the function around it, or binds a name read outside it, runs on every rank, the
+    file opened on rank 0 and os.devnull elsewhere; one that only writes stays rank 0's."""
+    lines = lines_of(port(LOGGED_EPOCHS.format(then=then)))
+    with_open = next(line for line in lines if line.startswith("with open("))
+    if guarded:
+        assert with_open == 'with open("log.csv", "a") as log:'
+        assert lines[lines.index(with_open) - 1] == "if _is_main:"
+    else:
+        assert with_open == 'with open("log.csv", "a") if _is_main else open(os.devnull, "a") as log:'
+
+
 def test_hand_batching_by_slices_is_sharded_by_rank() -> None:
     result = port("""
     x, y = torch.randn(64, 4), torch.randn(64, 1)

@@ -183,8 +183,10 @@ def _pure(port: Port, call: cst.Call) -> bool:
 
 def _runs_more_than_writes(port: Port, block: cst.With) -> bool:
     """The block does what every rank must do: it steps an optimizer, back-propagates, calls a trained model or a
-    function of the script (the training loop inside `with open("log.csv", "w") as log:`)."""
-    if Training(port.facts).steps_in(block):
+    function of the script (the training loop inside `with open("log.csv", "w") as log:`), leaves the loop or the
+    function around it (an early stop's `break` written beside the log line: every rank must leave), or binds a
+    name read outside it (every rank reads it)."""
+    if Training(port.facts).steps_in(block) or _leaves(port, block) or _binds_what_is_read_outside(port, block):
         return True
     for node in port.facts.walk(block.body):
         if isinstance(node, cst.Call) and (last_name(node) == "backward" or _has_effects(port, node)):
@@ -192,6 +194,39 @@ def _runs_more_than_writes(port: Port, block: cst.With) -> bool:
         if isinstance(node, cst.Call) and dotted(node.func) in port.models:
             return True
     return False
+
+
+def _leaves(port: Port, block: cst.With) -> bool:
+    """A `break` or `continue` of a loop around the block, a `return` or a `raise` out of it: the rank that skipped
+    the block would not leave with rank 0."""
+    facts = port.facts
+    for node in facts.walk(block.body):
+        if not isinstance(node, cst.Break | cst.Continue | cst.Return | cst.Raise):
+            continue
+        for ancestor in facts.ancestors(node):
+            if ancestor is block:
+                return True
+            if isinstance(ancestor, cst.FunctionDef | cst.Lambda | cst.ClassDef):
+                break
+            if isinstance(ancestor, cst.For | cst.While) and isinstance(node, cst.Break | cst.Continue):
+                break
+            if isinstance(ancestor, cst.Try) and isinstance(node, cst.Raise):
+                break
+    return False
+
+
+def _binds_what_is_read_outside(port: Port, block: cst.With) -> bool:
+    """A name bound in the block (`best = total` beside the log line) that is read outside it, where the block run
+    on rank 0 alone would leave it unbound, or stale, on the other ranks."""
+    scope = port.facts.scope_of(block)
+    if scope is None:
+        return False
+    inside = set(port.facts.walk(block))
+    return any(
+        assignment.node in inside and any(access.node not in inside for access in assignment.references)
+        for assignment in scope.assignments
+        if isinstance(assignment.node, cst.CSTNode)
+    )
 
 
 def _open_on_rank_zero(port: Port, call: cst.Call) -> None:
