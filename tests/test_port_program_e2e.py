@@ -418,6 +418,19 @@ def test_a_patience_counted_in_a_branch_the_ranks_loss_chose_ends_every_rank_tog
     assert_equal_ranks(zero, one, models=1)
 
 
+def test_a_batch_one_rank_skips_is_skipped_by_every_rank(tmp_path: Path) -> None:
+    """Tried as a new user would (`if not torch.isfinite(loss): continue` before the backward, held by no test):
+    the rank whose share held the nan skipped its step and the other waited in its all-reduce (the run failed at
+    every try). Every rank skips a batch any rank's test skips: the global batch holds that rank's samples, so the
+    one-device run of the global batch would have skipped it too."""
+    original, port = ported(tmp_path, SCRIPTS / "skip_bad_batches.py")
+    expected = python(original, "skip_bad_batches.py")
+    assert expected == "skipped 3, trained 9, finite True\n" and python(port, "skip_bad_batches_ddp.py") == expected
+    printed, zero, one = torchrun_ranks(port, "skip_bad_batches_ddp.py", "--batch-size", "4")
+    assert printed == "skipped 3, trained 9, finite True\n"  # 4 + 4 a step: the nan's global batch, once an epoch
+    assert_equal_ranks(zero, one, models=1)
+
+
 def test_a_config_read_back_from_wandb_is_there_on_every_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tried as a new user would (a script written for wandb sweeps, held by no test): `wandb.init(config=...)` ran
     on rank 0 alone, and rank 1's first `wandb.config.batch_size` raised "You must call wandb.init() before". The

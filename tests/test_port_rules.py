@@ -1175,6 +1175,44 @@ def test_an_exit_that_the_ranks_data_decides_by_way_of_a_branch_is_rank_zeros(
     assert kinds(result).count("same_decision") == len(decided)
 
 
+SKIPS = """
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+train_loader = DataLoader(data, batch_size=8, shuffle=True, drop_last=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for step, (x, y) in enumerate(train_loader):
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        {before}
+        loss.backward()
+        optimizer.step()
+        {after}
+"""
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "made"),
+    [
+        ("if not torch.isfinite(loss): continue", "pass", ["_ddp_any(bool(not torch.isfinite(loss)))"]),
+        ("if step % 2 == 0:\n            if loss.item() > 9: continue", "pass", ["_ddp_any(bool(loss.item() > 9))"]),
+        ("if step == 3: continue", "pass", []),
+        ("pass", "if loss.item() > 9: continue\n        print(loss.item())", []),
+    ],
+)  # fmt: skip
+def test_a_skip_of_the_training_step_that_the_ranks_data_decides_is_every_ranks(
+    before: str, after: str, made: list[str]
+) -> None:
+    """Tried as a new user would (`if not torch.isfinite(loss): continue` before the backward, held by no test):
+    the rank that skipped left the other waiting in its all-reduce. A skip of the step that the rank's data decides
+    is taken by every rank when any rank's test says so; one decided by a count, or one that skips no step (after
+    the step, before a print), is left as it is."""
+    result = port(SKIPS.format(before=before, after=after))
+    asked = [line.split("if ", 1)[1].rsplit(":", 1)[0] for line in lines_of(result) if "_ddp_any(bool(" in line]
+    assert asked == made
+    assert kinds(result).count("same_decision") == len(made)
+
+
 def test_a_while_loop_that_trains_until_the_loss_is_small_asks_rank_zero() -> None:
     result = port(LOOP.replace("for epoch in range(3):", "loss = torch.tensor(1.0)\nwhile loss.item() > 0.5:"))
     assert "while _ddp_same(bool(loss.item() > 0.5)):" in result.source

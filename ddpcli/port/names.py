@@ -21,7 +21,7 @@ ADDED: dict[str, str | None] = {
     **dict.fromkeys(("_ddp", "_ddp_rank", "_ddp_world", "_ddp_local_rank", "_is_main", "_ddp_setup", "_DDPModel",
                      "_ddp_shard", "_ddp_epoch", "_ddp_seed", "_ddp_seeded", "_ddp_quiet", "_ddp_shared",
                      "_ddp_map_location", "_ddp_data_parallel",
-                     "_ddp_device", "_DDPLoader", "_ddp_same")),
+                     "_ddp_device", "_DDPLoader", "_ddp_same", "_ddp_any")),
     "weakref": "weakref",
 }  # fmt: skip
 PLACEHOLDER = "__ddpcli_script_name__"

@@ -73,31 +73,75 @@ def _exits_decided_by_data(port: Port) -> None:
 
     done: set[cst.CSTNode] = set()
     for node in facts.walk(facts.module):
+        skip = False
         if isinstance(node, cst.While):
             tests = [node.test] if trains(node) else []
+        elif isinstance(node, cst.If) and (loop := _exited_loop(facts, node)) is not None and trains(loop):
+            tests = _deciding(facts, node, loop)
+        elif isinstance(node, cst.If) and (loop := _continued_loop(facts, node)) is not None:
+            skip = _skips_training(facts, training, node, loop)
+            tests = _deciding(facts, node, loop) if skip else []
         else:
-            loop = _exited_loop(facts, node) if isinstance(node, cst.If) else None
-            tests = _deciding(facts, node, loop) if loop is not None and trains(loop) else []
+            tests = []
         for test in tests:
             if test in done or not _rank_local(port, test, reached, set()):
                 continue
             done.add(test)
-            port.edits.rewrite(test, lambda t: cst.Call(func=cst.Name("_ddp_same"), args=[
+            helper = "_ddp_any" if skip else "_ddp_same"
+            port.edits.rewrite(test, lambda t, helper=helper: cst.Call(func=cst.Name(helper), args=[
                 cst.Arg(cst.Call(func=cst.Name("bool"), args=[cst.Arg(t)]))]))  # fmt: skip
-            port.needs.add("same")
+            port.needs.add("any" if skip else "same")
             port.needs_group_here(test)
-            owner = facts.parents[test]
-            code = port.code(test)
-            said = (
-                f"the loop's test ({code}) reads"
-                if isinstance(owner, cst.While)
-                else f"this exit of the training loop ({code}) reads"
-                if owner is node
-                else f"this test ({code}) decides whether the training loop's exit in it is reached, and reads"
-            )
-            port.change(owner, "same_decision", f"{said} what the rank computed from its own share of the data: "
-                        "rank 0's decision on every rank under torchrun (a rank leaving the loop alone leaves the "
-                        "others waiting in their next all-reduce); the test itself under python")  # fmt: skip
+            _said(port, node, test, skip)
+
+
+def _said(port: Port, exit_if: cst.CSTNode, test: cst.BaseExpression, skip: bool) -> None:
+    owner, code = port.facts.parents[test], port.code(test)
+    if skip:
+        said = (
+            f"this skip of the training step ({code})"
+            if owner is exit_if
+            else f"this test ({code}), which decides whether the skip of the training step in it is reached,"
+        )
+        port.change(owner, "same_decision", f"{said} reads what the rank computed from its own share of the data: "
+                    "under torchrun every rank skips when any rank's test says so (a rank skipping alone leaves the "
+                    "others waiting in their all-reduce; the global batch holds that rank's samples, and a nan "
+                    "there is the whole batch's); the test itself under python")  # fmt: skip
+        return
+    said = (
+        f"the loop's test ({code}) reads"
+        if isinstance(owner, cst.While)
+        else f"this exit of the training loop ({code}) reads"
+        if owner is exit_if
+        else f"this test ({code}) decides whether the training loop's exit in it is reached, and reads"
+    )
+    port.change(owner, "same_decision", f"{said} what the rank computed from its own share of the data: "
+                "rank 0's decision on every rank under torchrun (a rank leaving the loop alone leaves the "
+                "others waiting in their next all-reduce); the test itself under python")  # fmt: skip
+
+
+def _continued_loop(facts: Facts, statement: cst.If) -> cst.CSTNode | None:
+    """The loop a `continue` directly in `statement`'s body goes on with: the innermost loop around it."""
+    if not any(isinstance(small, cst.Continue) for small in _smalls(statement)):
+        return None
+    for ancestor in facts.ancestors(statement):
+        if isinstance(ancestor, cst.FunctionDef | cst.ClassDef):
+            return None
+        if isinstance(ancestor, cst.For | cst.While):
+            return ancestor
+    return None
+
+
+def _skips_training(facts: Facts, training: Training, statement: cst.If, loop: cst.CSTNode) -> bool:
+    """Whether what the `continue` skips (the loop's code after `statement`) holds a backward or a training step:
+    a collective every rank must join."""
+    end = facts.positions[statement].end.line  # type: ignore[attr-defined]
+    for node in facts.walk(loop):
+        if node in facts.positions and facts.line(node) > end and isinstance(node, cst.Call) and (
+            last_name(node) == "backward" or training.steps_in(node)
+        ):  # fmt: skip
+            return True
+    return False
 
 
 def _deciding(facts: Facts, exit_if: cst.If, loop: cst.CSTNode) -> list[cst.BaseExpression]:
@@ -116,11 +160,7 @@ def _deciding(facts: Facts, exit_if: cst.If, loop: cst.CSTNode) -> list[cst.Base
 def _exited_loop(facts: Facts, statement: cst.If) -> cst.CSTNode | None:
     """The loop a `break` (or the function a `return`) directly in `statement`'s body leaves: the innermost loop
     around the `if` for a break, the innermost loop around it for a return (it leaves every loop of the function)."""
-    body = statement.body.body if isinstance(statement.body, cst.IndentedBlock) else [statement.body]
-    smalls = [small for line in body if isinstance(line, cst.SimpleStatementLine) for small in line.body]
-    if isinstance(statement.body, cst.SimpleStatementSuite):
-        smalls = list(statement.body.body)
-    if not any(isinstance(small, cst.Break | cst.Return) for small in smalls):
+    if not any(isinstance(small, cst.Break | cst.Return) for small in _smalls(statement)):
         return None
     for ancestor in facts.ancestors(statement):
         if isinstance(ancestor, cst.FunctionDef | cst.ClassDef):
@@ -128,6 +168,13 @@ def _exited_loop(facts: Facts, statement: cst.If) -> cst.CSTNode | None:
         if isinstance(ancestor, cst.For | cst.While):
             return ancestor
     return None
+
+
+def _smalls(statement: cst.If) -> list[cst.BaseSmallStatement]:
+    """The simple statements directly in an `if`'s body (`break`, `continue`, `return`)."""
+    if isinstance(statement.body, cst.SimpleStatementSuite):
+        return list(statement.body.body)
+    return [small for line in statement.body.body if isinstance(line, cst.SimpleStatementLine) for small in line.body]
 
 
 def _rank_local(port: Port, test: cst.CSTNode, reached: set[cst.CSTNode], asked: set[cst.CSTNode]) -> bool:

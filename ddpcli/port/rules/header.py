@@ -328,6 +328,18 @@ def _ddp_same(value):
     DIST.broadcast_object_list(shared, src=0)
     return shared[0]
 '''
+ANY = '''
+
+
+def _ddp_any(flag):
+    """Under torchrun, True on every rank when it is True on any: a batch a rank skips (its loss nan) is skipped
+    by all, so none waits in an all-reduce the others never reach; under python, the flag itself."""
+    if not _ddp or not DIST.is_initialized():
+        return flag
+    flags = [None] * DIST.get_world_size()
+    DIST.all_gather_object(flags, bool(flag))
+    return any(flags)
+'''
 QUIET = '''
 
 def _ddp_quiet(*args, **kwargs):
@@ -449,7 +461,7 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 # The helpers the rules may need (port.needs), in the order the header defines them.
 _HELPERS = (("ddp", MODEL), ("script_model", SCRIPT_MODEL), ("forward", FORWARD), ("data_parallel", DATA_PARALLEL),
             ("shard", SHARD), ("quiet", QUIET), ("rank_zero", RANK_ZERO), ("wandb", WANDB), ("map", MAP),
-            ("device", DEVICE), ("seed", SEED), ("shared", SHARED), ("same", SAME))  # fmt: skip
+            ("device", DEVICE), ("seed", SEED), ("shared", SHARED), ("same", SAME), ("any", ANY))  # fmt: skip
 
 
 def apply(port: Port) -> None:
