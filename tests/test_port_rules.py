@@ -1107,6 +1107,9 @@ for epoch in range(30):
          "best < 0.1"),
         ("if step >= 100: break", "pass", None),
         ("pass", "if epoch == 10:\n        break", None),
+        ("if loss.item() < 0.01: raise SystemExit(0)", "pass", "loss.item() < 0.01"),
+        ("pass", "if loss.item() > 1e4:\n        quit()", "loss.item() > 1e4"),
+        ("pass", "if epoch == 10:\n        raise SystemExit", None),
     ],
 )  # fmt: skip
 def test_a_training_loops_exit_that_the_ranks_data_decides_is_rank_zeros(
@@ -1114,7 +1117,9 @@ def test_a_training_loops_exit_that_the_ranks_data_decides_is_rank_zeros(
 ) -> None:
     """An early stop tried as a new user would (an EarlyStopping fed the training loss, held by no test): each
     rank decided on its own share, one left the loop, and the others' next all-reduce failed. A test that reads
-    what the rank computed from its data becomes rank 0's decision; one of counters and constants is left alone."""
+    what the rank computed from its data becomes rank 0's decision (for a `break`, a `return`, and an end of the
+    process: `raise SystemExit(0)` or `quit()` on one rank left the other waiting); one of counters and constants
+    is left alone."""
     result = port(EXITS.format(inner=inner, outer=outer))
     source = result.source
     if decided is None:

@@ -158,9 +158,12 @@ def _deciding(facts: Facts, exit_if: cst.If, loop: cst.CSTNode) -> list[cst.Base
 
 
 def _exited_loop(facts: Facts, statement: cst.If) -> cst.CSTNode | None:
-    """The loop a `break` (or the function a `return`) directly in `statement`'s body leaves: the innermost loop
-    around the `if` for a break, the innermost loop around it for a return (it leaves every loop of the function)."""
-    if not any(isinstance(small, cst.Break | cst.Return) for small in _smalls(statement)):
+    """The loop a `break` (or the function a `return`, the process a `sys.exit()`) directly in `statement`'s body
+    leaves: the innermost loop around the `if` for a break, the innermost loop around it for a return or an exit
+    (it leaves every loop of the function)."""
+    if not any(
+        isinstance(small, cst.Break | cst.Return) or _ends_process(facts, small) for small in _smalls(statement)
+    ):
         return None
     for ancestor in facts.ancestors(statement):
         if isinstance(ancestor, cst.FunctionDef | cst.ClassDef):
@@ -168,6 +171,17 @@ def _exited_loop(facts: Facts, statement: cst.If) -> cst.CSTNode | None:
         if isinstance(ancestor, cst.For | cst.While):
             return ancestor
     return None
+
+
+def _ends_process(facts: Facts, small: cst.BaseSmallStatement) -> bool:
+    """`sys.exit(0)`, `exit()`, `quit()`, `os._exit(0)`, `raise SystemExit`: the rank that takes it ends alone (a
+    rank that ends with 0 leaves the others waiting in their next all-reduce; torchrun waits for them)."""
+    if isinstance(small, cst.Raise):
+        raised = small.exc.func if isinstance(small.exc, cst.Call) else small.exc
+        return raised is not None and dotted(raised) == "SystemExit"
+    if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
+        return False
+    return facts.resolve(small.value) in ("sys.exit", "os._exit") or dotted(small.value.func) in ("exit", "quit")
 
 
 def _smalls(statement: cst.If) -> list[cst.BaseSmallStatement]:
