@@ -227,30 +227,38 @@ print(best)
 """
 
 
+EVERY_RANK = 'with open("log.csv", "a") if _is_main else open(os.devnull, "a") as log:'
+RANK_ZERO = 'with open("log.csv", "a") as log:'
+
+
 @pytest.mark.parametrize(
-    ("then", "guarded"),
+    ("then", "opened", "expected"),
     [
-        ("if total < 0.5:\n            break", False),
-        ("if epoch == 3:\n            continue", False),
-        ("best = min(best, total)", False),
-        ("if total != total:\n            raise ValueError(total)", False),
-        ("log.flush()", True),
-        ("try:\n            raise ValueError(total)\n        except ValueError:\n            pass", True),
+        ("if total < 0.5:\n            break", 'open("log.csv", "a")', EVERY_RANK),
+        ("if epoch == 3:\n            continue", 'open("log.csv", "a")', EVERY_RANK),
+        ("best = min(best, total)", 'open("log.csv", "a")', EVERY_RANK),
+        ("if total != total:\n            raise ValueError(total)", 'open("log.csv", "a")', EVERY_RANK),
+        ("best = min(best, total)", "open(file='log.csv', mode='a')",
+         "with open(file='log.csv', mode='a') if _is_main else open(file=os.devnull, mode='a') as log:"),
+        ("log.flush()", 'open("log.csv", "a")', RANK_ZERO),
+        ("try:\n            raise ValueError(total)\n        except ValueError:\n            pass",
+         'open("log.csv", "a")', RANK_ZERO),
     ],
-)
-def test_a_log_block_that_leaves_the_loop_or_binds_what_is_read_runs_on_every_rank(then: str, guarded: bool) -> None:
+)  # fmt: skip
+def test_a_log_block_that_leaves_the_loop_or_binds_what_is_read_runs_on_every_rank(
+    then: str, opened: str, expected: str
+) -> None:
     """Tried as a new user would (an early stop written beside the epoch's log line, inside `with open("log.csv",
     "a")`, held by no test): the whole block went under `if _is_main:`, so rank 0 alone left the loop and the other
     rank waited in its next all-reduce (the exit's `_ddp_same` itself was a collective rank 1 never joined). A
     block that leaves a loop or the function around it, or binds a name read outside it, runs on every rank, the
-    file opened on rank 0 and os.devnull elsewhere; one that only writes stays rank 0's."""
-    lines = lines_of(port(LOGGED_EPOCHS.format(then=then)))
-    with_open = next(line for line in lines if line.startswith("with open("))
-    if guarded:
-        assert with_open == 'with open("log.csv", "a") as log:'
-        assert lines[lines.index(with_open) - 1] == "if _is_main:"
-    else:
-        assert with_open == 'with open("log.csv", "a") if _is_main else open(os.devnull, "a") as log:'
+    file opened on rank 0 and os.devnull elsewhere (its path given by position or by `file=`); one that only writes
+    stays rank 0's."""
+    result = port(LOGGED_EPOCHS.format(then=then).replace('open("log.csv", "a")', opened))
+    lines = lines_of(result)
+    assert expected in lines and not result.not_ported
+    if expected == RANK_ZERO:
+        assert lines[lines.index(expected) - 1] == "if _is_main:"
 
 
 def test_hand_batching_by_slices_is_sharded_by_rank() -> None:

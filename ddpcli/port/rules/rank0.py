@@ -233,14 +233,20 @@ def _open_on_rank_zero(port: Port, call: cst.Call) -> None:
     """`log = open("log.txt", "w")`: rank 0 opens the file, the others the null device with the same mode, so every
     later `log.write` runs everywhere and lands once. A mode that also reads ("r+", "w+") cannot be emptied so."""
     value = open_mode(call)
-    if not call.args or call.args[0].keyword is not None or value is None or "+" in value:
-        port.cannot(call, "a file opened for writing outside a `with`: every rank writes it; open it on rank 0 "
-                    "only (if _is_main)")  # fmt: skip
+    at = next((i for i, arg in enumerate(call.args) if arg.keyword is None or arg.keyword.value == "file"), None)
+    if at is None or (call.args[at].keyword is None and at != 0) or value is None or "+" in value:
+        within = isinstance(port.facts.parents.get(call), cst.WithItem)
+        where = "in a `with` block every rank runs" if within else "outside a `with`"
+        port.cannot(call, f"a file opened for writing {where}: every rank writes it; open it on rank 0 only "
+                    "(if _is_main)")  # fmt: skip
         return
-    port.edits.rewrite(call, lambda n: cst.IfExp(
-        test=cst.Name("_is_main"), body=n,
-        orelse=n.with_changes(args=[n.args[0].with_changes(value=cst.parse_expression("os.devnull")), *n.args[1:]]),
-    ))  # fmt: skip
+
+    def elsewhere(n: cst.Call) -> cst.Call:
+        args = list(n.args)
+        args[at] = args[at].with_changes(value=cst.parse_expression("os.devnull"))
+        return n.with_changes(args=args)
+
+    port.edits.rewrite(call, lambda n: cst.IfExp(test=cst.Name("_is_main"), body=n, orelse=elsewhere(n)))
     port.change(call, "rank0", f"{port.code(call)} on rank 0; the other ranks write to os.devnull (once, not once "
                 "per rank)")  # fmt: skip
 
