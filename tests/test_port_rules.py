@@ -261,6 +261,20 @@ def test_a_log_block_that_leaves_the_loop_or_binds_what_is_read_runs_on_every_ra
         assert lines[lines.index(expected) - 1] == "if _is_main:"
 
 
+def test_a_log_block_whose_name_a_later_block_binds_again_stays_rank_zeros() -> None:
+    """facebookresearch/mixup-cifar10's shape: the header row written in one `with open(log, "w")` block binding
+    `logwriter`, each epoch's row in another that binds it again before it writes. No read outside the first block
+    gets its binding (the reader's flow, not the scope's every binding of the name): it stays rank 0's."""
+    header = (
+        'with open("log.csv", "w") as logfile:\n    logwriter = csv.writer(logfile)\n    logwriter.writerow(["e"])\n'
+    )
+    epoch = '    with open("log.csv", "a") as logfile:\n        logwriter = csv.writer(logfile)\n' \
+        '        logwriter.writerow([epoch])\n'  # fmt: skip
+    lines = lines_of(port("import csv\n" + header + LOOP.replace("    print(epoch, loss.item())\n", epoch)))
+    assert lines[lines.index('with open("log.csv", "w") as logfile:') - 1] == "if _is_main:"
+    assert lines[lines.index('with open("log.csv", "a") as logfile:') - 1] == "if _is_main:"
+
+
 def test_hand_batching_by_slices_is_sharded_by_rank() -> None:
     result = port("""
     x, y = torch.randn(64, 4), torch.randn(64, 1)

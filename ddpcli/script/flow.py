@@ -503,6 +503,11 @@ def _binds_name(target: cst.CSTNode, name: cst.Name) -> bool:
     return isinstance(target, cst.Name) and target.value == name.value
 
 
+def reaching(reader: Reader, name: cst.Name) -> list[cst.CSTNode]:
+    """The bindings of `name` (a read) that reach it, as `sources` follows them (each the node `values_of` gives)."""
+    return _reaching(reader, name, reader.values_of(name))
+
+
 def _reaching(reader: Reader, name: cst.Name, binders: list[cst.CSTNode]) -> list[cst.CSTNode]:
     """The bindings of `name` that reach it, where the scope holds several (`x` bound by the training loop and
     by the evaluation loop of one function): the `for` around it, else the last binding before it in its own

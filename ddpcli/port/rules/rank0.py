@@ -12,6 +12,7 @@ from ddpcli.port.pure import PURE_BUILTINS, PURE_METHODS, PURE_MODULES
 from ddpcli.port.rules.training import Training
 from ddpcli.port.rules.unwrap import model_given
 from ddpcli.port.siblings import only_prints
+from ddpcli.script.flow import reaching
 from ddpcli.script.reader import open_mode, opens_to_write
 
 WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "to_csv", "to_json", "dump",
@@ -216,17 +217,19 @@ def _leaves(port: Port, block: cst.With) -> bool:
 
 
 def _binds_what_is_read_outside(port: Port, block: cst.With) -> bool:
-    """A name bound in the block (`best = total` beside the log line) that is read outside it, where the block run
-    on rank 0 alone would leave it unbound, or stale, on the other ranks."""
+    """A name bound in the block (`best = total` beside the log line) that a read outside it gets from there (the
+    reader's flow: a later block that binds the name again before its read does not count), where the block run on
+    rank 0 alone would leave it unbound, or stale, on the other ranks."""
     scope = port.facts.scope_of(block)
     if scope is None:
         return False
     inside = set(port.facts.walk(block))
+    bound = {assignment.name for assignment in scope.assignments if assignment.node in inside}
     return any(
-        assignment.node in inside and any(access.node not in inside for access in assignment.references)
-        for assignment in scope.assignments
-        if isinstance(assignment.node, cst.CSTNode)
-    )
+        isinstance(access.node, cst.Name) and access.node not in inside and access.node.value in bound
+        and any(binding in inside for binding in reaching(port.facts, access.node))
+        for access in scope.accesses
+    )  # fmt: skip
 
 
 def _open_on_rank_zero(port: Port, call: cst.Call) -> None:
