@@ -124,12 +124,7 @@ def _continued_loop(facts: Facts, statement: cst.If) -> cst.CSTNode | None:
     """The loop a `continue` directly in `statement`'s body goes on with: the innermost loop around it."""
     if not any(isinstance(small, cst.Continue) for small in _smalls(statement)):
         return None
-    for ancestor in facts.ancestors(statement):
-        if isinstance(ancestor, cst.FunctionDef | cst.ClassDef):
-            return None
-        if isinstance(ancestor, cst.For | cst.While):
-            return ancestor
-    return None
+    return _innermost_loop(facts, statement)
 
 
 def _skips_training(facts: Facts, training: Training, statement: cst.If, loop: cst.CSTNode) -> bool:
@@ -165,6 +160,11 @@ def _exited_loop(facts: Facts, statement: cst.If) -> cst.CSTNode | None:
         isinstance(small, cst.Break | cst.Return) or _ends_process(facts, small) for small in _smalls(statement)
     ):
         return None
+    return _innermost_loop(facts, statement)
+
+
+def _innermost_loop(facts: Facts, statement: cst.CSTNode) -> cst.CSTNode | None:
+    """The innermost loop around `statement` within its function (None: none there)."""
     for ancestor in facts.ancestors(statement):
         if isinstance(ancestor, cst.FunctionDef | cst.ClassDef):
             return None
