@@ -468,17 +468,14 @@ def _keyword_arguments(reader: Reader, param: cst.Param, key: str) -> list[cst.C
 def _unpacked(reader: Reader, name: cst.Name, binder: cst.CSTNode) -> cst.CSTNode:
     """For a name a loop unpacks from `zip(a, b)` or `enumerate(a)` (`for net, opt in zip(nets, opts)`), the
     iterable its position takes from (`opts`: an element of it); else the binding itself."""
-    if not isinstance(binder, cst.For | cst.CompFor) or not isinstance(binder.target, cst.Tuple | cst.List):
+    at = _loop_position(binder, name, ("zip", "enumerate"))
+    if at is None:
         return binder
-    call = binder.iter
-    if not isinstance(call, cst.Call) or dotted(call.func) not in ("zip", "enumerate"):
-        return binder
-    elements = binder.target.elements
-    position = next((i for i, e in enumerate(elements) if _binds_name(e.value, name)), None)
+    call, position, size = at
     arguments = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
     if dotted(call.func) == "enumerate":
-        return arguments[0] if position == 1 and len(elements) == 2 and arguments else binder
-    if position is None or len(arguments) != len(elements):
+        return arguments[0] if position == 1 and size == 2 and arguments else binder
+    if position is None or len(arguments) != size:
         return binder
     return arguments[position]
 
@@ -486,17 +483,28 @@ def _unpacked(reader: Reader, name: cst.Name, binder: cst.CSTNode) -> cst.CSTNod
 def _counted(reader: Reader, name: cst.Name, binder: cst.CSTNode) -> list[cst.CSTNode]:
     """What a name a loop binds is computed from: for the count of `for i, batch in enumerate(loader)`, enumerate's
     `start` alone (the count is the same whatever the batches hold); else the binding itself."""
-    if not isinstance(binder, cst.For | cst.CompFor) or not isinstance(binder.target, cst.Tuple | cst.List):
+    at = _loop_position(binder, name, ("enumerate",))
+    if at is None or at[1] != 0:
         return [binder]
-    call = binder.iter
-    elements = binder.target.elements
-    if not isinstance(call, cst.Call) or dotted(call.func) != "enumerate" or not elements:
-        return [binder]
-    if not _binds_name(elements[0].value, name):
-        return [binder]
+    call = at[0]
     return [arg.value for arg in call.args[1:2] if not arg.star] + [
         arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "start"
     ]
+
+
+def _loop_position(
+    binder: cst.CSTNode, name: cst.Name, unpacking: tuple[str, ...]
+) -> tuple[cst.Call, int | None, int] | None:
+    """For a loop that unpacks one of `unpacking`'s calls into a tuple (`for i, (x, y) in enumerate(loader)`):
+    the call, the position `name` has in the target (None: not directly in it) and the target's length."""
+    if not isinstance(binder, cst.For | cst.CompFor) or not isinstance(binder.target, cst.Tuple | cst.List):
+        return None
+    call = binder.iter
+    if not isinstance(call, cst.Call) or dotted(call.func) not in unpacking:
+        return None
+    elements = binder.target.elements
+    position = next((i for i, e in enumerate(elements) if _binds_name(e.value, name)), None)
+    return call, position, len(elements)
 
 
 def _binds_name(target: cst.CSTNode, name: cst.Name) -> bool:

@@ -140,9 +140,9 @@ def _skips_training(facts: Facts, training: Training, statement: cst.If, loop: c
 
 
 def _deciding(facts: Facts, exit_if: cst.If, loop: cst.CSTNode) -> list[cst.BaseExpression]:
-    """The tests that decide whether `exit_if`'s break or return runs: its own and those of the `if`s (and the
-    `elif`s before it) between it and the loop it leaves. Rank 0's decision for the exit alone would leave a rank
-    that took another branch of an enclosing `if` out of the collective that decides it."""
+    """The tests that decide whether `exit_if`'s break, return, exit or continue runs: its own and those of the
+    `if`s (and the `elif`s before it) between it and the loop it leaves. Rank 0's decision for the exit alone would
+    leave a rank that took another branch of an enclosing `if` out of the collective that decides it."""
     tests = [exit_if.test]
     for ancestor in facts.ancestors(exit_if):
         if ancestor is loop:
@@ -222,9 +222,11 @@ def _rank_local(port: Port, test: cst.CSTNode, reached: set[cst.CSTNode], asked:
 def _choosing(facts: Facts, bound: cst.CSTNode) -> list[cst.BaseExpression]:
     """The tests of the `if`s and `while`s around a binding, within its function: whether it runs is theirs."""
     tests: list[cst.BaseExpression] = []
+    child = bound
     for ancestor in facts.ancestors(bound):
         if isinstance(ancestor, cst.FunctionDef | cst.ClassDef):
             break
-        if isinstance(ancestor, cst.If | cst.While) and bound not in set(facts.walk(ancestor.test)):
-            tests.append(ancestor.test)
+        if isinstance(ancestor, cst.If | cst.While) and child is not ancestor.test:  # a binding in the test itself
+            tests.append(ancestor.test)  # (a walrus) is not chosen by it
+        child = ancestor
     return tests
