@@ -34,6 +34,10 @@ args = {json.dumps(KNOB_ARGS + list(knobs))}
 # where the MLP of hidden 2048 it replaced measured 36-43% against the 30% threshold and missed it once in a CI run
 # under load. 30 steps: one stall of a rank is spread over 29 timed steps, not 9.
 EMBEDDING_ROWS, EMBEDDING_STEPS = 65536, 30
+# The input-bound run: 2048 samples of 0.1 ms each, 0.21 s of loading in a 0.30 s step here (70%; 60% with 3 busy
+# loops beside it). The 0.03 ms it replaced measured 42% (38% beside 3 busy loops) and fell under the 25% threshold
+# once in a CI run, where the other test jobs slowed the step's compute and not the loader's sleeps.
+SLOW_GETITEM_S = "0.0001"
 
 
 KNOBS = knob_defaults(max_steps=10, per_device_batch_size=2048) + """
@@ -41,7 +45,7 @@ KNOBS = knob_defaults(max_steps=10, per_device_batch_size=2048) + """
 name = "clean-1"
 """ + "".join([
     _run("clean-2", 2),
-    _run("slow-data-1", 1, "--slow-getitem", "0.00003"),
+    _run("slow-data-1", 1, "--slow-getitem", SLOW_GETITEM_S),
     _run("straggler-2", 2, "--sleepy-rank", "1", "--sleep", "0.1"),
     _run("crowded-2", 2, "--crowded-rank", "1", batch=1024),
     _run("accumulation-sync-2", 2, "--sync-every-micro-batch", accumulation=2),
@@ -110,7 +114,7 @@ def test_each_cause_gets_its_finding_and_the_clean_runs_none(knobs: dict[str, di
         assert slow_codes(record) == EXPECTED[name], (record["findings"], record["observed"]["time_breakdown"])
     else:
         found = slow_codes_of_the_run(record)
-        assert found == EXPECTED[name], (record["findings"], record["observed"]["time_breakdown"])
+        assert found == EXPECTED[name], (record["findings"], record["observed"]["time_breakdown"]["median"])
 
 
 def test_the_straggler_is_named(knobs: dict[str, dict[str, Any]]) -> None:
@@ -146,7 +150,7 @@ def test_every_run_has_a_time_breakdown_that_adds_up(knobs: dict[str, dict[str, 
         if observed["world_size"] > 1:  # the reducer's samples of the window's iterations: 2-10 at most
             assert 1 <= breakdown["comm_samples"] <= 9, name
     slow, clean = (knobs[name]["record"]["observed"]["time_breakdown"]["median"] for name in ("slow-data-1", "clean-1"))
-    assert slow["data_s"] > 2048 * 0.00003 * 0.9 > clean["data_s"]
+    assert slow["data_s"] > 2048 * float(SLOW_GETITEM_S) * 0.9 > clean["data_s"]
 
 
 def test_accumulation_counts_all_reduces_per_step(knobs: dict[str, dict[str, Any]]) -> None:
