@@ -342,29 +342,105 @@ def test_a_loader_another_file_builds_at_import_and_the_script_trains_on_is_shar
     assert ported.script.not_ported == []
 
 
-def test_a_tuple_of_loaders_handed_on_whole_leaves_the_choice_to_the_names(tmp_path: Path) -> None:
-    """kevinzakka/recurrent-visual-attention (in the corpus): main.py hands the whole tuple get_train_valid_loader
-    returns to Trainer, which takes `data_loader[0]` in its own file. Where the tuple's element is not known, the
-    building file's names decide (its `train_loader` is sharded, its `valid_loader` not): the tuple handed on whole
-    had made both stay whole."""
-    data = (
-        "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef make_loaders():\n"
-        "    train_loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)\n"
-        "    valid_loader = DataLoader(torch.randn(8, 4), batch_size=4)\n    return (train_loader, valid_loader)\n"
-    )
-    engine = "def fit(model, optimizer, loaders):\n    for x in loaders[0]:\n        optimizer.zero_grad()\n" \
-             "        model(x).sum().backward()\n        optimizer.step()\n"  # fmt: skip
-    script = tmp_path / "train.py"
-    script.write_text(
-        "import torch\nfrom torch import nn\nfrom data import make_loaders\nfrom engine import fit\n\n"
-        "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "loaders = make_loaders()\nfit(model, optimizer, loaders)\n",
+# How a trainer in engine.py reads the loaders it is handed whole: `{first}` is where the trained one sits
+# (position 0 or 1), `{other}` the other. Its names say nothing of which one trains.
+READS = {
+    "indexed": "def fit(model, optimizer, loaders):\n    for x in loaders[{first}]:\n        STEP\n",
+    "unpacked": "def fit(model, optimizer, loaders):\n    a, b = loaders\n    for x in {trained}:\n        STEP\n",
+    "attributes": "class Trainer:\n    def __init__(self, model, optimizer, loaders):\n"
+                  "        self.model, self.optimizer = model, optimizer\n        self.a, self.b = loaders\n\n"
+                  "    def fit(self):\n        for x in self.{trained}:\n            SELF_STEP\n",
+    "attribute_indexed": "class Trainer:\n    def __init__(self, model, optimizer, loaders):\n"
+                         "        self.model, self.optimizer = model, optimizer\n"
+                         "        self.loader = loaders[{first}]\n        self.held = loaders[{other}]\n\n"
+                         "    def fit(self):\n        for x in self.loader:\n            SELF_STEP\n",
+}  # fmt: skip
+STEP = "optimizer.zero_grad()\n        model(x).sum().backward()\n        optimizer.step()"
+# How the script hands them on: the call itself, a name for it, its parts unpacked and packed again.
+HANDS = {
+    "inline": "{fit}(model, optimizer, make_loaders())",
+    "named": "loaders = make_loaders()\n{fit}(model, optimizer, loaders)",
+    "repacked": "a_loader, train_eval_loader = make_loaders()\n{fit}(model, optimizer, (a_loader, train_eval_loader))",
+    "repacked_list": "one, two = make_loaders()\n{fit}(model, optimizer, [one, two])",
+}
+# How data.py returns them: written out in the return, or named first (names that mislead: the flow decides).
+RETURNS = {
+    "inline": "    return (DataLoader(torch.randn(8, 4), batch_size=2), DataLoader(torch.randn(8, 4), batch_size=4))\n",
+    "named": "    train_eval = DataLoader(torch.randn(8, 4), batch_size=2)\n"
+             "    train = DataLoader(torch.randn(8, 4), batch_size=4)\n    return train_eval, train\n",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("targets", ["self.a, self.b", "a, b"])
+@pytest.mark.parametrize("first", [0, 1])
+def test_loaders_a_trainer_gets_from_another_file_and_unpacks_shard_the_one_it_trains_on(
+    tmp_path: Path, targets: str, first: int
+) -> None:
+    """The trainer itself calls data.py's builder and unpacks both loaders (`self.train_loader, self.val_loader =
+    make_loaders()`, a common shape of trainer classes): the target the training loop reads decides which one
+    data.py shards, not the names data.py gives them (before, names alone, and loaders built in the return were
+    neither sharded)."""
+    trained = ("self." if "self" in targets else "") + "ab"[first]
+    (tmp_path / "data.py").write_text(
+        f"import torch\nfrom torch.utils.data import DataLoader\n\n\ndef make_loaders():\n{RETURNS['inline']}",
         encoding="utf-8",
     )
-    (tmp_path / "data.py").write_text(data, encoding="utf-8")
+    (tmp_path / "engine.py").write_text(
+        "from data import make_loaders\n\n\nclass Trainer:\n    def __init__(self, model, optimizer):\n"
+        f"        self.model, self.optimizer = model, optimizer\n        {targets} = make_loaders()\n"
+        f"        self.loader = {trained}\n\n    def fit(self):\n        for x in self.loader:\n"
+        "            self.optimizer.zero_grad()\n            self.model(x).sum().backward()\n"
+        "            self.optimizer.step()\n",
+        encoding="utf-8",
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\nfrom engine import Trainer\n\nmodel = nn.Linear(4, 1)\n"
+        "Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1)).fit()\n",
+        encoding="utf-8",
+    )
+    (module,) = [m for m in port_program(script).modules if m.name == "data"]
+    source = module.result.source  # type: ignore[union-attr]
+    built = ["DataLoader(torch.randn(8, 4), batch_size=2)", "DataLoader(torch.randn(8, 4), batch_size=4)"]
+    assert f"_ddp_shard({built[first]})" in source, source
+    assert f"_ddp_shard({built[1 - first]})" not in source, source
+
+
+# Each reading at each position (handed inline, built inline), and each handing and return under one reading.
+CASES = [(reads, "inline", "inline", first) for reads in READS for first in (0, 1)] + [
+    ("attributes", hands, returns, 1) for hands in HANDS for returns in RETURNS if (hands, returns) != ("inline",) * 2
+]
+
+
+@pytest.mark.parametrize(("reads", "hands", "returns", "first"), CASES)
+def test_loaders_handed_on_whole_shard_the_one_the_receiver_trains_on_whatever_their_names(
+    tmp_path: Path, reads: str, hands: str, returns: str, first: int
+) -> None:
+    """Tried as a new user would (held by no test): data.py returns two loaders as a tuple, the script hands the
+    value on whole to engine.py, whose trainer reads one of them by position (`loaders[0]`, `a, b = loaders`,
+    `self.train_loader, self.val_loader = loaders`). Which one trains is decided where it is read; before, a tuple
+    handed on whole left it to the names the building file gives its loaders, so loaders built in the return
+    (`return DataLoader(...), DataLoader(...)`) were neither sharded, and the port said nothing."""
+    other, trained = 1 - first, "ab"[first]
+    engine = READS[reads].format(first=first, other=other, trained=trained)
+    engine = engine.replace("SELF_STEP", STEP.replace("optimizer", "self.optimizer").replace("model(", "self.model(")
+                            .replace("\n        ", "\n            ")).replace("STEP", STEP)  # fmt: skip
+    fit = "Trainer" if "self" in engine else "fit"
+    hand = HANDS[hands].format(fit=fit) + ("" if fit == "fit" else ".fit()")
+    (tmp_path / "data.py").write_text(
+        f"import torch\nfrom torch.utils.data import DataLoader\n\n\ndef make_loaders():\n{RETURNS[returns]}",
+        encoding="utf-8",
+    )
     (tmp_path / "engine.py").write_text(engine, encoding="utf-8")
+    script = tmp_path / "train.py"
+    script.write_text(
+        f"import torch\nfrom torch import nn\nfrom data import make_loaders\nfrom engine import {fit}\n\n"
+        f"model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{hand}\n",
+        encoding="utf-8",
+    )
     ported = port_program(script)
     (module,) = [m for m in ported.modules if m.name == "data"]
-    lines = module.result.source.splitlines()  # type: ignore[union-attr]
-    assert "    train_loader = _ddp_shard(DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True))" in lines
-    assert "    valid_loader = DataLoader(torch.randn(8, 4), batch_size=4)" in lines
+    source = module.result.source  # type: ignore[union-attr]
+    built = ["DataLoader(torch.randn(8, 4), batch_size=2)", "DataLoader(torch.randn(8, 4), batch_size=4)"]
+    assert f"_ddp_shard({built[first]})" in source, source
+    assert f"_ddp_shard({built[other]})" not in source and built[other] in source, source

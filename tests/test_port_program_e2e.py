@@ -43,9 +43,10 @@ train data-parallel. A model, its optimizer and a dict of loaders from builders 
 the optimizer's builder is wrapped, the loader the program trains on is sharded where it is built, the other is not.
 An early stop each rank would decide on its own share's loss is rank 0's decision on every rank. A config read back
 from wandb is there on every rank. A model that builds its own optimizer (minGPT's configure_optimizers) is wrapped
-before it does.
+before it does. Loaders built in a return and handed on whole to a trainer that unpacks them into attributes: the
+one it trains on is sharded, by the flow, not the names.
 
-Cost: 22 torchrun runs of 2 processes (about 6 s each here) and 33 python runs forked from tests/zygote."""
+Cost: 23 torchrun runs of 2 processes (about 6 s each here) and 35 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -457,3 +458,23 @@ def test_a_model_that_builds_its_own_optimizer_is_wrapped_before_it_does(tmp_pat
     assert printed.splitlines() == ["epoch 0: 16 samples", "epoch 1: 32 samples"]
     assert_equal_ranks(zero, one, models=1)
     assert list(torch.load(port / "model.pt")) == ["body.weight", "body.bias", "head.weight", "head.bias"]
+
+
+def test_loaders_built_in_a_return_and_unpacked_by_a_trainer_shard_the_one_it_trains_on(tmp_path: Path) -> None:
+    """Tried as a new user would (held by no test): lib/data.py returns `DataLoader(...), DataLoader(...)`, the
+    script hands the call's value to lib/trainer.py's Trainer, which unpacks it into `self.train_loader,
+    self.val_loader`. Neither loader was sharded (the names decided, and these had none): each rank trained on all 64
+    samples an epoch, and the port listed nothing as not ported."""
+    original, port = ported(tmp_path, SCRIPTS / "handed_tuple_project")
+    expected = python(original, "train.py")
+    assert python(port, "train_ddp.py") == expected
+    assert [line.split(",")[0] for line in expected.splitlines()] == [f"epoch {e}: trained on 64" for e in (0, 1)]
+    assert str(torch.load(original / "out" / "last.pt")) == str(torch.load(port / "out" / "last.pt"))
+    (port / "out" / "log.txt").unlink()  # the python run's rows (the log appends)
+    printed, zero, one = torchrun_ranks(port, "train_ddp.py", "--batch-size", "4")
+    lines = printed.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["epoch 0: trained on 32", "epoch 1: trained on 32"]
+    assert all(float(line.rsplit(" ", 1)[1]) > 0 for line in lines)  # the whole held-out set, on rank 0
+    assert (port / "out" / "log.txt").read_text(encoding="utf-8").count("epoch=") == 2  # rank 0's rows alone
+    assert torch.load(port / "out" / "last.pt")["width"] == 16  # the model's attribute, read after the wrap
+    assert_equal_ranks(zero, one, models=1)

@@ -31,6 +31,7 @@ from ddpcli.port.rules import (
     wrap,
 )  # fmt: skip
 from ddpcli.script import source as script_source
+from ddpcli.script.flow import Feeding
 from ddpcli.script.modules import unread_imports
 
 # wrap first (the others read port.models); header last (it defines what the others used).
@@ -116,7 +117,7 @@ def _run_rules(facts: Facts, module: bool = False, program_trains: bool = False)
 def port_module(
     facts: Facts,
     program_trains: bool,
-    feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]],
+    feeding: Feeding,
     loaders: frozenset[str] = frozenset(),
 ) -> PortResult:
     """A module of the script's program (ddpcli.port.program), as read once: every rule, no refusal (the script's

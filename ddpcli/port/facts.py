@@ -8,7 +8,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from ddpcli.script.flow import backward_sources, origins, training_loaders
+from ddpcli.script.flow import Feeding, backward_sources, origins, training_loaders
 from ddpcli.script.frameworks import OPTIMIZER_CLASSES
 from ddpcli.script.layers import Layers
 from ddpcli.script.reader import Reader, dotted, import_aliases, keyword, last_name, string_value
@@ -51,7 +51,7 @@ class Facts(Reader):
     port's rules ask of it: statements and blocks, loops, optimizers and their steps, the `__main__` guard."""
 
     folder: Path | None = None  # the script's folder (its own modules: utils.py), when read from a file
-    feeding_elsewhere: dict[str, tuple[tuple[str, ...], frozenset[str]]] = field(default_factory=dict)
+    feeding_elsewhere: Feeding = field(default_factory=dict)
     # functions of the program's other files whose parameters reach a backward (ddpcli.port.program)
     loaders_elsewhere: frozenset[str] = frozenset()  # functions of the program's other files returning a DataLoader
     program_classes: dict[str, Layers] = field(default_factory=dict)  # the classes of the program's files, with the

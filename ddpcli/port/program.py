@@ -23,11 +23,13 @@ from ddpcli.port.facts import Facts
 from ddpcli.port.records import Change, NotPorted, PortResult
 from ddpcli.port.rules.wrap import optimizer_builders
 from ddpcli.script.flow import (
+    Feeding,
     feeding_parameters,
     handing_parameters,
     imported_and_trained,
     loader_functions,
     loaders_trained_from,
+    merged_feeds,
     parameter_methods,
 )
 from ddpcli.script.layers import Layers, classes_of
@@ -107,8 +109,8 @@ class ProgramFacts:
     optimizers: set[str] = field(default_factory=set)  # the files that build an optimizer (one may wrap its model)
     loader_functions: dict[str, frozenset[str]] = field(default_factory=dict)  # file -> its functions returning a
     # DataLoader they build (ddpcli.script.flow.loader_functions)
-    feeding: dict[str, dict[str, tuple[tuple[str, ...], frozenset[str]]]] = field(default_factory=dict)
-    # file -> {function name: (its parameters, those reaching a backward)} (ddpcli.script.flow.feeding_parameters)
+    feeding: dict[str, Feeding] = field(default_factory=dict)  # file -> {function name: (its parameters, those
+    # reaching a backward, with the keys of each that do)} (ddpcli.script.flow.feeding_parameters)
     classes: dict[str, Layers] = field(default_factory=dict)  # class -> what it builds and may not reach, of every
     # file (ddpcli.script.layers; a name two files define: both classes' layers)
 
@@ -122,9 +124,9 @@ class ProgramFacts:
         """The functions of the program's other files that return a DataLoader: what `name` may get its loader from."""
         return frozenset().union(*(made for other, made in self.loader_functions.items() if other != name))
 
-    def feeding_elsewhere(self, name: str) -> dict[str, tuple[tuple[str, ...], frozenset[str]]]:
+    def feeding_elsewhere(self, name: str) -> Feeding:
         """The functions of the program's other files whose parameters feed a loss: what `name` may hand data to."""
-        merged: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        merged: Feeding = {}
         for other, functions in self.feeding.items():
             if other != name:
                 merged.update(functions)
@@ -190,9 +192,10 @@ def _hand_on(modules: dict[str, Module], found: ProgramFacts) -> None:
                 continue
             mine = found.feeding[name]
             for function, (params, feeds) in handing_parameters(module.facts, found.feeding_elsewhere(name)).items():
-                known_params, known_feeds = mine.get(function, (params, frozenset()))
-                if not feeds <= known_feeds:
-                    mine[function] = (known_params, known_feeds | feeds)
+                known_params, known_feeds = mine.get(function, (params, {}))
+                merged = merged_feeds(known_feeds, feeds)
+                if merged != known_feeds:
+                    mine[function] = (known_params, merged)
                     grown = True
         if not grown:
             return

@@ -54,67 +54,145 @@ def training_loaders(reader: Reader, reached: list[cst.CSTNode] | None = None) -
     return [call for call in reader.calls if call in loaders]
 
 
-def feeding_parameters(
-    reader: Reader, reached: list[cst.CSTNode] | None = None
-) -> dict[str, tuple[tuple[str, ...], frozenset[str]]]:
+Key = str | int | None  # where a loader sits in a value: a dict key, a tuple position, None: it is the value
+Feeds = dict[str, frozenset[Key]]  # a function's parameters that reach a loss -> where in each the loss's data sits
+Feeding = dict[str, tuple[tuple[str, ...], Feeds]]  # function name -> (its parameters in order, those that feed)
+WHOLE: frozenset[Key] = frozenset({None})
+
+
+def feeding_parameters(reader: Reader, reached: list[cst.CSTNode] | None = None) -> Feeding:
     """For each function of the file whose parameters reach a back-propagated loss (`def train(model, loader,
     optimizer): for x, y in loader: ... loss.backward()`): its name, its parameters in order (a method's without
-    `self` / `cls`), and those that feed the loss. What another file of the program hands to such a parameter is
-    training data (ddpcli.port.program). `reached`: the file's backward_sources, where the caller has them."""
-    found: dict[str, tuple[tuple[str, ...], set[str]]] = {}
-    for node in backward_sources(reader) if reached is None else reached:
+    `self` / `cls`), and those that feed the loss, each with the part of its value that does: the whole value, or
+    the keys the function reads it at (`loaders[0]`, `self.train_loader, self.val_loader = loaders`: position 0).
+    What another file of the program hands to such a parameter is training data (ddpcli.port.program), at those
+    keys only. `reached`: the file's backward_sources, where the caller has them."""
+    reached = backward_sources(reader) if reached is None else reached
+    on_path = set(reached)
+    found: dict[str, tuple[tuple[str, ...], dict[str, set[Key]]]] = {}
+    for node in reached:
         function = _function_of(reader, node) if isinstance(node, cst.Param) else None
         if function is None or not isinstance(node, cst.Param):
             continue
         params = tuple(p.name.value for p in function.params.params if p.name.value not in ("self", "cls"))
-        found.setdefault(_called_as(reader, function), (params, set()))[1].add(node.name.value)
-    return {name: (params, frozenset(feeding)) for name, (params, feeding) in found.items()}
+        feeds = found.setdefault(_called_as(reader, function), (params, {}))[1]
+        feeds.setdefault(node.name.value, set()).update(_parameter_keys(reader, node, on_path))
+    return _frozen(found)
 
 
-def handing_parameters(
-    reader: Reader, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]
-) -> dict[str, tuple[tuple[str, ...], frozenset[str]]]:
+def _frozen(found: dict[str, tuple[tuple[str, ...], dict[str, set[Key]]]]) -> Feeding:
+    return {
+        name: (params, {p: frozenset(keys) for p, keys in feeds.items()}) for name, (params, feeds) in found.items()
+    }
+
+
+def merged_feeds(known: Feeds, more: Feeds) -> Feeds:
+    """Both readings of a function's feeding parameters: each parameter's keys of either."""
+    return {param: known.get(param, frozenset()) | more.get(param, frozenset()) for param in {*known, *more}}
+
+
+def _parameter_keys(reader: Reader, param: cst.Param, on_path: set[cst.CSTNode]) -> frozenset[Key]:
+    """Where in the parameter's value the loss's data sits, read from how the path to the loss reads it: `p[key]`
+    at that key, `a, b = p` (or `self.a, self.b = p`) at the positions the path goes on from; read whole anywhere
+    on the path (iterated, handed on, a key not written out): the whole value."""
+    keys: set[Key] = set()
+    for node in on_path:
+        if isinstance(node, cst.Subscript) and _reads(reader, node.value, param):
+            key = literal_value(node.slice[0].slice.value) if _one_index(node) else None  # type: ignore[union-attr]
+            keys.add(key if isinstance(key, str | int) and not isinstance(key, bool) else None)
+        elif isinstance(node, cst.Name) and _reads(reader, node, param):
+            keys |= _positions_read(reader, node, on_path)
+    return frozenset(keys) or WHOLE
+
+
+def _one_index(node: cst.Subscript) -> bool:
+    return len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
+
+
+def _reads(reader: Reader, node: cst.BaseExpression, param: cst.Param) -> bool:
+    return isinstance(node, cst.Name) and node in reader.parents and param in reader.values_of(node)
+
+
+def _unpacking(reader: Reader, value: cst.CSTNode) -> bool:
+    """`value` is what `a, b = value` unpacks."""
+    assign = reader.parents.get(value)
+    return isinstance(assign, cst.Assign) and assign.value is value
+
+
+def _positions_read(reader: Reader, value: cst.BaseExpression, on_path: set[cst.CSTNode]) -> set[Key]:
+    """`a, b = value`: the positions whose target the path reads (`a`, `self.a`); {None} for any other read."""
+    assign = reader.parents.get(value)
+    if not isinstance(assign, cst.Assign) or assign.value is not value:
+        return {None}
+    positions: set[Key] = set()
+    for target in assign.targets:
+        if not isinstance(target.target, cst.Tuple | cst.List):
+            return {None}
+        elements = target.target.elements
+        if any(isinstance(element, cst.StarredElement) for element in elements):
+            return {None}
+        for position, element in enumerate(elements):
+            if _read_on_path(reader, element.value, value, on_path):
+                positions.add(position)
+    return positions
+
+
+def _read_on_path(
+    reader: Reader, target: cst.BaseExpression, value: cst.BaseExpression, on_path: set[cst.CSTNode]
+) -> bool:
+    """The path to the loss reads what `target` is bound to: a name whose binding is `value`'s unpacking, or an
+    attribute of that spelling (as _attribute_values follows one)."""
+    if isinstance(target, cst.Name):
+        return any(
+            isinstance(node, cst.Name) and node.value == target.value and value in reader.values_of(node)
+            for node in on_path
+            if node in reader.parents
+        )
+    spelled = dotted(target)
+    return bool(spelled) and any(isinstance(node, cst.Attribute) and dotted(node) == spelled for node in on_path)
+
+
+def handing_parameters(reader: Reader, feeding: Feeding) -> Feeding:
     """The file's functions that hand a parameter of theirs on to a feeding parameter of another file's function
     (`feeding`, by the name a call spells): `Trainer.train(self, loader)` calling engine.py's `train_epoch(model,
-    loader, ...)`. What a third file hands them is training data too (ddpcli.port.program, to a fixed point)."""
-    found: dict[str, tuple[tuple[str, ...], set[str]]] = {}
+    loader, ...)`, at the keys the other function reads. What a third file hands them is training data too
+    (ddpcli.port.program, to a fixed point)."""
+    found: dict[str, tuple[tuple[str, ...], dict[str, set[Key]]]] = {}
     for call in reader.calls:
-        for value in handed_to_feeding(call, feeding):
+        for value, keys in handed(reader, call, feeding):
             for node in _passed_through(reader, value):
                 function = _function_of(reader, node)
                 if function is None:
                     continue
                 names = tuple(p.name.value for p in function.params.params if p.name.value not in ("self", "cls"))
-                found.setdefault(_called_as(reader, function), (names, set()))[1].add(node.name.value)
-    return {name: (params, frozenset(feeds)) for name, (params, feeds) in found.items()}
+                feeds = found.setdefault(_called_as(reader, function), (names, {}))[1]
+                feeds.setdefault(node.name.value, set()).update(keys)
+    return _frozen(found)
 
 
-Key = str | int | None  # where a function's returned loader sits: a dict key, a tuple position, None: it is the value
-
-
-def loaders_trained_from(
-    reader: Reader, made: frozenset[str], feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]
-) -> dict[str, set[Key]]:
+def loaders_trained_from(reader: Reader, made: frozenset[str], feeding: Feeding) -> dict[str, set[Key]]:
     """For each function of another file of the program that builds and returns loaders (`made`), called here:
     where in its returned value sit the loaders this file trains on or hands to a feeding parameter of another file
-    (`loaders["train"]` of `loaders = build_loaders(cfg)`; position 0 of `train_loader, val_loader = make()`).
-    The file that builds them shards those (ddpcli.port.rules.sampler)."""
+    (`loaders["train"]` of `loaders = build_loaders(cfg)`; position 0 of `train_loader, val_loader = make()`;
+    position 0 of `make()` handed whole to a Trainer that reads `loaders[0]`). The file that builds them shards
+    those (ddpcli.port.rules.sampler)."""
     if not made:
         return {}
     found: dict[str, set[Key]] = {}
-    for node in _trained_here(reader, feeding):
-        for function, key in _where_returned(reader, node, made):
+    on_path = set(backward_sources(reader))
+    for node, keys in _trained_here(reader, feeding):
+        if node in on_path and _unpacking(reader, node):  # `self.a, self.b = make()`: the targets the path reads
+            keys = frozenset(_positions_read(reader, node, on_path)) or WHOLE  # type: ignore[arg-type]
+        for function, key in _where_returned(reader, node, made, keys):
             found.setdefault(function, set()).add(key)
     return found
 
 
-def imported_and_trained(
-    reader: Reader, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]
-) -> list[tuple[cst.ImportFrom, str]]:
+def imported_and_trained(reader: Reader, feeding: Feeding) -> list[tuple[cst.ImportFrom, str]]:
     """The names this file imports from another file of the program (`from data import loader`) and trains on or
     hands to a feeding parameter: each import and the name the other file binds. That file shards its loader."""
     found = []
-    for node in _trained_here(reader, feeding):
+    for node, _ in _trained_here(reader, feeding):
         if not isinstance(node, cst.Name) or node not in reader.parents:
             continue
         for binder in reader.values_of(node):
@@ -124,35 +202,73 @@ def imported_and_trained(
     return found
 
 
-def _trained_here(reader: Reader, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]) -> list[cst.CSTNode]:
-    """What this file's backward is computed from, and what it hands to feeding parameters of other files."""
-    return [*backward_sources(reader), *(value for call in reader.calls for value in handed_to_feeding(call, feeding))]
+def _trained_here(reader: Reader, feeding: Feeding) -> list[tuple[cst.CSTNode, frozenset[Key]]]:
+    """What this file's backward is computed from (each whole), and what it hands to feeding parameters of other
+    files (with the keys of it those read)."""
+    return [*((node, WHOLE) for node in backward_sources(reader)),
+            *(item for call in reader.calls for item in handed(reader, call, feeding))]  # fmt: skip
 
 
-def handed_to_feeding(
-    call: cst.Call, feeding: dict[str, tuple[tuple[str, ...], frozenset[str]]]
-) -> list[cst.BaseExpression]:
+def handed_to_feeding(call: cst.Call, feeding: Feeding) -> list[cst.BaseExpression]:
     """The arguments `call` passes (by position or keyword) for the parameters of a function of another file that
     reach its backward (`feeding`, by the name the call spells: ddpcli.port.program)."""
+    return [value for value, _ in _handed_with_keys(call, feeding)]
+
+
+def _handed_with_keys(call: cst.Call, feeding: Feeding) -> list[tuple[cst.BaseExpression, frozenset[Key]]]:
     if (known := feeding.get(last_name(call))) is None:
         return []
     params, feeds = known
     positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
-    handed = [value for param, value in zip(params, positional, strict=False) if param in feeds]
-    return handed + [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value in feeds]
+    handed = [(value, feeds[param]) for param, value in zip(params, positional, strict=False) if param in feeds]
+    return handed + [(arg.value, feeds[arg.keyword.value]) for arg in call.args
+                     if arg.keyword is not None and arg.keyword.value in feeds]  # fmt: skip
 
 
-def _where_returned(reader: Reader, node: cst.CSTNode, made: frozenset[str]) -> list[tuple[str, Key]]:
-    """(function, key) for each call of a function of `made` whose returned value `node` is, or is an item of."""
+def handed(reader: Reader, call: cst.Call, feeding: Feeding) -> list[tuple[cst.BaseExpression, frozenset[Key]]]:
+    """What `call` hands to feeding parameters of another file's function, narrowed to the parts that function
+    reads: of `(train_loader, val_loader)` handed to a parameter read at position 0, `train_loader` (whole); of a
+    value whose parts are not written out here (`make_loaders()` of another file), the value, with the keys."""
+    found: list[tuple[cst.BaseExpression, frozenset[Key]]] = []
+    for value, keys in _handed_with_keys(call, feeding):
+        found += _parts(reader, value, keys)
+    return found
+
+
+def _parts(
+    reader: Reader, value: cst.BaseExpression, keys: frozenset[Key]
+) -> list[tuple[cst.BaseExpression, frozenset[Key]]]:
+    if None in keys:
+        return [(value, WHOLE)]
+    ends = origins(reader, value, into_containers=False)
+    parts: list[tuple[cst.BaseExpression, frozenset[Key]]] = []
+    for end in ends:
+        if isinstance(end, cst.Tuple | cst.List) and not any(isinstance(e, cst.StarredElement) for e in end.elements):
+            parts += [(end.elements[key].value, WHOLE) for key in keys
+                      if isinstance(key, int) and -len(end.elements) <= key < len(end.elements)]  # fmt: skip
+        elif isinstance(end, cst.Dict):
+            parts += [(e.value, WHOLE) for e in end.elements
+                      if isinstance(e, cst.DictElement) and literal_value(e.key) in keys]  # fmt: skip
+        else:
+            return [(value, keys)]  # parts this file does not write out: the value, at the keys read
+    return parts
+
+
+def _where_returned(
+    reader: Reader, node: cst.CSTNode, made: frozenset[str], keys: frozenset[Key] = WHOLE
+) -> list[tuple[str, Key]]:
+    """(function, key) for each call of a function of `made` whose returned value `node` is, or is an item of;
+    `keys`: the parts of `node` that are trained on, where not the whole of it."""
     found: list[tuple[str, Key]] = []
-    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
-        key = literal_value(node.slice[0].slice.value)
+    if isinstance(node, cst.Subscript) and _one_index(node):
+        key = literal_value(node.slice[0].slice.value)  # type: ignore[union-attr]
         if isinstance(key, str | int) and not isinstance(key, bool):
             found += [(last_name(end), key) for end in origins(reader, node.value, into_containers=False)
                       if isinstance(end, cst.Call) and last_name(end) in made]  # fmt: skip
     for end in origins(reader, node, into_containers=False):
         if isinstance(end, cst.Call) and last_name(end) in made:
-            found.append((last_name(end), _unpacked_at(reader, node, end)))
+            position = _unpacked_at(reader, node, end)
+            found += [(last_name(end), position)] if position is not None else [(last_name(end), k) for k in keys]
     return found
 
 

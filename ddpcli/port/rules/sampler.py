@@ -13,7 +13,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, last_name, string_value
 from ddpcli.port.rules.training import Training
-from ddpcli.script.flow import handed_to_feeding, origins, returned_keys
+from ddpcli.script.flow import WHOLE, handed, origins, returned_keys
 
 # Samplers `_ddp_shard` shards (a DistributedSampler, a split's indices kept, draws with replacement shared out);
 # any other is the script's own.
@@ -329,9 +329,12 @@ def _trained_where_returned(port: Port, loader: cst.Call) -> bool | None:
 def _handed_to_a_step(port: Port, loader: cst.Call) -> bool:
     """The loader is handed to a function of another file of the program whose parameter reaches a backward
     (`engine.train_one_epoch(train_loader)` with the loop in engine.py), by position or keyword."""
-    feeding = port.facts.feeding_elsewhere
-    calls = port.facts.calls if feeding else []
-    return any(loader in origins(port.facts, value) for call in calls for value in handed_to_feeding(call, feeding))
+    facts, feeding = port.facts, port.facts.feeding_elsewhere
+    return any(
+        loader in origins(facts, value, into_containers=keys == WHOLE)
+        for call in (facts.calls if feeding else [])
+        for value, keys in handed(facts, call, feeding)
+    )
 
 
 def _shard_returned_elsewhere(port: Port) -> None:

@@ -1,0 +1,1 @@
+"""Stand-in (ours): the package of handed_tuple_project (see train.py)."""
