@@ -44,9 +44,9 @@ the optimizer's builder is wrapped, the loader the program trains on is sharded 
 An early stop each rank would decide on its own share's loss is rank 0's decision on every rank. A config read back
 from wandb is there on every rank. A model that builds its own optimizer (minGPT's configure_optimizers) is wrapped
 before it does. Loaders built in a return and handed on whole to a trainer that unpacks them into attributes: the
-one it trains on is sharded, by the flow, not the names.
+one it trains on is sharded, by the flow, not the names. A split drawn unseeded is rank 0's on every rank.
 
-Cost: 23 torchrun runs of 2 processes (about 6 s each here) and 35 python runs forked from tests/zygote."""
+Cost: 24 torchrun runs of 2 processes (about 6 s each here) and 35 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -478,3 +478,18 @@ def test_loaders_built_in_a_return_and_unpacked_by_a_trainer_shard_the_one_it_tr
     assert (port / "out" / "log.txt").read_text(encoding="utf-8").count("epoch=") == 2  # rank 0's rows alone
     assert torch.load(port / "out" / "last.pt")["width"] == 16  # the model's attribute, read after the wrap
     assert_equal_ranks(zero, one, models=1)
+
+
+def test_a_split_drawn_unseeded_is_rank_zeros_on_every_rank(tmp_path: Path) -> None:
+    """Tried on Bjarten/early-stopping-pytorch's notebook (held by no test): `np.random.shuffle(indices)` with no
+    seed, then SubsetRandomSamplers over the halves. Each rank drew its own split: the two shards overlapped (13 of
+    64 samples twice, in one try) and missed others, exit 0. The test appends one line to the port that writes each
+    rank's trained samples."""
+    _, port = ported(tmp_path, SCRIPTS / "unseeded_split.py")
+    assert python(port, "unseeded_split_ddp.py").startswith("trained on 64 samples, 64 distinct")
+    with (port / "unseeded_split_ddp.py").open("a", encoding="utf-8") as script:
+        script.write('\nimport json\njson.dump(seen, __builtins__.open(f"seen{_ddp_rank}.json", "w"))\n')
+    printed = torchrun(port, "unseeded_split_ddp.py")
+    assert printed.startswith("trained on 32 samples, 32 distinct")
+    zero, one = (set(json.loads((port / f"seen{rank}.json").read_text())) for rank in (0, 1))
+    assert len(zero) == len(one) == 32 and not zero & one  # one split, dealt out: 64 distinct samples

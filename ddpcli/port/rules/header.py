@@ -34,6 +34,23 @@ def _ddp_setup():
         DIST.init_process_group("nccl" if torch.cuda.is_available() else "gloo", init_method="env://")
         held = [DIST.group.WORLD]
         atexit.register(lambda: (gc.collect(), held.clear()))
+        _ddp_rank_zeros_streams()
+
+
+def _ddp_rank_zeros_streams():
+    """Every rank goes on from rank 0's torch, random and numpy streams, as they stand when the group is set up:
+    what the script draws before its model is wrapped (a split of the data, synthetic data, a shape) is alike on
+    every rank, seeded or not (an unseeded `np.random.shuffle(indices)` would give each rank its own split, and
+    the shards would overlap); rank 0's own streams are unchanged. Seeded alike already: nothing changes."""
+    import random, sys  # noqa: E401
+    numpy = sys.modules.get("numpy")
+    states = [(torch.get_rng_state(), random.getstate(), numpy.random.get_state() if numpy else None)]
+    DIST.broadcast_object_list(states, src=0)
+    if not _is_main:
+        torch.set_rng_state(states[0][0])
+        random.setstate(states[0][1])
+        if numpy is not None and states[0][2] is not None:
+            numpy.random.set_state(states[0][2])
 '''
 MODEL = '''
 
@@ -393,7 +410,8 @@ def _ddp_wandb_init(*args, **kwargs):
             wandb.config.update(shared[0], allow_val_change=True)
     return run
 '''
-SETUP = '(nccl with CUDA, gloo otherwise; LOCAL_RANK the current GPU, so "cuda" is each rank\'s own)'
+SETUP = '(nccl with CUDA, gloo otherwise; LOCAL_RANK the current GPU, so "cuda" is each rank\'s own; every rank goes ' \
+    "on from rank 0's random streams, so what the script draws before the wrap is alike on every rank)"
 TEARDOWN = "if _ddp:\n    DIST.destroy_process_group()\n"
 
 
