@@ -410,8 +410,10 @@ def _ddp_wandb_init(*args, **kwargs):
             wandb.config.update(shared[0], allow_val_change=True)
     return run
 '''
-SETUP = '(nccl with CUDA, gloo otherwise; LOCAL_RANK the current GPU, so "cuda" is each rank\'s own; every rank goes ' \
+SETUP = (
+    '(nccl with CUDA, gloo otherwise; LOCAL_RANK the current GPU, so "cuda" is each rank\'s own; every rank goes '
     "on from rank 0's random streams, so what the script draws before the wrap is alike on every rank)"
+)
 TEARDOWN = "if _ddp:\n    DIST.destroy_process_group()\n"
 
 
