@@ -1293,3 +1293,20 @@ def test_an_exit_that_the_arguments_decide_is_the_same_on_every_rank_and_left_al
                             "            break\n").replace("model(x)", "model(x.to(device))")  # fmt: skip
     result = port(source)
     assert "if args.dry_run:" in lines_of(result) and "_ddp_same(" not in result.source
+
+
+@pytest.mark.parametrize(
+    "removes",
+    ["shutil.rmtree(out)", "os.remove(os.path.join(out, 'log.csv'))", "os.unlink(out + '/log.csv')",
+     "os.rename(out, out + '.old')", 'pathlib.Path(out, "log.csv").unlink()', "os.rmdir(out)"],
+)  # fmt: skip
+def test_what_removes_or_moves_files_runs_on_rank_zero_with_what_makes_them(removes: str) -> None:
+    """Tried on bamos/densenet.pytorch (held by no test): `if os.path.exists(save): shutil.rmtree(save)` ran on every
+    rank and the `os.makedirs(save)` after it on rank 0 alone; rank 1's rmtree could remove the folder rank 0 had
+    just made (3 runs of 4 of a stand-in failed: "Parent directory out does not exist")."""
+    prepares = f'import os, pathlib, shutil\nout = "out"\nif os.path.exists(out):\n    {removes}\n'
+    result = port(prepares + "os.makedirs(out, exist_ok=True)\n" + LOOP)
+    lines = lines_of(result)
+    (at,) = [index for index, line in enumerate(lines) if removes.split("(")[0] in line and not line.startswith("if ")]
+    on_rank_zero = lines[at - 1] == "if _is_main:" or " if _is_main else _ddp_quiet)(" in lines[at]  # the call alone
+    assert on_rank_zero and lines[at + 1 : at + 3] == ["if _is_main:", "os.makedirs(out, exist_ok=True)"]

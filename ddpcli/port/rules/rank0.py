@@ -18,7 +18,12 @@ from ddpcli.script.reader import open_mode, opens_to_write
 WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "to_csv", "to_json", "dump",
           "np.save", "np.savez", "np.savetxt", "numpy.save", "os.makedirs", "os.mkdir", "write_text", "write_bytes",
           "mkdir", "imwrite", "basicConfig", "shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move",
-          "copyfile"}  # fmt: skip
+          "copyfile", "shutil.rmtree", "rmtree", "shutil.copytree", "copytree", "os.remove", "os.unlink", "os.rename",
+          "os.replace", "os.rmdir", "os.removedirs", "os.symlink", "os.link", "unlink", "rmdir", "touch", "symlink_to",
+          "hardlink_to"}  # fmt: skip
+# WRITES: what changes the file system, by the name the call resolves to (`shutil.rmtree`) or, where no other call
+# is spelled so, by its last name (`path.unlink()`): done by one rank. A folder removed on every rank and made on
+# rank 0 alone is a race (rank 1's rmtree after rank 0's makedirs: "Parent directory out does not exist").
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 WRITER_CLASSES = {"SummaryWriter", "CSVLogger", "TensorBoardLogger"}
 READS = {"torch.load", "load_state_dict_from_file"}
