@@ -444,3 +444,71 @@ def test_loaders_handed_on_whole_shard_the_one_the_receiver_trains_on_whatever_t
     built = ["DataLoader(torch.randn(8, 4), batch_size=2)", "DataLoader(torch.randn(8, 4), batch_size=4)"]
     assert f"_ddp_shard({built[first]})" in source, source
     assert f"_ddp_shard({built[other]})" not in source and built[other] in source, source
+
+
+SCHEDULE = """\
+class ScheduledOptim:
+    def __init__(self, optimizer, lr_mul, warmup):
+        self._optimizer, self.lr_mul, self.warmup, self.n_steps = optimizer, lr_mul, warmup, 0
+
+    def step_and_update_lr(self):
+        self.n_steps += 1
+        for group in self._optimizer.param_groups:
+            group["lr"] = self.lr_mul * min(self.n_steps ** -0.5, self.n_steps * self.warmup ** -1.5)
+        self._optimizer.step()
+
+    def zero_grad(self):
+        self._optimizer.zero_grad()
+"""
+OWN_OPTIMIZER = """\
+import torch
+
+
+class MySGD(torch.optim.Optimizer):
+    def __init__(self, params, lr):
+        super().__init__(params, dict(lr=lr))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.add_(p.grad, alpha=-group["lr"])
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "imports", "built", "step", "data", "ported_data"),
+    [
+        ("sched.py", "from sched import ScheduledOptim",
+         "ScheduledOptim(torch.optim.Adam(model.parameters()), 0.5, 4)", "optimizer.step_and_update_lr()",
+         "DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2, shuffle=True)", True),
+        ("sched.py", "from sched import ScheduledOptim",
+         "ScheduledOptim(torch.optim.Adam(model.parameters()), 0.5, 4)", "optimizer.step_and_update_lr()",
+         "BucketIterator(TensorDataset(torch.randn(8, 4)), batch_size=2)", False),
+        ("my_optim.py", "from my_optim import MySGD", "MySGD(model.parameters(), lr=0.1)", "optimizer.step()",
+         "DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2, shuffle=True)", True),
+    ],
+)  # fmt: skip
+def test_a_step_through_a_class_of_another_file_is_a_step(
+    tmp_path: Path, module: str, imports: str, built: str, step: str, data: str, ported_data: bool
+) -> None:
+    """Tried on jadore801120/attention-is-all-you-need-pytorch (its ScheduledOptim in transformer/Optim.py steps in
+    `step_and_update_lr()`) and an optimizer class defined in a module of the program, held by no test: the wrapper's
+    step was no step, so its data was never checked (a BucketIterator: "0 not ported", each rank training on the same
+    batches); the other file's optimizer class was no optimizer (refused: "no torch.optim optimizer", false)."""
+    (tmp_path / module).write_text(SCHEDULE if module == "sched.py" else OWN_OPTIMIZER, encoding="utf-8")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        f"from torchtext.data import BucketIterator\n{imports}\n\nmodel = nn.Linear(4, 1)\n"
+        f"optimizer = {built}\nfor epoch in range(2):\n    for (x,) in {data}:\n        optimizer.zero_grad()\n"
+        f"        model(x).sum().backward()\n        {step}\n",
+        encoding="utf-8",
+    )
+    result = port_program(script).script
+    assert "model = _DDPModel(model)" in result.source
+    if ported_data:
+        assert f"_ddp_shard({data}, epoch)" in result.source and result.not_ported == []  # built each epoch
+    else:
+        (not_ported,) = result.not_ported
+        assert "no training DataLoader found" in not_ported.reason

@@ -44,9 +44,11 @@ the optimizer's builder is wrapped, the loader the program trains on is sharded 
 An early stop each rank would decide on its own share's loss is rank 0's decision on every rank. A config read back
 from wandb is there on every rank. A model that builds its own optimizer (minGPT's configure_optimizers) is wrapped
 before it does. Loaders built in a return and handed on whole to a trainer that unpacks them into attributes: the
-one it trains on is sharded, by the flow, not the names. A split drawn unseeded is rank 0's on every rank.
+one it trains on is sharded, by the flow, not the names. A split drawn unseeded is rank 0's on every rank. An optimizer
+of the project's that steps in two calls after two backwards of one batch (SAM) trains data-parallel, 2 x B/2 as
+1 x B.
 
-Cost: 24 torchrun runs of 2 processes (about 6 s each here) and 35 python runs forked from tests/zygote."""
+Cost: 25 torchrun runs of 2 processes (about 6 s each here) and 35 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -493,3 +495,18 @@ def test_a_split_drawn_unseeded_is_rank_zeros_on_every_rank(tmp_path: Path) -> N
     assert printed.startswith("trained on 32 samples, 32 distinct")
     zero, one = (set(json.loads((port / f"seen{rank}.json").read_text())) for rank in (0, 1))
     assert len(zero) == len(one) == 32 and not zero & one  # one split, dealt out: 64 distinct samples
+
+
+def test_an_optimizer_of_the_projects_that_steps_in_two_calls_trains_data_parallel(tmp_path: Path) -> None:
+    """Tried on davda54/sam (held by no test): `optimizer.first_step(...)` and `optimizer.second_step(...)` of a
+    class in sam.py on torch.optim.Optimizer, no `optimizer.step()` in the script: refused with "updates its
+    parameters by hand, with no torch.optim optimizer", which was false. Both backwards average their gradients,
+    so 2 x 8 ends where 1 x 16 does (the perturbation is the global batch's, as on one device)."""
+    original, port = ported(tmp_path, SCRIPTS / "sam_project")
+    expected = python(original, "train.py")
+    assert python(port, "train_ddp.py") == expected
+    alone = torch.load(port / "model.pt")
+    printed, zero, one = torchrun_ranks(port, "train_ddp.py", "--batch-size", "8")
+    assert printed == expected  # rank 0's evaluation of the whole set, as one process's
+    assert_equal_ranks(zero, one, models=1)
+    assert_close(torch.load(port / "model.pt"), alone)

@@ -1310,3 +1310,55 @@ def test_what_removes_or_moves_files_runs_on_rank_zero_with_what_makes_them(remo
     (at,) = [index for index, line in enumerate(lines) if removes.split("(")[0] in line and not line.startswith("if ")]
     on_rank_zero = lines[at - 1] == "if _is_main:" or " if _is_main else _ddp_quiet)(" in lines[at]  # the call alone
     assert on_rank_zero and lines[at + 1 : at + 3] == ["if _is_main:", "os.makedirs(out, exist_ok=True)"]
+
+
+TWO_STEPS = """
+class TwoStep(torch.optim.Optimizer):
+    def __init__(self, params, lr):
+        super().__init__(params, dict(lr=lr))
+
+    @torch.no_grad()
+    def first_step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.add_(p.grad, alpha=0.05)
+
+    @torch.no_grad()
+    def second_step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.add_(p.grad, alpha=-group["lr"])
+
+"""
+
+
+@pytest.mark.parametrize(
+    ("defines", "built", "steps"),
+    [
+        ("import torch.optim as optim\n", 'getattr(optim, "SGD")(model.parameters(), lr=0.1)', ["optimizer.step()"]),
+        ("", 'getattr(torch.optim, "Adam")(model.parameters())', ["optimizer.step()"]),
+        (TWO_STEPS, "TwoStep(model.parameters(), lr=0.1)", ["optimizer.first_step()", "optimizer.second_step()"]),
+    ],
+)
+def test_optimizers_looked_up_by_name_or_stepping_in_methods_of_their_own_train_data_parallel(
+    defines: str, built: str, steps: list[str]
+) -> None:
+    """Tried on locuslab/TCN (`getattr(optim, args.optim)(model.parameters(), lr=lr)`) and davda54/sam (an optimizer
+    class stepping in `first_step` / `second_step`), held by no test: both refused as "updates its parameters by
+    hand, with no torch.optim optimizer", which was false."""
+    backward = "        loss = F.mse_loss(model(x), y)\n        loss.backward()\n"
+    step = "\n".join(f"{backward}        {call}" for call in steps)
+    result = port(
+        defines
+        + f"""
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = nn.Linear(4, 1)
+optimizer = {built}
+for epoch in range(2):
+    for x, y in loader:
+{step}
+"""
+    )
+    assert "ddp_wrap" in kinds(result) and "sampler" in kinds(result) and result.not_ported == []
+    assert "model = _DDPModel(model)" in lines_of(result)

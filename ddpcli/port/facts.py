@@ -8,7 +8,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from ddpcli.script.flow import Feeding, backward_sources, origins, training_loaders
+from ddpcli.script.flow import Feeding, backward_calls, backward_sources, origins, training_loaders
 from ddpcli.script.frameworks import OPTIMIZER_CLASSES
 from ddpcli.script.layers import Layers
 from ddpcli.script.reader import Reader, dotted, import_aliases, keyword, last_name, string_value
@@ -16,6 +16,11 @@ from ddpcli.script.reader import Reader, dotted, import_aliases, keyword, last_n
 __all__ = ["Facts", "call_name", "dotted", "dotted_module", "import_aliases", "keyword", "last_name", "string_value"]
 
 OPTIMIZER_MODULES = ("torch.optim", "optim")
+# torch.optim.Optimizer's methods that do not move the parameters (an optimizer class's others may: SAM's
+# first_step and second_step)
+NOT_STEPS = ("zero_grad", "state_dict", "load_state_dict", "add_param_group", "register_step_pre_hook",
+             "register_step_post_hook", "register_state_dict_pre_hook", "register_state_dict_post_hook",
+             "register_load_state_dict_pre_hook", "register_load_state_dict_post_hook")  # fmt: skip
 
 
 def dotted_module(node: cst.ImportFrom) -> str:
@@ -68,9 +73,13 @@ class Facts(Reader):
     # program's other files building an optimizer over a model they are given (ddpcli.port.rules.wrap)
     parameter_methods: frozenset[str] = frozenset()  # methods of the program's classes yielding parameters
     # (ddpcli.script.flow.parameter_methods: this file's alone where it is read without its program)
+    optimizers_elsewhere: frozenset[str] = frozenset()  # optimizer classes the program's other files define
+    stepping_elsewhere: dict[str, frozenset[str]] = field(default_factory=dict)  # the program's other files'
+    # classes -> their methods that step an optimizer (stepping_methods)
     _backward_sources: list[cst.CSTNode] | None = None
     _training_loaders: list[cst.Call] | None = None
     _own_optimizers: set[str] | None = None
+    _stepping: dict[str, frozenset[str]] | None = None
 
     def statement(self, node: cst.CSTNode) -> cst.BaseStatement:
         """The statement (a line or a compound statement) holding `node`, as it stands in its block."""
@@ -100,8 +109,20 @@ class Facts(Reader):
         return loops
 
     def is_optimizer_call(self, call: cst.Call) -> bool:
+        """`torch.optim.SGD(...)`, a class of the script's or of its program's that is an optimizer (`SAM(...)` from
+        sam.py), or an optimizer class looked up by name (`getattr(optim, args.optim)(...)`)."""
         name = self.resolve(call)
-        return _optimizer_class(name) or name in self.own_optimizer_classes()
+        if _optimizer_class(name) or name in self.own_optimizer_classes():
+            return True
+        if name.rsplit(".", 1)[-1] in self.optimizers_elsewhere and not name.startswith("torch."):
+            return True
+        looked_up = call.func
+        return (
+            isinstance(looked_up, cst.Call)
+            and self.resolve(looked_up) == "getattr"
+            and bool(looked_up.args)
+            and self.resolve(looked_up.args[0].value) in OPTIMIZER_MODULES
+        )
 
     def own_optimizer_classes(self) -> set[str]:
         """The classes the script defines on an optimizer: `class SignSGD(torch.optim.Optimizer)`, or on a class of
@@ -134,7 +155,50 @@ class Facts(Reader):
         optimizers, a function returning one). Only where nothing in the script says what the receiver is (a
         parameter of a function it never calls) does its name decide (`opt`, `optim`, not a scheduler's)."""
         optimizers = self.optimizer_names()
-        return [call for call in self.calls if self._steps_an_optimizer(call, optimizers)]
+        return [call for call in self.calls
+                if self._steps_an_optimizer(call, optimizers) or self._steps_through_a_method(call)]  # fmt: skip
+
+    def stepping_methods(self) -> dict[str, frozenset[str]]:
+        """The methods of this file's classes that step an optimizer (`def step_and_update_lr(self): ...
+        self._optimizer.step()`, a schedule's wrapper; SAM's `second_step`, its base optimizer's step), and those
+        that call one of them on self (SAM's `step`); of an optimizer class (`class SAM(torch.optim.Optimizer)`),
+        every public method but those of torch's Optimizer that do not update (its `first_step` moves the
+        parameters too): a call of one on an instance steps as `.step()` does."""
+        if self._stepping is None:
+            base = {call for call in self.calls if self._steps_an_optimizer(call, self.optimizer_names())}
+            self._stepping = {}
+            for cls in (node for node in self.order if isinstance(node, cst.ClassDef)):
+                methods = {f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)}
+                stepping = {name for name, f in methods.items() if any(n in base for n in self.walk(f))}
+                if cls.name.value in self.own_optimizer_classes():
+                    stepping |= {name for name in methods if not name.startswith("_") and name not in NOT_STEPS}
+                while more := {name for name, f in methods.items() if name not in stepping and any(
+                        isinstance(n, cst.Call) and dotted(n.func) in {f"self.{m}" for m in stepping}
+                        for n in self.walk(f))}:  # fmt: skip
+                    stepping |= more
+                if stepping - {"step"}:
+                    self._stepping[cls.name.value] = frozenset(stepping)
+        return self._stepping
+
+    def _steps_through_a_method(self, call: cst.Call) -> bool:
+        """`optimizer.step_and_update_lr()` on an instance of a class (of this file or the program's) whose method
+        of that name steps an optimizer; on a receiver nothing here says the class of, the method's name alone,
+        where some class of the program has a stepping method so named. Not a class's call on its own self, and
+        only where its function back-propagates too (a step follows a backward: `trainer.fit()`, whose method
+        steps inside its own loop, is no step of the caller's)."""
+        if not isinstance(call.func, cst.Attribute) or call.func.attr.value == "step":
+            return False
+        method, receiver = call.func.attr.value, call.func.value
+        classes = {**self.stepping_elsewhere, **self.stepping_methods()}
+        if dotted(receiver) == "self" or not any(method in methods for methods in classes.values()):
+            return False
+        scope = self.scope(call)
+        if not any(self.scope(backward) is scope for backward in backward_calls(self)):
+            return False
+        ends = origins(self, receiver)
+        if any(isinstance(end, cst.Call) and method in classes.get(last_name(end), ()) for end in ends):
+            return True
+        return self._undecided(receiver)
 
     def _steps_an_optimizer(self, call: cst.Call, optimizers: set[str]) -> bool:
         if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "step":

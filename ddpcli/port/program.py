@@ -152,6 +152,8 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
     yielding = frozenset().union(*(parameter_methods(m.facts) for m in modules.values() if m.facts is not None))
     held = {name: loader_functions(m.facts, into_containers=True) for name, m in modules.items() if m.facts}
     builders = {name: optimizer_builders(m.facts) for name, m in modules.items() if m.facts}
+    optimizer_classes = {name: m.facts.own_optimizer_classes() for name, m in modules.items() if m.facts}
+    stepping = {name: m.facts.stepping_methods() for name, m in modules.items() if m.facts}
     held_elsewhere = {name: frozenset().union(*(f for n, f in held.items() if n != name)) for name in held}
     trained: dict[str, dict[str, set[str | int | None]]] = {}  # file -> {function of another file: keys}
     names_trained: dict[str, set[str]] = {}  # file -> its top-level names another file imports and trains on
@@ -171,6 +173,12 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
             module.facts.loaders_held_elsewhere = held_elsewhere[name]
             module.facts.builders_elsewhere = {
                 k: v for n, made in builders.items() if n != name for k, v in made.items()
+            }
+            module.facts.optimizers_elsewhere = frozenset().union(
+                *(classes for n, classes in optimizer_classes.items() if n != name)
+            )
+            module.facts.stepping_elsewhere = {
+                k: v for n, made in stepping.items() if n != name for k, v in made.items()
             }
             keys: dict[str, set[str | int | None]] = {}
             for other, functions in trained.items():
