@@ -46,9 +46,10 @@ from wandb is there on every rank. A model that builds its own optimizer (minGPT
 before it does. Loaders built in a return and handed on whole to a trainer that unpacks them into attributes: the
 one it trains on is sharded, by the flow, not the names. A split drawn unseeded is rank 0's on every rank. An optimizer
 of the project's that steps in two calls after two backwards of one batch (SAM) trains data-parallel, 2 x B/2 as
-1 x B.
+1 x B. An early stop on a list of the epoch's training losses averaged is rank 0's decision; the validation loader a
+factory returns beside the training one stays whole.
 
-Cost: 25 torchrun runs of 2 processes (about 6 s each here) and 35 python runs forked from tests/zygote."""
+Cost: 26 torchrun runs of 2 processes (about 6 s each here) and 35 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -510,3 +511,16 @@ def test_an_optimizer_of_the_projects_that_steps_in_two_calls_trains_data_parall
     assert printed == expected  # rank 0's evaluation of the whole set, as one process's
     assert_equal_ranks(zero, one, models=1)
     assert_close(torch.load(port / "model.pt"), alone)
+
+
+def test_an_early_stop_on_appended_losses_is_rank_zeros_and_validation_stays_whole(tmp_path: Path) -> None:
+    """Tried on Bjarten/early-stopping-pytorch's notebook (held by no test): its loaders come back from one function
+    as a tuple, and both were sharded (the tuple's elements were not told apart); its stop reads `np.average(losses)`
+    of a list the loop appends to, which the port did not follow to the rank's data, so no rank waited for rank 0's
+    decision: rank 1 went on alone (in one try, `Connection closed by peer`)."""
+    original, port = ported(tmp_path, SCRIPTS / "append_average_stop.py")
+    expected = python(original, "append_average_stop.py")
+    assert python(port, "append_average_stop_ddp.py") == expected
+    printed, zero, one = torchrun_ranks(port, "append_average_stop_ddp.py")
+    assert printed.startswith("stopped after epoch ") and printed.rstrip().endswith("over 2 batches")  # all of valid
+    assert_equal_ranks(zero, one, models=1)

@@ -1362,3 +1362,56 @@ for epoch in range(2):
     )
     assert "ddp_wrap" in kinds(result) and "sampler" in kinds(result) and result.not_ported == []
     assert "model = _DDPModel(model)" in lines_of(result)
+
+
+def test_loaders_a_function_of_the_script_returns_as_a_tuple_are_told_apart_by_position() -> None:
+    """Tried on Bjarten/early-stopping-pytorch's notebook (held by no test): `train_loader, valid_loader =
+    create_loaders()` with `return train, valid`: both were sharded, the validation loader too (the tuple's
+    elements were not told apart), and each rank validated on its half."""
+    result = port("""
+def create_loaders():
+    train = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    valid = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=8)
+    return train, valid
+
+
+first, second = create_loaders()
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in first:
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+    with torch.no_grad():
+        print(sum(F.mse_loss(model(x), y).item() for x, y in second))
+""")
+    lines = lines_of(result)
+    assert any(line.startswith("train = _ddp_shard(DataLoader(") for line in lines)
+    assert any(line.startswith("valid = DataLoader(") for line in lines)
+
+
+def test_an_early_stop_on_losses_appended_to_a_list_is_rank_zeros_decision() -> None:
+    """The notebook's stop reads `np.average(losses)` of a list the loop appends the rank's losses to: the append
+    was not followed, so no decision was shared and a rank left the loop alone."""
+    result = port("""
+import numpy as np
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+best = None
+for epoch in range(20):
+    losses = []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    average = np.average(losses)
+    if best is not None and average > best:
+        break
+    best = average
+""")
+    assert "same_decision" in kinds(result)
+    assert "if _ddp_same(bool(best is not None and average > best)):" in lines_of(result)

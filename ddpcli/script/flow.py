@@ -418,6 +418,17 @@ def _added_to(reader: Reader, name: cst.Name) -> list[cst.CSTNode]:
     return found
 
 
+def _put_in(reader: Reader, name: cst.Name) -> list[cst.CSTNode]:
+    """What the code puts in the container `name` names (_added_to: `losses.append(loss.item())`): what its value
+    is computed from, besides its binding (`np.average(losses)` is computed from every loss appended). Read once a
+    name and function."""
+    cache: dict[tuple[cst.CSTNode, str], list[cst.CSTNode]] = reader.__dict__.setdefault("_put_in", {})
+    key = (_function_of_node(reader, name), name.value)
+    if key not in cache:
+        cache[key] = _added_to(reader, name)
+    return cache[key]
+
+
 def _names(node: cst.CSTNode, name: str) -> bool:
     """`node` is the name, or an item of it (`groups[0]`, `decay["params"]`)."""
     while isinstance(node, cst.Subscript):
@@ -454,7 +465,11 @@ def origins(reader: Reader, start: cst.CSTNode, into_containers: bool = True) ->
 def _same_value(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
     """The expressions whose value `node`'s is, one step back; [] at an end."""
     if isinstance(node, cst.Name):
-        return [_unpacked(reader, node, binder) for binder in _reaching(reader, node, reader.values_of(node))]
+        return [
+            value
+            for binder in _reaching(reader, node, reader.values_of(node))
+            for value in _unpacked(reader, node, binder)
+        ]
     if isinstance(node, cst.Attribute) and dotted(node):
         return _attribute_values(reader, dotted(node))
     if isinstance(node, cst.Call):
@@ -509,6 +524,7 @@ def _inputs(reader: Reader, node: cst.CSTNode, calls: Calls) -> list[tuple[cst.C
         if isinstance(inner, cst.Name) and reader.is_variable(inner):
             reaching = _reaching(reader, inner, reader.values_of(inner))
             found += [(value, calls) for binder in reaching for value in _counted(reader, inner, binder)]
+            found += [(value, calls) for value in _put_in(reader, inner)]
         elif isinstance(inner, cst.Attribute) and dotted(inner):
             found += [(value, calls) for value in _attribute_values(reader, dotted(inner))]
         elif isinstance(inner, cst.Call) and inner is not node and is_loader(reader, inner):
@@ -581,24 +597,54 @@ def _keyword_arguments(reader: Reader, param: cst.Param, key: str) -> list[cst.C
     ]
 
 
-def _unpacked(reader: Reader, name: cst.Name, binder: cst.CSTNode) -> cst.CSTNode:
+def _unpacked(reader: Reader, name: cst.Name, binder: cst.CSTNode) -> list[cst.CSTNode]:
     """For a name a loop unpacks from `zip(a, b)` or `enumerate(a)` (`for net, opt in zip(nets, opts)`), the
-    iterable its position takes from (`opts`: an element of it); else the binding itself."""
+    iterable its position takes from (`opts`: an element of it); for one an assignment unpacks from a tuple written
+    out (`train, valid = make_loaders()`, `return train_loader, valid_loader`), that element; else the binding."""
+    element = _element_bound(reader, name, binder)
+    if element is not None:
+        return element
     at = _loop_position(binder, name, ("zip", "enumerate"))
     if at is None:
-        return binder
+        return [binder]
     call, position, size = at
     arguments = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
     if dotted(call.func) == "enumerate":
-        return arguments[0] if position == 1 and size == 2 and arguments else binder
+        return [arguments[0] if position == 1 and size == 2 and arguments else binder]
     if position is None or len(arguments) != size:
-        return binder
-    return arguments[position]
+        return [binder]
+    return [arguments[position]]
+
+
+def _element_bound(reader: Reader, name: cst.Name, value: cst.CSTNode) -> list[cst.CSTNode] | None:
+    """`a, b = value` binding `name`: the element at its position of each tuple or list `value` may be, where every
+    one is written out (through the script's own functions' returns); None where the assignment is no unpacking or
+    some value's elements are not known here."""
+    assign = reader.parents.get(value)
+    if not isinstance(assign, cst.Assign) or assign.value is not value or len(assign.targets) != 1:
+        return None
+    target = assign.targets[0].target
+    if not isinstance(target, cst.Tuple | cst.List) or any(isinstance(e, cst.StarredElement) for e in target.elements):
+        return None
+    position = next((i for i, e in enumerate(target.elements) if _binds_name(e.value, name)), None)
+    if position is None:
+        return None
+    size, found = len(target.elements), []
+    for end in origins(reader, value, into_containers=False):
+        elements = end.elements if isinstance(end, cst.Tuple | cst.List) else None
+        if elements is None or len(elements) != size or any(isinstance(e, cst.StarredElement) for e in elements):
+            return None
+        found.append(elements[position].value)
+    return found or None
 
 
 def _counted(reader: Reader, name: cst.Name, binder: cst.CSTNode) -> list[cst.CSTNode]:
     """What a name a loop binds is computed from: for the count of `for i, batch in enumerate(loader)`, enumerate's
-    `start` alone (the count is the same whatever the batches hold); else the binding itself."""
+    `start` alone (the count is the same whatever the batches hold); for a name unpacked from a tuple written out,
+    its element; else the binding itself."""
+    element = _element_bound(reader, name, binder)
+    if element is not None:
+        return element
     at = _loop_position(binder, name, ("enumerate",))
     if at is None or at[1] != 0:
         return [binder]
