@@ -512,3 +512,51 @@ def test_a_step_through_a_class_of_another_file_is_a_step(
     else:
         (not_ported,) = result.not_ported
         assert "no training DataLoader found" in not_ported.reason
+
+
+def test_a_package_spelled_as_the_model_is_no_read_of_the_model(tmp_path: Path) -> None:
+    """Tried on davda54/sam (`from model.wide_res_net import WideResNet`, the model a variable `model` of main):
+    the change list said `line 4 unwrap model.wide_res_net: the script's model's, through its DDP wrapper`, a
+    line about the model that was about a package."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "model" / "net.py").write_text("from torch import nn\n\n\nclass Net(nn.Linear):\n    pass\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\nfrom model.net import Net\n\n\ndef main():\n"
+        "    model = Net(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x in DataLoader(torch.randn(8, 4), batch_size=4):\n        optimizer.zero_grad()\n"
+        "        model(x).sum().backward()\n        optimizer.step()\n    print(model.weight.sum().item())\n\n\n"
+        "main()\n",
+        encoding="utf-8",
+    )
+    result = port_program(script).script
+    unwraps = [change.line for change in result.changes if change.kind == "unwrap"]
+    assert unwraps == [13]  # model.weight, and nothing about the package
+
+
+@pytest.mark.parametrize("spelled", ["absolute", "relative"])
+def test_a_module_of_the_scripts_package_imported_from_the_packages_top_is_the_programs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelled: str
+) -> None:
+    """Tried on locuslab/TCN (TCN/mnist_pixel/pmnist_test.py puts the folder above TCN on sys.path and imports
+    `from TCN.mnist_pixel.utils import data_generator`, which builds the loaders): that utils.py was not read as the
+    program's, and the port said "no training DataLoader found", each rank training on all the data."""
+    task = tmp_path / "proj" / "task"
+    task.mkdir(parents=True)
+    (tmp_path / "proj" / "__init__.py").write_text("", encoding="utf-8")
+    (task / "utils.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef loaders(batch_size):\n"
+        "    return DataLoader(torch.randn(32, 4), batch_size=batch_size, shuffle=True)\n",
+        encoding="utf-8",
+    )
+    (task / "train.py").write_text(
+        "import sys\n\nimport torch\n\nsys.path.append('../..')\nfrom proj.task.utils import loaders  # noqa\n\n"
+        "model = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n    for x in loaders(4):\n        optimizer.zero_grad()\n"
+        "        model(x).sum().backward()\n        optimizer.step()\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(task)
+    result = port_program(task / "train.py" if spelled == "absolute" else Path("train.py")).script
+    assert "for x in _ddp_shard(loaders(4)):" in result.source and result.not_ported == []

@@ -12,6 +12,7 @@ script shows (ddpcli.script.flow), by its name where the flow leaves the file.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +91,7 @@ def modules_of(script: Path) -> dict[str, Module]:
             module.source = None
             continue
         for name in imported_names(module.facts, package):
-            file = module_file(root, name)
+            file = module_file(root, name) or _in_the_scripts_package(script, name)
             if file is None or file == script:
                 continue
             imports.add(name)
@@ -99,6 +100,20 @@ def modules_of(script: Path) -> dict[str, Module]:
                 found[name] = Module(name, file, own)
                 queue.append((file, own, found[name].imports))
     return found
+
+
+def _in_the_scripts_package(script: Path, name: str) -> Path | None:
+    """`from TCN.mnist_pixel.utils import data_generator` in TCN/mnist_pixel/pmnist_test.py (after the script puts the
+    folder above TCN on sys.path): a module of the package the script itself is in, named from the package's top;
+    not a module of any other folder."""
+    top, here = name.split(".", 1)[0], script.resolve().parent
+    for folder in (here, *here.parents):
+        if folder.name == top and (folder / "__init__.py").is_file():
+            file = module_file(folder.parent, name)
+            if file is None or folder not in file.parents:
+                return None
+            return script.parent / os.path.relpath(file, here)  # spelled as the script's path is
+    return None
 
 
 @dataclass

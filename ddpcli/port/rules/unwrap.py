@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from ddpcli.port.context import Port
-from ddpcli.port.facts import CONTAINERS, dotted
+from ddpcli.port.facts import CONTAINERS, Facts, dotted
 from ddpcli.script.flow import origins
 
 PASSES_THROUGH = {
@@ -48,6 +48,21 @@ def model_given(expression: cst.BaseExpression, models: set[str]) -> str | None:
 MODEL_USES = ("train", "eval", "parameters", "named_parameters", "zero_grad", "state_dict", "to")  # a module's
 
 
+def _names_a_module(facts: Facts, node: cst.Attribute) -> bool:
+    """`from model.wide_res_net import WideResNet`, `import model.resnet`, `model.resnet.ResNet18()` after it: a
+    package spelled as the model is, not the model (its variable is another binding, in another scope)."""
+    if any(isinstance(a, cst.Import | cst.ImportFrom) for a in facts.ancestors(node)):
+        return True
+    base = node.value
+    while isinstance(base, cst.Attribute):
+        base = base.value
+    return (
+        isinstance(base, cst.Name)
+        and base in facts.parents
+        and any(isinstance(value, cst.Import | cst.ImportFrom) for value in facts.values_of(base))
+    )
+
+
 def apply(port: Port) -> None:
     through_forward = _through_forward(port)
     if not port.models:
@@ -56,7 +71,12 @@ def apply(port: Port) -> None:
     for node in facts.walk(facts.module):
         if node in through_forward:
             continue
-        if isinstance(node, cst.Attribute) and dotted(node.value) in models and node.attr.value not in PASSES_THROUGH:
+        if (
+            isinstance(node, cst.Attribute)
+            and dotted(node.value) in models
+            and node.attr.value not in PASSES_THROUGH
+            and not _names_a_module(facts, node)
+        ):
             what = node.attr.value
             why = (
                 "with the names it has without DDP"
