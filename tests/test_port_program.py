@@ -560,3 +560,54 @@ def test_a_module_of_the_scripts_package_imported_from_the_packages_top_is_the_p
     monkeypatch.chdir(task)
     result = port_program(task / "train.py" if spelled == "absolute" else Path("train.py")).script
     assert "for x in _ddp_shard(loaders(4)):" in result.source and result.not_ported == []
+
+
+@pytest.mark.parametrize(
+    "added",
+    [
+        'sys.path.append("..")',
+        "sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))",
+        'sys.path.append(os.path.dirname(os.path.abspath(__file__)) + "/..")',
+        "sys.path.append(str(pathlib.Path(__file__).resolve().parent.parent))",
+    ],
+)
+def test_a_module_in_a_folder_the_script_puts_on_sys_path_is_the_programs(tmp_path: Path, added: str) -> None:
+    """Tried on davda54/sam (example/train.py does `sys.path.append("..")` and imports sam.py from the folder above
+    it, the optimizer class whose first_step and second_step train): sam.py was not read, and the port refused the
+    script as "updates its parameters by hand, with no torch.optim optimizer", which was false."""
+    (tmp_path / "two_step.py").write_text(TWO_STEP_CLASS, encoding="utf-8")
+    example = tmp_path / "example"
+    example.mkdir()
+    script = example / "train.py"
+    script.write_text(
+        f"import os\nimport pathlib\nimport sys\n\nimport torch\n\n{added}\nfrom two_step import TwoStep  # noqa\n\n"
+        "model = torch.nn.Linear(4, 1)\noptimizer = TwoStep(model.parameters(), lr=0.1)\n"
+        "loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=4, shuffle=True)\n"
+        "for x in loader:\n    model(x).sum().backward()\n    optimizer.first_step()\n"
+        "    model(x).sum().backward()\n    optimizer.second_step()\n",
+        encoding="utf-8",
+    )
+    result = port_program(script).script
+    assert "model = _DDPModel(model)" in result.source and "_ddp_shard(torch.utils.data.DataLoader(" in result.source
+
+
+TWO_STEP_CLASS = """\
+import torch
+
+
+class TwoStep(torch.optim.Optimizer):
+    def __init__(self, params, lr):
+        super().__init__(params, dict(lr=lr))
+
+    @torch.no_grad()
+    def first_step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.add_(p.grad, alpha=0.05)
+
+    @torch.no_grad()
+    def second_step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.add_(p.grad, alpha=-group["lr"])
+"""

@@ -34,7 +34,7 @@ from ddpcli.script.flow import (
     parameter_methods,
 )
 from ddpcli.script.layers import Layers, classes_of
-from ddpcli.script.modules import absolute, imported_names, module_file
+from ddpcli.script.modules import absolute, imported_names, module_file, sys_path_folders
 from ddpcli.script.reader import dotted
 from ddpcli.script.source import Source, parse_ast, read
 
@@ -74,7 +74,7 @@ class Module:
 def modules_of(script: Path) -> dict[str, Module]:
     """Every module of the script's folder the script imports, and those they import, by dotted name (parse
     errors and unreadable files are left out: Python would fail on them, or they are not imported)."""
-    root = script.parent
+    roots = [script.parent]
     found: dict[str, Module] = {}
     queue: list[tuple[Path, str, set[str]]] = []
     top = Module("__main__", script, "")
@@ -90,8 +90,12 @@ def modules_of(script: Path) -> dict[str, Module]:
         except (UserError, cst.ParserSyntaxError, RecursionError):
             module.source = None
             continue
+        if module is top:  # the folders the script puts on sys.path hold its program too
+            roots += sys_path_folders(module.facts, script)
         for name in imported_names(module.facts, package):
-            file = module_file(root, name) or _in_the_scripts_package(script, name)
+            file = next((f for r in roots if (f := module_file(r, name))), None) or _in_the_scripts_package(
+                script, name
+            )
             if file is None or file == script:
                 continue
             imports.add(name)

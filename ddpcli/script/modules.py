@@ -4,6 +4,7 @@ modules) and port (the program it ports with the script)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,3 +91,67 @@ def unread_imports(reader: Reader, root: Path) -> list[str]:
         if spec is None or (origin is not None and not str(Path(origin).resolve()).startswith(installed)):
             unread.append(name)
     return unread
+
+
+PATH_ADDS = ("sys.path.append", "sys.path.insert")
+PATH_FUNCTIONS = ("os.path.dirname", "os.path.abspath", "os.path.realpath", "os.path.normpath", "os.path.join",
+                  "str", "pathlib.Path", "os.fspath")  # fmt: skip
+
+
+def sys_path_folders(reader: Reader, script: Path) -> list[Path]:
+    """The folders the script puts on sys.path, where their paths are written out (`sys.path.append("..")`,
+    `sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../.."))`, `str(Path(__file__).parent.parent)`):
+    where `python SCRIPT` finds more of its program (davda54/sam's example/train.py imports sam.py from the folder
+    above it). A relative path is taken from the script's folder, where its users run it."""
+    found: list[Path] = []
+    for call in reader.calls:
+        if reader.resolve(call) not in PATH_ADDS or not call.args:
+            continue
+        value = _path_value(reader, call.args[-1].value, script, 0)
+        if value is not None:
+            folder = (script.parent / value) if not Path(value).is_absolute() else Path(value)
+            if folder.is_dir() and folder.resolve() != script.parent.resolve():
+                found.append(folder)
+    return found
+
+
+def _path_value(reader: Reader, node: cst.CSTNode, script: Path, depth: int) -> str | None:
+    """The path `node` evaluates to, read without running anything; None where the script does not write it out."""
+    if depth > 8:
+        return None
+    if isinstance(node, cst.SimpleString):
+        text = node.evaluated_value
+        return text if isinstance(text, str) else None
+    if isinstance(node, cst.Name) and node.value == "__file__":
+        return str(script.resolve())
+    if isinstance(node, cst.Name) and node in reader.parents:
+        values = reader.values_of(node)
+        return _path_value(reader, values[0], script, depth + 1) if len(values) == 1 else None
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add | cst.Divide):
+        left = _path_value(reader, node.left, script, depth + 1)
+        right = _path_value(reader, node.right, script, depth + 1)
+        if left is None or right is None:
+            return None
+        return left + right if isinstance(node.operator, cst.Add) else os.path.join(left, right)
+    if isinstance(node, cst.Attribute) and node.attr.value == "parent":
+        inner = _path_value(reader, node.value, script, depth + 1)
+        return os.path.dirname(os.path.normpath(inner)) if inner is not None else None
+    if not isinstance(node, cst.Call):
+        return None
+    if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("resolve", "absolute") and not node.args:
+        inner = _path_value(reader, node.func.value, script, depth + 1)
+        return os.path.abspath(os.path.join(script.parent, inner)) if inner is not None else None
+    function = reader.resolve(node)
+    if function not in PATH_FUNCTIONS and function.rsplit(".", 1)[-1] != "Path":
+        return None
+    args = [_path_value(reader, arg.value, script, depth + 1) for arg in node.args]
+    if not args or any(arg is None for arg in args):
+        return None
+    strings = [arg for arg in args if arg is not None]
+    if function == "os.path.dirname":
+        return os.path.dirname(strings[0])
+    if function in ("os.path.abspath", "os.path.realpath"):
+        return os.path.abspath(os.path.join(script.parent, strings[0]))
+    if function == "os.path.normpath":
+        return os.path.normpath(strings[0])
+    return os.path.join(*strings)  # join, Path(a, b), str(...), fspath(...)
