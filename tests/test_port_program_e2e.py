@@ -502,10 +502,15 @@ def test_an_optimizer_of_the_projects_that_steps_in_two_calls_trains_data_parall
     """Tried on davda54/sam (held by no test): `optimizer.first_step(...)` and `optimizer.second_step(...)` of a
     class in sam.py on torch.optim.Optimizer, no `optimizer.step()` in the script: refused with "updates its
     parameters by hand, with no torch.optim optimizer", which was false. Both backwards average their gradients,
-    so 2 x 8 ends where 1 x 16 does (the perturbation is the global batch's, as on one device)."""
+    so 2 x 8 ends where 1 x 16 does (the perturbation is the global batch's, as on one device). Its loaders are
+    attributes of data.py's Data (`dataset.batches`), found by no rule before: the training one is sharded there, the
+    test one stays whole (rank 0's test loss is one process's)."""
     original, port = ported(tmp_path, SCRIPTS / "sam_project")
     expected = python(original, "train.py")
     assert python(port, "train_ddp.py") == expected
+    data = (port / "data_ddp.py").read_text()
+    assert "self.batches = _ddp_shard(DataLoader(train, batch_size=batch_size))" in data
+    assert "self.train_check = DataLoader(test, batch_size=batch_size)" in data
     alone = torch.load(port / "model.pt")
     printed, zero, one = torchrun_ranks(port, "train_ddp.py", "--batch-size", "8")
     assert printed == expected  # rank 0's evaluation of the whole set, as one process's

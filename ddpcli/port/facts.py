@@ -66,7 +66,8 @@ class Facts(Reader):
     loaders_trained_elsewhere: dict[str, set[str | int | None]] = field(default_factory=dict)  # this file's
     # functions returning loaders -> where in their value sit those the program's other files train on
     # (ddpcli.script.flow.loaders_trained_from)
-    trains_imported_loaders: bool = False  # this file trains on a name it imports from another file of the program
+    trains_imported_loaders: bool = False  # this file trains on a name it imports from another file of the program,
+    # or on a loader an instance of another file's class keeps (`dataset.train`: flow.kept_loaders)
     names_trained_elsewhere: frozenset[str] = frozenset()  # this file's top-level names another file of the
     # program imports and trains on (`from data import loader`: flow.imported_and_trained)
     builders_elsewhere: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)  # functions of the
@@ -74,6 +75,8 @@ class Facts(Reader):
     parameter_methods: frozenset[str] = frozenset()  # methods of the program's classes yielding parameters
     # (ddpcli.script.flow.parameter_methods: this file's alone where it is read without its program)
     optimizers_elsewhere: frozenset[str] = frozenset()  # optimizer classes the program's other files define
+    attributes_trained_elsewhere: frozenset[tuple[str, str]] = frozenset()  # (class, attribute): loaders the
+    # program's other files train on as an attribute of an instance (flow.attributes_trained)
     stepping_elsewhere: dict[str, frozenset[str]] = field(default_factory=dict)  # the program's other files'
     # classes -> their methods that step an optimizer (stepping_methods)
     _backward_sources: list[cst.CSTNode] | None = None

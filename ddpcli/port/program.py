@@ -25,9 +25,11 @@ from ddpcli.port.records import Change, NotPorted, PortResult
 from ddpcli.port.rules.wrap import optimizer_builders
 from ddpcli.script.flow import (
     Feeding,
+    attributes_trained,
     feeding_parameters,
     handing_parameters,
     imported_and_trained,
+    kept_loaders,
     loader_functions,
     loaders_trained_from,
     merged_feeds,
@@ -174,6 +176,8 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
     optimizer_classes = {name: m.facts.own_optimizer_classes() for name, m in modules.items() if m.facts}
     stepping = {name: m.facts.stepping_methods() for name, m in modules.items() if m.facts}
     held_elsewhere = {name: frozenset().union(*(f for n, f in held.items() if n != name)) for name in held}
+    attributes = {name: attributes_trained(m.facts, found.feeding_elsewhere(name)) for name, m in modules.items()
+                  if m.facts}  # fmt: skip
     trained: dict[str, dict[str, set[str | int | None]]] = {}  # file -> {function of another file: keys}
     names_trained: dict[str, set[str]] = {}  # file -> its top-level names another file imports and trains on
     for name, module in modules.items():
@@ -193,6 +197,11 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
             module.facts.builders_elsewhere = {
                 k: v for n, made in builders.items() if n != name for k, v in made.items()
             }
+            module.facts.attributes_trained_elsewhere = frozenset().union(
+                *(made for n, made in attributes.items() if n != name)
+            )
+            kept_elsewhere = set().union(*(kept_loaders(m.facts) for n, m in modules.items() if n != name and m.facts))
+            module.facts.trains_imported_loaders |= bool(attributes.get(name, set()) & kept_elsewhere)
             module.facts.optimizers_elsewhere = frozenset().union(
                 *(classes for n, classes in optimizer_classes.items() if n != name)
             )

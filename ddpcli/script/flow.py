@@ -202,6 +202,32 @@ def imported_and_trained(reader: Reader, feeding: Feeding) -> list[tuple[cst.Imp
     return found
 
 
+def attributes_trained(reader: Reader, feeding: Feeding) -> set[tuple[str, str]]:
+    """(class, attribute) for each attribute of an object this file builds by calling a class (`dataset =
+    Cifar(...)`) whose value it trains on (`for batch in dataset.train:`), or hands to a feeding parameter of another
+    file: the file defining that class shards the loader it keeps there (`self.train = DataLoader(...)`)."""
+    found: set[tuple[str, str]] = set()
+    for node, _ in _trained_here(reader, feeding):
+        if isinstance(node, cst.Attribute) and dotted(node):
+            found |= {(last_name(end), node.attr.value) for end in origins(reader, node.value)
+                      if isinstance(end, cst.Call) and last_name(end)}  # fmt: skip
+    return found
+
+
+def kept_loaders(reader: Reader) -> set[tuple[str, str]]:
+    """(class, attribute) for each DataLoader a method of the file's classes keeps in an attribute of its own
+    (`self.train = DataLoader(...)` in Cifar.__init__)."""
+    found: set[tuple[str, str]] = set()
+    for call in reader.calls:
+        assign = reader.parents.get(call)
+        cls = next((a for a in reader.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+        if cls is None or not isinstance(assign, cst.Assign) or not is_loader(reader, call):
+            continue
+        found |= {(cls.name.value, spelled.removeprefix("self.")) for target in assign.targets
+                  if (spelled := dotted(target.target)).startswith("self.") and spelled.count(".") == 1}  # fmt: skip
+    return found
+
+
 def _trained_here(reader: Reader, feeding: Feeding) -> list[tuple[cst.CSTNode, frozenset[Key]]]:
     """What this file's backward is computed from (each whole), and what it hands to feeding parameters of other
     files (with the keys of it those read)."""

@@ -309,6 +309,9 @@ def _trained_where_returned(port: Port, loader: cst.Call) -> bool | None:
     names. None where no other file trains on what the function returns, or one hands the whole tuple on to code
     that picks its loader (the names may decide)."""
     function = port.facts.scope(loader)
+    kept = _kept_by_a_class_trained_elsewhere(port, loader)
+    if kept is not None:
+        return kept
     if isinstance(function, cst.Module) and port.facts.names_trained_elsewhere:  # `loader = DataLoader(...)`,
         assigned = port.facts.parents.get(loader)  # imported by a file that trains on it
         targets = [dotted(t.target) for t in assigned.targets] if isinstance(assigned, cst.Assign) else []
@@ -324,6 +327,20 @@ def _trained_where_returned(port: Port, loader: cst.Call) -> bool | None:
     if None in wanted and keys - {None}:  # the whole tuple handed on (`Trainer(config, loaders)`), indexed there
         return None
     return False
+
+
+def _kept_by_a_class_trained_elsewhere(port: Port, loader: cst.Call) -> bool | None:
+    """`self.train = DataLoader(...)` in a method of a class whose instances another file of the program trains on
+    by that attribute (`dataset = Cifar(...); for batch in dataset.train:`, davda54/sam's data/cifar.py): True;
+    False for the class's other loaders (`self.test`), whatever their names; None where no other file trains on
+    an attribute of the class."""
+    facts = port.facts
+    cls = next((a for a in facts.ancestors(loader) if isinstance(a, cst.ClassDef)), None)
+    trained = {attr for owner, attr in facts.attributes_trained_elsewhere if cls and owner == cls.name.value}
+    names = [name for name in _loader_names(port, loader) if name.startswith("self.") and name.count(".") == 1]
+    if not trained or not names:
+        return None
+    return any(name.removeprefix("self.") in trained for name in names)
 
 
 def _handed_to_a_step(port: Port, loader: cst.Call) -> bool:
