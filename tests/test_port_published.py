@@ -255,7 +255,7 @@ def test_hand_batching_is_sharded_or_named_by_its_line(name: str, tmp_path: Path
     script = copy_fixture(name, tmp_path)
     result = port(script)
     if result.returncode == 2:
-        assert any(f"{line}" in result.stderr for line in entry["lines"]), result.stderr
+        assert any(f":{line}:" in result.stderr for line in entry["lines"]), result.stderr  # `SCRIPT:LINE: ...`
         assert not ported_path(script).exists()
         return
     assert result.returncode == 0, result.stdout + result.stderr

@@ -44,10 +44,11 @@ def _ddp_rank_zeros_streams():
     the shards would overlap); rank 0's own streams are unchanged. Seeded alike already: nothing changes."""
     import random, sys  # noqa: E401
     numpy = sys.modules.get("numpy")
-    states = [(torch.get_rng_state(), random.getstate(), numpy.random.get_state() if numpy else None)]
+    # torch's state as bytes: a tensor would be pickled through torch.save, a save the script never made
+    states = [(bytes(torch.get_rng_state().tolist()), random.getstate(), numpy.random.get_state() if numpy else None)]
     DIST.broadcast_object_list(states, src=0)
     if not _is_main:
-        torch.set_rng_state(states[0][0])
+        torch.set_rng_state(torch.tensor(list(states[0][0]), dtype=torch.uint8))
         random.setstate(states[0][1])
         if numpy is not None and states[0][2] is not None:
             numpy.random.set_state(states[0][2])
