@@ -13,6 +13,7 @@ import pytest
 
 from ddpcli.port.engine import port_program
 from tests.helpers import port_command
+from tests.test_port_rules import TWO_STEPS  # the optimizer class stepping in two methods
 
 TRAIN = """\
 import torch
@@ -575,7 +576,7 @@ def test_a_module_in_a_folder_the_script_puts_on_sys_path_is_the_programs(tmp_pa
     """Tried on davda54/sam (example/train.py does `sys.path.append("..")` and imports sam.py from the folder above
     it, the optimizer class whose first_step and second_step train): sam.py was not read, and the port refused the
     script as "updates its parameters by hand, with no torch.optim optimizer", which was false."""
-    (tmp_path / "two_step.py").write_text(TWO_STEP_CLASS, encoding="utf-8")
+    (tmp_path / "two_step.py").write_text("import torch\n" + TWO_STEPS, encoding="utf-8")
     example = tmp_path / "example"
     example.mkdir()
     script = example / "train.py"
@@ -589,25 +590,3 @@ def test_a_module_in_a_folder_the_script_puts_on_sys_path_is_the_programs(tmp_pa
     )
     result = port_program(script).script
     assert "model = _DDPModel(model)" in result.source and "_ddp_shard(torch.utils.data.DataLoader(" in result.source
-
-
-TWO_STEP_CLASS = """\
-import torch
-
-
-class TwoStep(torch.optim.Optimizer):
-    def __init__(self, params, lr):
-        super().__init__(params, dict(lr=lr))
-
-    @torch.no_grad()
-    def first_step(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                p.add_(p.grad, alpha=0.05)
-
-    @torch.no_grad()
-    def second_step(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                p.add_(p.grad, alpha=-group["lr"])
-"""

@@ -121,9 +121,10 @@ def _unpacking(reader: Reader, value: cst.CSTNode) -> bool:
 
 def _positions_read(reader: Reader, value: cst.BaseExpression, on_path: set[cst.CSTNode]) -> set[Key]:
     """`a, b = value`: the positions whose target the path reads (`a`, `self.a`); {None} for any other read."""
-    assign = reader.parents.get(value)
-    if not isinstance(assign, cst.Assign) or assign.value is not value:
+    if not _unpacking(reader, value):
         return {None}
+    assign = reader.parents[value]
+    assert isinstance(assign, cst.Assign)
     positions: set[Key] = set()
     for target in assign.targets:
         if not isinstance(target.target, cst.Tuple | cst.List):
@@ -235,13 +236,9 @@ def _trained_here(reader: Reader, feeding: Feeding) -> list[tuple[cst.CSTNode, f
             *(item for call in reader.calls for item in handed(reader, call, feeding))]  # fmt: skip
 
 
-def handed_to_feeding(call: cst.Call, feeding: Feeding) -> list[cst.BaseExpression]:
-    """The arguments `call` passes (by position or keyword) for the parameters of a function of another file that
-    reach its backward (`feeding`, by the name the call spells: ddpcli.port.program)."""
-    return [value for value, _ in _handed_with_keys(call, feeding)]
-
-
 def _handed_with_keys(call: cst.Call, feeding: Feeding) -> list[tuple[cst.BaseExpression, frozenset[Key]]]:
+    """The arguments `call` passes (by position or keyword) for the parameters of a function of another file that
+    reach its backward (`feeding`, by the name the call spells: ddpcli.port.program), each with the keys read."""
     if (known := feeding.get(last_name(call))) is None:
         return []
     params, feeds = known
