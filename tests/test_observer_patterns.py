@@ -164,6 +164,28 @@ def test_a_discriminator_on_two_concatenations_of_one_batch_counts_the_batch_onc
     assert observed.samples_seen == 32
 
 
+def test_a_second_pass_on_the_same_batch_before_the_step_is_one_micro_batch(tmp_path: Path) -> None:
+    """Found by the corpus (davda54/sam): SAM's two forward and backward passes on one batch, one step, were read
+    as 2 micro-batches of 8: a plan_mismatch (accumulation 2, a global batch twice the plan's) that was not true."""
+    _, ranks, _ = observed_unchanged(tmp_path, "sharpness-aware")
+    observed = summarize(ranks)
+    assert observed is not None
+    assert (observed.optimizer_steps, observed.per_device_batch_size, observed.grad_accum_steps) == (4, 8, 1)
+    assert observed.samples_seen == 32
+    assert [row["micro_batches"] for row in ranks[0].steps.values()] == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("pattern", ["sliced-accumulation", "drawn-accumulation"])
+def test_micro_batches_without_a_loader_stay_micro_batches(tmp_path: Path, pattern: str) -> None:
+    """The other side of the same-batch rule: slices of one tensor share its storage, and a staging tensor is one
+    tensor that new data is copied into; neither is the same batch again."""
+    _, ranks, _ = observed_unchanged(tmp_path, pattern)
+    observed = summarize(ranks)
+    assert observed is not None
+    assert (observed.optimizer_steps, observed.per_device_batch_size, observed.grad_accum_steps) == (4, 4, 2)
+    assert observed.samples_seen == 32
+
+
 def test_a_forward_that_no_backward_reached_is_not_training(tmp_path: Path) -> None:
     """Item 11: a validation batch of 32 with grad enabled, never back-propagated, was taken as the training one."""
     _, ranks, _ = observed_unchanged(tmp_path, "grad-validation")

@@ -25,6 +25,10 @@ unless the pattern says otherwise:
                     generator's loss through the model, and the generator's own optimizer steps
   conditional-gan   pix2pix's step: the discriminator (`model`) on `cat(a, generator(x)).detach()` and on `cat(a, b)`,
                     two concatenations of one batch, in one backward; then the generator through it
+  sharpness-aware   SAM's step (davda54/sam): forward and backward, a climb of the weights along the gradient, a
+                    second forward and backward on the same batch, the climb undone, then the step
+  sliced-accumulation   no DataLoader: two micro-batches of 4 sliced from one tensor, then the step
+  drawn-accumulation    no DataLoader: two micro-batches of 4 drawn with torch.randn into one staging tensor
 --save writes the final parameters (torch.save of the state_dict) for a bit-identical comparison.
 """
 
@@ -45,7 +49,7 @@ from torch.utils.data import DataLoader, TensorDataset
 PATTERNS = (
     "plain", "fresh-optimizer", "instance-step", "bound-step", "double-backward", "loss-list", "grad-validation",
     "eval-wrapper", "checkpointed", "list-batch", "numpy-lr", "os-exit", "exit-code", "spawn", "gan",
-    "gan-one-backward", "conditional-gan",
+    "gan-one-backward", "conditional-gan", "sharpness-aware", "sliced-accumulation", "drawn-accumulation",
 )  # fmt: skip
 
 
@@ -121,8 +125,11 @@ def train(args: argparse.Namespace) -> None:
     generator = nn.Linear(4, 4)
     generator_optimizer = torch.optim.SGD(generator.parameters(), lr=0.1)
     noise = torch.Generator().manual_seed(2)
+    if args.pattern in ("sliced-accumulation", "drawn-accumulation"):
+        accumulate_by_hand(model, optimizer, x, args)
+        train = DataLoader([])  # trained already
     step = 0
-    while step < args.steps:
+    while step < args.steps and len(train):
         for inputs, targets in train:
             if step == args.steps:
                 break
@@ -138,6 +145,10 @@ def train(args: argparse.Namespace) -> None:
             outputs = model(batch)
             loss = F.mse_loss(outputs, targets)
             aux = 0.1 * outputs.square().mean()
+            if args.pattern == "sharpness-aware":
+                sharpness_aware_step(model, optimizer, inputs, targets)
+                step += 1
+                continue
             if args.pattern == "double-backward":
                 loss.backward(retain_graph=True)
                 aux.backward()
@@ -161,6 +172,43 @@ def train(args: argparse.Namespace) -> None:
         os._exit(0)
     if args.pattern == "exit-code":
         sys.exit(3)
+
+
+def sharpness_aware_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
+                         targets: torch.Tensor) -> None:  # fmt: skip
+    """Two forward and backward passes on one batch, one optimizer step: the second gradient is taken at the weights
+    moved up along the first (rho 0.05), and the step applies it from where the weights were."""
+    F.mse_loss(model(inputs), targets).backward()
+    params = [param for param in model.parameters() if param.grad is not None]
+    norm = torch.norm(torch.stack([param.grad.norm() for param in params]))
+    with torch.no_grad():
+        climbs = [param.grad * (0.05 / (norm + 1e-12)) for param in params]
+        for param, climb in zip(params, climbs, strict=True):
+            param.add_(climb)
+    optimizer.zero_grad()
+    F.mse_loss(model(inputs), targets).backward()
+    with torch.no_grad():
+        for param, climb in zip(params, climbs, strict=True):
+            param.sub_(climb)
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def accumulate_by_hand(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+                       args: argparse.Namespace) -> None:  # fmt: skip
+    """Steps of two micro-batches of 4, no DataLoader: slices of one tensor (views of one storage), or fresh draws
+    copied into one staging tensor (a pinned buffer's pattern: the same tensor, new data)."""
+    draws = torch.Generator().manual_seed(3)
+    staging = torch.empty(4, 4)
+    for step in range(args.steps):
+        for micro in range(2):
+            if args.pattern == "sliced-accumulation":
+                inputs = x[8 * step + 4 * micro : 8 * step + 4 * micro + 4]
+            else:
+                inputs = staging.copy_(torch.randn(4, 4, generator=draws))
+            F.mse_loss(model(inputs), inputs.sum(dim=1, keepdim=True)).div(2).backward()
+        optimizer.step()
+        optimizer.zero_grad()
 
 
 def gan_step(

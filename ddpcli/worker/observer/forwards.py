@@ -7,6 +7,11 @@ size, and a hook on its output's autograd node says whether a backward reached i
 
 - a micro-batch is a backward pass that reached at least one forward not reached before: a second backward on the
   same batch (an auxiliary loss with retain_graph) or `torch.autograd.backward([l1, l2])` count once;
+- a forward and backward again on a batch this step already counted, with nothing drawn from a loader since, is the
+  same micro-batch: sharpness-aware minimisation's second pass (SAM: the gradient again at perturbed weights, one
+  step) is B samples, not a second micro-batch of accumulation. The batch is the same tensor with the same data
+  (its data's address, shape, type and version counter: a staging tensor that new data is copied into is not the
+  same batch; and the first one still alive: a freed batch's address can be a new batch's);
 - its samples are the batch sizes of the forwards it reached on data, of the module called first among them (an
   encoder takes the batch; a head on its flattened output sees batch x tokens rows; a discriminator's forward on
   generated samples back-propagated with its forward on the batch is not more samples);
@@ -57,6 +62,30 @@ class Forward:
     reached: bool = False
     tokens: int | None = None  # an integer [B, T] batch (token ids): B x T
     generated: bool = False  # its input is another recorded forward's output (or a view or detach of it)
+    batch: Any = None  # _Batch of its input: which tensor it was fed
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """A forward's input tensor, as far as telling "the same batch again" needs: where its data starts, its shape
+    and type, its version (in-place writes count up), and a weak reference (the tensor is not kept alive; a dead one
+    matches nothing)."""
+
+    key: tuple[Any, ...]  # address, shape, dtype, version
+    tensor: Any  # weakref.ref to the tensor
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor | None) -> "_Batch | None":
+        if tensor is None:
+            return None
+        try:
+            key = (tensor.data_ptr(), tuple(tensor.shape), tensor.dtype, tensor._version)
+            return cls(key, weakref.ref(tensor))
+        except Exception:  # a tensor without data (meta, fake) or one Python cannot refer to weakly
+            return None
+
+    def again(self, earlier: "_Batch") -> bool:
+        return earlier.tensor() is not None and self.key == earlier.key
 
 
 @dataclass
@@ -66,6 +95,7 @@ class Counts:
     output_loss: Any = None  # sum of the losses the model returned (to tell a loss the script scaled afterwards)
     tokens: int | None = 0  # token ids in the micro-batches' [B, T] integer batches; None once one had none
     loaders: set[int] = field(default_factory=set)
+    batches: list[_Batch] = field(default_factory=list)  # inputs of the micro-batches counted (their first module)
 
 
 class ForwardTracker:
@@ -103,6 +133,7 @@ class ForwardTracker:
         self.order += 1
         record = Forward(self.order, id(module), self._samples(module, args, kwargs, loader), loader)
         record.generated = self._is_an_output(first_tensor((args, kwargs)))
+        record.batch = _Batch.of(first_tensor((args, kwargs)))
         self._remember(output)
         if fingerprint is not None:
             record.fingerprint = fingerprint()
@@ -177,12 +208,15 @@ class ForwardTracker:
         self.trained.update(record.module for record in reached)
         if all(record.generated for record in reached):
             return  # trained on another model's output alone (generated samples), no data: not a micro-batch
-        self.counts.micro_batches += 1
         # the first module called on data, and its forwards on data: a discriminator's on generated samples (a GAN's
         # loss on the batch and on the generator's output in one backward) are not more samples of the batch
         on_data = [record for record in reached if not record.generated]
         first = min(on_data, key=lambda record: record.order).module
         data = [record for record in on_data if record.module == first]
+        if drawn == 0 and self._counted_already(data):
+            return  # the same batch again (SAM's second pass): one micro-batch, counted at its first backward
+        self.counts.micro_batches += 1
+        self.counts.batches += [record.batch for record in data if record.batch is not None]
         sizes = [record.samples for record in data]
         samples = None if any(size is None for size in sizes) else sum(sizes)  # type: ignore[misc]
         if samples is not None and len(data) > 1 and drawn and samples > drawn:
@@ -197,6 +231,13 @@ class ForwardTracker:
                 self.counts.output_loss = record.loss if loss is None else loss + record.loss
         self.counts.loaders.update(record.loader for record in reached if record.loader is not None)
         self.first_trained += [record for record in data if record.fingerprint is not None]
+
+    def _counted_already(self, data: list[Forward]) -> bool:
+        """Every forward on data fed a batch that a micro-batch of this step already counted."""
+        return all(
+            record.batch is not None and any(record.batch.again(earlier) for earlier in self.counts.batches)
+            for record in data
+        )
 
     def take(self) -> Counts:
         """The counts since the last optimizer step (and start anew)."""
