@@ -115,6 +115,18 @@ SCRIPTS = {
         if __name__ == "__main__":
             sys.exit(main())
         """),
+    # batches sliced by hand from an order drawn each epoch: rank 0's (_ddp_same)
+    "shuffled": HEAD
+    + textwrap.dedent("""\
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(64, 4)
+        for epoch in range(2):
+            perm = torch.randperm(64)
+            for i in range(0, len(x), 8):
+                model(x[perm[i:i + 8]]).sum().backward()
+                optimizer.step()
+        """),
     # names the port adds that the script takes: renamed in the port's code, the script's own kept
     "taken": HEAD
     + textwrap.dedent("""\

@@ -47,9 +47,10 @@ before it does. Loaders built in a return and handed on whole to a trainer that 
 one it trains on is sharded, by the flow, not the names. A split drawn unseeded is rank 0's on every rank. An optimizer
 of the project's that steps in two calls after two backwards of one batch (SAM) trains data-parallel, 2 x B/2 as
 1 x B. An early stop on a list of the epoch's training losses averaged is rank 0's decision; the validation loader a
-factory returns beside the training one stays whole.
+factory returns beside the training one stays whole. Batches sliced by hand from an order shuffled each epoch, in a
+generator or in the loop, are one order dealt out.
 
-Cost: 26 torchrun runs of 2 processes (about 6 s each here) and 35 python runs forked from tests/zygote."""
+Cost: 28 torchrun runs of 2 processes (about 6 s each here) and 37 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -496,6 +497,30 @@ def test_a_split_drawn_unseeded_is_rank_zeros_on_every_rank(tmp_path: Path) -> N
     assert printed.startswith("trained on 32 samples, 32 distinct")
     zero, one = (set(json.loads((port / f"seen{rank}.json").read_text())) for rank in (0, 1))
     assert len(zero) == len(one) == 32 and not zero & one  # one split, dealt out: 64 distinct samples
+
+
+@pytest.mark.parametrize("batches", ["generator", "loop"])
+def test_batches_sliced_by_hand_from_an_order_drawn_each_epoch_are_one_order_dealt_out(
+    tmp_path: Path, batches: str
+) -> None:
+    """d2l's `data_iter` (a generator of the script's: random.shuffle of the indices, then slices) was not sharded:
+    every rank trained on all 64 samples each epoch, "0 not ported". A `torch.randperm` drawn in the epoch loop and
+    sliced there was sharded, but each rank sliced its own permutation (drawn after the ranks' streams part): 30 of
+    its 32 samples were the other rank's too, in one try. Rank 0's order is dealt out: 2 x 4 is 1 x 8."""
+    _, port = ported(tmp_path, SCRIPTS / "shuffled_by_hand.py")
+    expected = python(port, "shuffled_by_hand_ddp.py", "--batches", batches)
+    assert expected.startswith("epoch 0: trained on 64 samples, 64 distinct")
+    with (port / "shuffled_by_hand_ddp.py").open("a", encoding="utf-8") as script:
+        script.write('\nimport json\njson.dump(seen, __builtins__.open(f"seen{_ddp_rank}.json", "w"))\n')
+    printed = torchrun(port, "shuffled_by_hand_ddp.py", "--batches", batches, "--batch-size", "4")
+    assert printed.startswith("epoch 0: trained on 32 samples, 32 distinct")
+    zero, one = (json.loads((port / f"seen{rank}.json").read_text()) for rank in (0, 1))
+    for epoch in (0, 1):
+        mine, theirs = set(zero[32 * epoch : 32 * epoch + 32]), set(one[32 * epoch : 32 * epoch + 32])
+        assert len(mine) == len(theirs) == 32 and not mine & theirs
+    assert [line.rsplit(" ", 1)[1] for line in printed.splitlines()] == [
+        line.rsplit(" ", 1)[1] for line in expected.splitlines()
+    ]  # the loss of the whole set after each epoch: 2 x 4 as 1 x 8
 
 
 def test_an_optimizer_of_the_projects_that_steps_in_two_calls_trains_data_parallel(tmp_path: Path) -> None:

@@ -295,6 +295,64 @@ def test_hand_batching_by_slices_is_sharded_by_rank() -> None:
     assert "hand_batches" in kinds(result) and result.not_ported == []
 
 
+GENERATOR = """
+import numpy as np
+
+def batches(x, y, size):
+    order = np.arange(len(x))
+    np.random.shuffle(order)
+    for start in range(0, len(x), size):
+        yield x[order[start:start + size]], y[order[start:start + size]]
+
+x, y = torch.randn(64, 4), torch.randn(64, 1)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for xb, yb in batches(x, y, 8):
+        optimizer.zero_grad()
+        F.mse_loss(model(xb), yb).backward()
+        optimizer.step()
+"""
+
+
+def test_a_generator_that_slices_the_batches_for_a_loop_that_steps_is_sharded_from_one_order() -> None:
+    """d2l's data_iter, with numpy's in-place shuffle: the generator's own loop is the batch loop; the synthetic
+    data drawn before training (alike on every rank already) is not broadcast."""
+    result = port(GENERATOR)
+    lines = lines_of(result)
+    assert "for start in range(0, len(x) - (size) * (_ddp_world - 1), size * _ddp_world):" in lines
+    assert lines[lines.index("np.random.shuffle(order)") + 1] == "order = _ddp_same(order)"
+    assert "x, y = torch.randn(64, 4), torch.randn(64, 1)" in lines
+    assert kinds(result).count("same_draw") == 1 and "hand_batches" in kinds(result) and not result.not_ported
+
+
+def test_a_generator_that_also_feeds_the_evaluation_is_named_not_sharded() -> None:
+    evaluation = "with torch.no_grad():\n    for xb, yb in batches(x, y, 32):\n        print(model(xb).mean())\n"
+    result = port(GENERATOR + evaluation)
+    (item,) = [item for item in result.not_ported if "batches()" in item.reason]
+    assert item.line == 11 and "in batches(), which a loop that steps iterates and so does line 23:" in item.reason
+    assert "_ddp_rank * size" not in result.source and "_ddp_same" not in result.source
+
+
+def test_a_permutation_drawn_in_the_epoch_loop_is_rank_zeros_and_one_drawn_before_is_left() -> None:
+    body = """
+    x, y = torch.randn(64, 4), torch.randn(64, 1)
+    fixed = torch.randperm(64)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        perm = torch.randperm(len(x))
+        for i in range(0, len(x), 8):
+            idx = perm[i:i + 8]
+            optimizer.zero_grad()
+            F.mse_loss(model(x[fixed][idx]), y[fixed][idx]).backward()
+            optimizer.step()
+    """
+    lines = lines_of(port(body))
+    assert "perm = _ddp_same(torch.randperm(len(x)))" in lines and "fixed = torch.randperm(64)" in lines
+    assert "idx = perm[i + _ddp_rank * 8:i + (_ddp_rank + 1) * 8]" in lines
+
+
 def test_a_batchify_is_listed_as_not_ported_with_its_line() -> None:
     body = """
     def batchify(data, bsz):

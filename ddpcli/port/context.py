@@ -27,6 +27,7 @@ class Port:
     loaders_not_ported: bool = False  # a training loader was listed as not ported (its own sampler, ...)
     renames: dict[str, str] = field(default_factory=dict)  # the port's names the script takes -> the port's instead
     seeded: set[int] = field(default_factory=set)  # ids of the statements `_ddp_seed()` is placed before
+    same_orders: set[cst.CSTNode] = field(default_factory=set)  # draws of a batch order made rank 0's (_ddp_same)
     module: bool = False  # a module the script imports from its folder: the script sets up and ends the group
     program_trains: bool = False  # some file of the program wraps a model: this file's loaders may be its data
 

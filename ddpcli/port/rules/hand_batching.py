@@ -2,10 +2,19 @@
 in a loop that steps. Under torchrun every rank would train on the same batches. The clear pattern (a range
 stepping by the batch, slices that start at the loop variable) is sharded: the loop steps by world size x batch
 and each rank slices its own batch, `x[i + _ddp_rank * batch_size : ...]`, up to where every rank still has one;
-with one process it is the script's loop. word_language_model's `train_data = batchify(data, bsz)` (its columns
-are independent streams: `view(bsz, -1).t()`) is sharded by column, `batchify(data, bsz * _ddp_world)[:,
-_ddp_rank::_ddp_world].contiguous()`: each rank gets bsz of the N x bsz streams, so N x bsz/N is 1 x bsz. Any
-other `batchify` / `get_batch` feeding a step is listed as not ported, with its line."""
+with one process it is the script's loop. The same loop in a generator of the script's (d2l's `data_iter`: `for i
+in range(0, n, bs): yield x[indices[i:i + bs]]`) is sharded so where every call of it is the data of a loop that
+steps; one also iterated for evaluation is listed as not ported (sharding it would halve the evaluation).
+
+The order the slices are cut from is one order for the run: a permutation drawn once training has begun (each rank
+then draws from its own stream, so that noise differs across ranks), `perm = torch.randperm(n)` or an in-place
+`random.shuffle(indices)` in the epoch loop or the generator, is rank 0's on every rank (`_ddp_same`): else each
+rank takes its slice of its own permutation, and the shards overlap.
+
+word_language_model's `train_data = batchify(data, bsz)` (its columns are independent streams: `view(bsz, -1).t()`)
+is sharded by column, `batchify(data, bsz * _ddp_world)[:, _ddp_rank::_ddp_world].contiguous()`: each rank gets bsz
+of the N x bsz streams, so N x bsz/N is 1 x bsz. Any other `batchify` / `get_batch` feeding a step is listed as not
+ported, with its line."""
 
 from __future__ import annotations
 
@@ -13,9 +22,12 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted
+from ddpcli.port.rules.decisions import DRAWS
 from ddpcli.port.rules.training import Training
+from ddpcli.script.flow import held
 
 BATCH_FUNCTIONS = ("batchify", "get_batch", "get_batches", "iterate_minibatches", "minibatches")
+SHUFFLES = ("random.shuffle", "numpy.random.shuffle")  # shuffle the sequence given in place
 
 
 def _range_by_batch(loop: cst.For) -> tuple[str, cst.Call] | None:
@@ -51,6 +63,73 @@ def _slices(port: Port, loop: cst.For, variable: str, step: str, sharded: set[st
         if upper in spans or upper.startswith(f"min({lower}+{step},"):
             found.append(node)
     return found
+
+
+def _calls_of(port: Port, function: str) -> list[cst.Call]:
+    return [call for call in port.facts.calls if dotted(call.func) == function]
+
+
+def _in_stepping_iter(port: Port, training: Training, call: cst.Call) -> bool:
+    """`for x, y in gen(...)` (or `enumerate(gen(...))`, `tqdm(...)`) where the loop steps."""
+    within = {id(call), *map(id, port.facts.ancestors(call))}
+    return any(isinstance(loop, cst.For) and training.steps_in(loop) and id(loop.iter) in within
+               for loop in port.facts.loops_around(call))  # fmt: skip
+
+
+def _batch_generators(port: Port, training: Training) -> dict[int, tuple[str, list[cst.Call]]]:
+    """Generators of the script's (a `yield` in the body) iterated by a loop that steps: id of each one's loops ->
+    (its name, its calls that are not a stepping loop's data: evaluation, a look at one batch)."""
+    found: dict[int, tuple[str, list[cst.Call]]] = {}
+    for name, function in port.facts.functions.items():
+        calls = _calls_of(port, name)
+        training_calls = [call for call in calls if _in_stepping_iter(port, training, call)]
+        if not training_calls or not any(isinstance(n, cst.Yield) for n in port.facts.walk(function)):
+            continue
+        others = [call for call in calls if not any(call is seen for seen in training_calls)]
+        for node in port.facts.walk(function.body):
+            if isinstance(node, cst.For) and port.facts.scope(node) is function:
+                found[id(node)] = (name, others)
+    return found
+
+
+def _after_training_starts(port: Port, training: Training, node: cst.CSTNode) -> bool:
+    """Drawn where the ranks' streams differ: in a loop that steps, or in a function called from one."""
+    if any(training.steps_in(loop) for loop in port.facts.loops_around(node)):
+        return True
+    scope = port.facts.scope(node)
+    if not isinstance(scope, cst.FunctionDef):
+        return False
+    return any(
+        training.steps_in(loop) for call in _calls_of(port, scope.name.value) for loop in port.facts.loops_around(call)
+    )
+
+
+def _one_order(port: Port, training: Training, piece: cst.Slice) -> None:
+    """The order a sharded slice is cut from, drawn after the ranks' streams part, made rank 0's on every rank."""
+    subscript = port.facts.parents[port.facts.parents[piece]]
+    assert isinstance(subscript, cst.Subscript)
+    order = dotted(subscript.value)
+    for node in held(port.facts, subscript.value):
+        if (isinstance(node, cst.Call) and port.facts.resolve(node).startswith(DRAWS)
+                and not port.facts.resolve(node).startswith(SHUFFLES)
+                and _after_training_starts(port, training, node) and node not in port.same_orders):  # fmt: skip
+            port.same_orders.add(node)
+            port.edits.rewrite(node, lambda n: cst.Call(func=cst.Name("_ddp_same"), args=[cst.Arg(n)]))
+            _said_same(port, node, port.code(node))
+    for call in port.facts.calls:
+        if (order and port.facts.resolve(call) in SHUFFLES and call.args and dotted(call.args[0].value) == order
+                and _after_training_starts(port, training, call) and call not in port.same_orders):  # fmt: skip
+            port.same_orders.add(call)
+            port.edits.insert_after(port.facts.statement(call), f"{order} = _ddp_same({order})")
+            _said_same(port, call, port.code(call))
+
+
+def _said_same(port: Port, node: cst.CSTNode, drawn: str) -> None:
+    port.needs.add("same")
+    port.needs_group_here(node)
+    port.change(node, "same_draw", f"{drawn}: the order batches are sliced from is rank 0's on every rank under "
+                "torchrun (each rank draws from its own stream once training starts, and its slice of its own "
+                "permutation would overlap the others'); the draw itself under python")  # fmt: skip
 
 
 def _streams_by_column(port: Port, call: cst.Call) -> bool:
@@ -124,12 +203,21 @@ def apply(port: Port, training: Training | None = None) -> None:
     for call in sharded:
         _shard_columns(port, call)
         targets |= {dotted(t.target) for t in port.facts.parents[call].targets}  # type: ignore[attr-defined]
+    generators = _batch_generators(port, training)
     for node in facts.walk(facts.module):
-        if isinstance(node, cst.For) and training.steps_in(node) and (found := _range_by_batch(node)):
+        if (isinstance(node, cst.For) and (training.steps_in(node) or id(node) in generators)
+                and (found := _range_by_batch(node))):  # fmt: skip
             variable, call = found
             step = port.code(call.args[2].value).replace(" ", "")
             slices = _slices(port, node, variable, step, targets)
             if not slices:
+                continue
+            if id(node) in generators and (others := generators[id(node)][1]):
+                name = generators[id(node)][0]
+                port.cannot(node, f"data batched by hand in {name}(), which a loop that steps iterates and so does "
+                            f"line {facts.line(others[0])}: sharded, that pass would see one rank's share; give each "
+                            "rank its share of the training calls by _ddp_rank and _ddp_world (or use DataLoaders, "
+                            "which the port shards)")  # fmt: skip
                 continue
             stride = call.args[2].value
             port.edits.rewrite(stride, lambda n: cst.BinaryOperation(left=n.with_changes(lpar=[cst.LeftParen()],
@@ -143,6 +231,8 @@ def apply(port: Port, training: Training | None = None) -> None:
                 port.edits.rewrite(piece, lambda n, v=start, s=step: n.with_changes(
                     lower=cst.parse_expression(f"{v} + _ddp_rank * {s}"),
                     upper=cst.parse_expression(f"{v} + (_ddp_rank + 1) * {s}")))  # fmt: skip
+            for piece in slices:
+                _one_order(port, training, piece)
             port.change(node, "hand_batches", f"batches sliced by hand: the loop strides world size x {step} and "
                         f"each rank takes its own {step} (slice from {variable} + _ddp_rank * {step}); the range "
                         "ends where every rank still has a batch, so all ranks step as often")  # fmt: skip

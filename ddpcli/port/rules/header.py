@@ -339,9 +339,15 @@ SAME = '''
 
 def _ddp_same(value):
     """Under torchrun, rank 0's value on every rank: a random draw that decides what is built (a model's width, a
-    search's trial) is one draw for the run, not one per rank; under python, the value itself."""
+    search's trial) or the order batches are sliced from is one draw for the run, not one per rank; under python,
+    the value itself. A tensor travels as a tensor (pickled, it would pass through torch.save)."""
     if not _ddp or not DIST.is_initialized():
         return value
+    if isinstance(value, torch.Tensor):
+        on = torch.device("cuda", torch.cuda.current_device()) if DIST.get_backend() == "nccl" else value.device
+        shared = value.to(on, copy=True)
+        DIST.broadcast(shared, src=0)
+        return shared.to(value.device)
     shared = [value]
     DIST.broadcast_object_list(shared, src=0)
     return shared[0]
