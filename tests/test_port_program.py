@@ -590,3 +590,31 @@ def test_a_module_in_a_folder_the_script_puts_on_sys_path_is_the_programs(tmp_pa
     )
     result = port_program(script).script
     assert "model = _DDPModel(model)" in result.source and "_ddp_shard(torch.utils.data.DataLoader(" in result.source
+
+
+LOADS = """\
+import torch
+
+
+def load(model, path):
+    model.load_state_dict(torch.load(path))
+"""
+
+
+@pytest.mark.parametrize("reader", ["script", "module"])
+def test_a_file_another_file_of_the_program_writes_on_rank_zero_is_read_back_after_a_barrier(
+    tmp_path: Path, reader: str
+) -> None:
+    """utils.save's torch.save runs on rank 0 alone; the script reading the checkpoint back (or another module's
+    load it calls) got no barrier, because the reading file wrote nothing itself: the other ranks read it before
+    rank 0 had written it (FileNotFoundError, or the file of an earlier epoch)."""
+    read_back = "model.load_state_dict(torch.load('m.pt'))" if reader == "script" else "loads.load(model, 'm.pt')"
+    step = ("for x in loader:\n        optimizer.zero_grad()\n        model(x).sum().backward()\n"
+            f"        optimizer.step()\n    utils.save(model, 'm.pt')\n    {read_back}")  # fmt: skip
+    script = program(tmp_path, "import utils\nimport loads", step, {"utils.py": WRITES, "loads.py": LOADS})
+    ported = port_program(script)
+    reading = ported.script if reader == "script" else next(m.result for m in ported.modules if m.name == "loads")
+    lines = [line.strip() for line in reading.source.splitlines()]  # type: ignore[union-attr]
+    load = next(i for i, line in enumerate(lines) if "torch.load(" in line and "def " not in line)
+    assert lines[load - 2 : load] == ["if _ddp:", "dist.barrier()  # rank 0 has written it"]
+    assert "barrier" in [change.kind for change in reading.changes]  # type: ignore[union-attr]

@@ -400,12 +400,15 @@ def test_an_early_stop_on_each_ranks_own_loss_is_rank_zeros_decision(tmp_path: P
     """Tried as a new user would (an EarlyStopping class in a module, fed the epoch's training loss, held by no
     test): under torchrun each rank's stopper saw its own share's loss; at this seed rank 1 left the loop one epoch
     before rank 0, whose next all-reduce then failed (gloo; nccl hangs). The exit is rank 0's decision on every
-    rank now."""
+    rank now. The best checkpoint pytorchtools.py saves (rank 0 alone) is read back by the script after a barrier."""
     original, port = ported(tmp_path, SCRIPTS / "early_stop_project")
     expected = python(original, "train.py")
     assert python(port, "train_ddp.py") == expected
+    script = (port / "train_ddp.py").read_text().splitlines()
+    load = next(i for i, line in enumerate(script) if "torch.load(" in line)
+    assert script[load - 1].strip() == "dist.barrier()  # rank 0 has written it"
     printed, zero, one = torchrun_ranks(port, "train_ddp.py", "--batch-size", "4")
-    assert printed.startswith("stopped at epoch ")
+    assert printed.startswith("stopped at epoch ") and printed.count("best checkpoint: loss ") == 1
     assert_equal_ranks(zero, one, models=1)
 
 

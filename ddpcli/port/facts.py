@@ -77,6 +77,8 @@ class Facts(Reader):
     optimizers_elsewhere: frozenset[str] = frozenset()  # optimizer classes the program's other files define
     attributes_trained_elsewhere: frozenset[tuple[str, str]] = frozenset()  # (class, attribute): loaders the
     # program's other files train on as an attribute of an instance (flow.attributes_trained)
+    writes_elsewhere: frozenset[str] = frozenset()  # functions of the program's other files that write files (on
+    # rank 0 once ported: what this file reads back after calling one waits at a barrier; rank0.writing_functions)
     stepping_elsewhere: dict[str, frozenset[str]] = field(default_factory=dict)  # the program's other files'
     # classes -> their methods that step an optimizer (stepping_methods)
     _backward_sources: list[cst.CSTNode] | None = None

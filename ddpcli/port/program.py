@@ -22,6 +22,7 @@ import libcst as cst
 from ddpcli.errors import UserError
 from ddpcli.port.facts import Facts
 from ddpcli.port.records import Change, NotPorted, PortResult
+from ddpcli.port.rules.rank0 import writing_functions
 from ddpcli.port.rules.wrap import optimizer_builders
 from ddpcli.script.flow import (
     Feeding,
@@ -175,6 +176,7 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
     builders = {name: optimizer_builders(m.facts) for name, m in modules.items() if m.facts}
     optimizer_classes = {name: m.facts.own_optimizer_classes() for name, m in modules.items() if m.facts}
     stepping = {name: m.facts.stepping_methods() for name, m in modules.items() if m.facts}
+    writing = {name: writing_functions(m.facts) for name, m in modules.items() if m.facts}
     held_elsewhere = {name: frozenset().union(*(f for n, f in held.items() if n != name)) for name in held}
     attributes = {name: attributes_trained(m.facts, found.feeding_elsewhere(name)) for name, m in modules.items()
                   if m.facts}  # fmt: skip
@@ -205,6 +207,7 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
             module.facts.optimizers_elsewhere = frozenset().union(
                 *(classes for n, classes in optimizer_classes.items() if n != name)
             )
+            module.facts.writes_elsewhere = frozenset().union(*(made for n, made in writing.items() if n != name))
             module.facts.stepping_elsewhere = {
                 k: v for n, made in stepping.items() if n != name for k, v in made.items()
             }

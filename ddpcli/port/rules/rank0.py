@@ -1,13 +1,16 @@
 """Rank 0 alone writes and talks: torch.save, files opened for writing, images and plots saved, prints, loggers
 and writers (TensorBoard, wandb), each statement under `if _is_main:`; a progress bar is disabled elsewhere. A rank
-that reads back a file the script saves waits at a barrier first, so rank 0 has written it."""
+that reads back a file the script saves waits at a barrier first, so rank 0 has written it; so does one reading
+back what another file of the program writes (pytorchtools.py's EarlyStopping saving the best weights, read back
+by the script after training): in the script, every read; in a module, a read inside a function (one at import
+time runs before the program writes anything)."""
 
 from __future__ import annotations
 
 import libcst as cst
 
 from ddpcli.port.context import Port
-from ddpcli.port.facts import dotted, keyword, last_name
+from ddpcli.port.facts import Facts, dotted, keyword, last_name
 from ddpcli.port.pure import PURE_BUILTINS, PURE_METHODS, PURE_MODULES
 from ddpcli.port.rules.training import Training
 from ddpcli.port.rules.unwrap import model_given
@@ -27,6 +30,20 @@ WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "t
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 WRITER_CLASSES = {"SummaryWriter", "CSVLogger", "TensorBoardLogger"}
 READS = {"torch.load", "load_state_dict_from_file"}
+
+
+def writing_functions(facts: Facts) -> frozenset[str]:
+    """The names of the file's functions and methods that write files (WRITES, a file opened for writing), or call
+    one of the file's that does: what rank 0 alone will write once ported, for the program's other files."""
+    defined = [node for node in facts.walk(facts.module) if isinstance(node, cst.FunctionDef)]
+    calls = {id(function): [n for n in facts.walk(function.body) if isinstance(n, cst.Call)] for function in defined}
+    writing = {function.name.value for function in defined if any(
+        facts.resolve(call) in WRITES or last_name(call) in WRITES or _opens_for_writing(call)
+        for call in calls[id(function)]
+    )}  # fmt: skip
+    for _ in range(3):  # a helper calling the file's own save
+        writing |= {f.name.value for f in defined if any(last_name(call) in writing for call in calls[id(f)])}
+    return frozenset(writing)
 
 
 def _opens_for_writing(call: cst.Call) -> bool:
@@ -115,8 +132,10 @@ def apply(port: Port) -> None:
                 cst.parse_expression("not _is_main"), keyword=cst.Name("disable"),
                 equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))]))  # fmt: skip
             port.change(node, "rank0", "progress bar shown on rank 0 only")
-    if written:
-        _barriers(port, written)
+    written += [call for call in facts.calls
+                if last_name(call) in facts.writes_elsewhere and last_name(call) not in facts.functions]  # fmt: skip
+    if written or facts.writes_elsewhere:
+        _barriers(port, written, everywhere=bool(facts.writes_elsewhere) and not port.module)
 
 
 def _wandb_init(port: Port, call: cst.Call) -> None:
@@ -297,10 +316,12 @@ def _before_every_write(port: Port, call: cst.Call, written: list[cst.CSTNode]) 
     return all(facts.line(node) > facts.line(call) for node in written)
 
 
-def _barriers(port: Port, written: list[cst.CSTNode]) -> None:
+def _barriers(port: Port, written: list[cst.CSTNode], everywhere: bool = False) -> None:
+    """Before each read that may come after a write. `everywhere`: the script of a program whose other files write
+    (through a function, a method, an object called: which call writes is theirs to know), every read."""
     facts = port.facts
     for call in facts.calls:
-        if facts.resolve(call) in READS and not _before_every_write(port, call, written):
+        if facts.resolve(call) in READS and (everywhere or not _before_every_write(port, call, written)):
             statement = _read_back_statement(port, call)
             port.edits.insert_before(statement, f"if _ddp:\n    {port.dist}.barrier()  # rank 0 has written it\n")
             port.needs_group_here(statement)

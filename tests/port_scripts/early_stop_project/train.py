@@ -1,5 +1,7 @@
 """Stand-in (ours): a script that stops early on its training loss through pytorchtools.py's EarlyStopping (see
-there); under torchrun each rank's loss is its own share's, so each rank's stopper decides on its own."""
+there); under torchrun each rank's loss is its own share's, so each rank's stopper decides on its own. After the
+loop, the best weights the stopper saved are read back (the notebook's "load the last checkpoint with the best
+model"): a file another module writes, on rank 0 alone once ported."""
 
 import argparse
 
@@ -31,3 +33,6 @@ for epoch in range(30):
     if stopper.early_stop:
         print("stopped at epoch", epoch)
         break
+model.load_state_dict(torch.load("checkpoint.pt"))
+with torch.no_grad():
+    print(f"best checkpoint: loss {F.mse_loss(model(data.tensors[0]), data.tensors[1]).item():.4f}")
