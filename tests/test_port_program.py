@@ -618,3 +618,21 @@ def test_a_file_another_file_of_the_program_writes_on_rank_zero_is_read_back_aft
     load = next(i for i, line in enumerate(lines) if "torch.load(" in line and "def " not in line)
     assert lines[load - 2 : load] == ["if _ddp:", "dist.barrier()  # rank 0 has written it"]
     assert "barrier" in [change.kind for change in reading.changes]  # type: ignore[union-attr]
+
+
+def test_a_call_of_another_files_epoch_function_that_back_propagates_nothing_is_not_training(tmp_path: Path) -> None:
+    """engine.py's `run_epoch(model, loader, optimizer=None)` steps only when given an optimizer; the script hands it
+    the validation loader without one: that loader stays whole."""
+    engine = (
+        "import torch.nn.functional as F\n\n\ndef run_epoch(model, loader, optimizer=None):\n"
+        "    training = optimizer is not None\n    for x in loader:\n        loss = model(x).sum()\n"
+        "        if training:\n            optimizer.zero_grad()\n            loss.backward()\n"
+        "            optimizer.step()\n"
+    )
+    step = "engine.run_epoch(model, loader, optimizer)\n    engine.run_epoch(model, held_out)"
+    script = program(tmp_path, "import engine", step, {"engine.py": engine})
+    script.write_text(script.read_text().replace(
+        "for epoch", "held_out = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=4)\nfor epoch"))  # fmt: skip
+    lines = port_program(script).script.source.splitlines()
+    assert "loader = _ddp_shard(torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2))" in lines
+    assert "held_out = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=4)" in lines

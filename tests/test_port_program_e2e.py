@@ -48,9 +48,10 @@ one it trains on is sharded, by the flow, not the names. A split drawn unseeded 
 of the project's that steps in two calls after two backwards of one batch (SAM) trains data-parallel, 2 x B/2 as
 1 x B. An early stop on a list of the epoch's training losses averaged is rank 0's decision; the validation loader a
 factory returns beside the training one stays whole. Batches sliced by hand from an order shuffled each epoch, in a
-generator or in the loop, are one order dealt out.
+generator or in the loop, are one order dealt out. One function for training and validation that back-propagates
+only when given an optimizer (pytorch/tutorials' nn_tutorial) shards the training loader alone.
 
-Cost: 28 torchrun runs of 2 processes (about 6 s each here) and 37 python runs forked from tests/zygote."""
+Cost: 29 torchrun runs of 2 processes (about 6 s each here) and 38 python runs forked from tests/zygote."""
 
 from __future__ import annotations
 
@@ -524,6 +525,24 @@ def test_batches_sliced_by_hand_from_an_order_drawn_each_epoch_are_one_order_dea
     assert [line.rsplit(" ", 1)[1] for line in printed.splitlines()] == [
         line.rsplit(" ", 1)[1] for line in expected.splitlines()
     ]  # the loss of the whole set after each epoch: 2 x 4 as 1 x 8
+
+
+def test_one_function_for_training_and_validation_shards_only_the_loader_it_trains_on(tmp_path: Path) -> None:
+    """pytorch/tutorials' nn_tutorial (held by no test): `loss_batch(model, loss_func, xb, yb, opt=None)` steps only
+    when given an optimizer, and `fit` calls it without one over the validation loader. The batches of both reached
+    its backward, so both loaders were sharded: rank 0 printed the validation loss of 16 of the 32 samples. The
+    call that passes no optimizer back-propagates nothing: its loader stays whole, and rank 0's validation at 2 x 4
+    is one process's at 1 x 8 (the training loader does not shuffle: the same global batches)."""
+    _, port = ported(tmp_path, SCRIPTS / "loss_batch.py")
+    expected = python(port, "loss_batch_ddp.py")
+    assert expected.splitlines()[0].endswith("over 32 samples")
+    source = (port / "loss_batch_ddp.py").read_text()
+    assert "valid_dl = DataLoader(" in source and "train_dl = _ddp_shard(DataLoader(" in source
+    alone = torch.load(port / "model.pt")
+    printed, zero, one = torchrun_ranks(port, "loss_batch_ddp.py", "--batch-size", "4")
+    assert printed == expected
+    assert_equal_ranks(zero, one, models=1)
+    assert_close(torch.load(port / "model.pt"), alone)
 
 
 def test_an_optimizer_of_the_projects_that_steps_in_two_calls_trains_data_parallel(tmp_path: Path) -> None:

@@ -353,6 +353,71 @@ def test_a_permutation_drawn_in_the_epoch_loop_is_rank_zeros_and_one_drawn_befor
     assert "idx = perm[i + _ddp_rank * 8:i + (_ddp_rank + 1) * 8]" in lines
 
 
+EPOCH_FUNCTION = """
+train_loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+val_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+def run_epoch({params}):
+    {bound}
+    for x, y in loader:
+        loss = F.mse_loss(model(x), y)
+        if {test}:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+for epoch in range(2):
+    run_epoch({training})
+    run_epoch({validation})
+"""
+
+
+@pytest.mark.parametrize(
+    ("params", "bound", "test", "training", "validation"),
+    [
+        ("loader, optimizer=None", "pass", "optimizer is not None", "train_loader, optimizer", "val_loader"),
+        (
+            "loader, optimizer=None",
+            "training = optimizer is not None",
+            "training",
+            "train_loader, optimizer",
+            "val_loader, None",
+        ),
+        ("loader, train=True", "pass", "train", "train_loader", "val_loader, train=False"),
+        ("loader, phase", "is_train = phase == 'train'", "is_train", "train_loader, 'train'", "val_loader, 'val'"),
+        ("loader, *, mode='train'", "pass", "mode in ('train', 'finetune')", "train_loader", "val_loader, mode='eval'"),
+        ("loader, evaluate=False", "pass", "not evaluate", "train_loader", "val_loader, True"),
+    ],
+)
+def test_a_call_of_an_epoch_function_that_back_propagates_nothing_is_not_training(
+    params: str, bound: str, test: str, training: str, validation: str
+) -> None:
+    """One function for training and evaluation, whose backward runs only under a test of its parameters: the
+    loader a call hands it where that test is false (a literal, or the default) is not sharded."""
+    lines = lines_of(port(EPOCH_FUNCTION.format(params=params, bound=bound, test=test, training=training,
+                                                validation=validation)))  # fmt: skip
+    assert "val_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)" in lines
+    assert any(line.startswith("train_loader = _ddp_shard(DataLoader(") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("test", "validation"),
+    [
+        ("optimizer is not None", "val_loader, optimizer"),  # both calls pass the optimizer: both train
+        ("optimizer is not None and x.sum() > 0", "val_loader"),  # `and` of something unknown: still false
+        ("flag", "val_loader"),  # a name bound outside: unknown
+    ],
+)
+def test_an_epoch_function_whose_test_the_call_does_not_decide_trains_on_both(test: str, validation: str) -> None:
+    body = EPOCH_FUNCTION.format(params="loader, optimizer=None", bound="pass", test=test,
+                                 training="train_loader, optimizer", validation=validation)  # fmt: skip
+    lines = lines_of(port(body))
+    sharded = sum(line.startswith(("train_loader = _ddp_shard(", "val_loader = _ddp_shard(")) for line in lines)
+    assert sharded == (1 if "and" in test else 2)
+
+
 def test_a_batchify_is_listed_as_not_ported_with_its_line() -> None:
     body = """
     def batchify(data, bsz):

@@ -343,7 +343,7 @@ def test_the_bindings_of_every_branch_of_an_if_reach_a_name_after_it(choice: str
     self.rafd_loader`: only the last binding before the loop was read, so the CelebA loader the script hands to the
     Solver fed nothing and was never sharded."""
     facts = Facts.read(BRANCHES.replace("CHOICE", choice))
-    params, feeds = feeding_parameters(facts)["Solver"]
+    params, feeds = feeding_parameters(facts)["Solver"][:2]
     assert params == ("celeba_loader", "rafd_loader", "steps")
     assert set(feeds) & {"celeba_loader", "rafd_loader"} == feeding
 

@@ -25,6 +25,7 @@ from ddpcli.port.records import Change, NotPorted, PortResult
 from ddpcli.port.rules.rank0 import writing_functions
 from ddpcli.port.rules.wrap import optimizer_builders
 from ddpcli.script.flow import (
+    Fed,
     Feeding,
     attributes_trained,
     feeding_parameters,
@@ -230,11 +231,11 @@ def _hand_on(modules: dict[str, Module], found: ProgramFacts) -> None:
             if module.facts is None:
                 continue
             mine = found.feeding[name]
-            for function, (params, feeds) in handing_parameters(module.facts, found.feeding_elsewhere(name)).items():
-                known_params, known_feeds = mine.get(function, (params, {}))
-                merged = merged_feeds(known_feeds, feeds)
-                if merged != known_feeds:
-                    mine[function] = (known_params, merged)
+            for function, fed in handing_parameters(module.facts, found.feeding_elsewhere(name)).items():
+                known = mine.get(function, Fed(fed.params, {}))
+                merged = merged_feeds(known.feeds, fed.feeds)
+                if merged != known.feeds:
+                    mine[function] = known._replace(feeds=merged)
                     grown = True
         if not grown:
             return

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import libcst as cst
 
+from ddpcli.script import guards
 from ddpcli.script.reader import Reader, dotted, last_name, literal_value
 
 LOADER_CLASSES = ("DataLoader",)  # torch.utils.data.DataLoader, and any loader class of that name
@@ -43,7 +45,7 @@ def backward_sources(reader: Reader) -> list[cst.CSTNode]:
     reached: dict[cst.CSTNode, None] = {}
     for call in backward_calls(reader):
         assert isinstance(call.func, cst.Attribute)
-        reached.update(dict.fromkeys(sources(reader, call.func.value)))
+        reached.update(dict.fromkeys(sources(reader, call.func.value, training=True)))
     return list(reached)
 
 
@@ -56,8 +58,18 @@ def training_loaders(reader: Reader, reached: list[cst.CSTNode] | None = None) -
 
 Key = str | int | None  # where a loader sits in a value: a dict key, a tuple position, None: it is the value
 Feeds = dict[str, frozenset[Key]]  # a function's parameters that reach a loss -> where in each the loss's data sits
-Feeding = dict[str, tuple[tuple[str, ...], Feeds]]  # function name -> (its parameters in order, those that feed)
 WHOLE: frozenset[Key] = frozenset({None})
+
+
+class Fed(NamedTuple):
+    """A function whose parameters feed a back-propagated loss, as another file's call of it needs to know."""
+
+    params: tuple[str, ...]  # its parameters in order (a method's without self / cls)
+    feeds: Feeds  # those that feed the loss, with where in each the loss's data sits
+    defined: tuple[Reader, cst.FunctionDef] | None = None  # its file and definition: which calls of it train
+
+
+Feeding = dict[str, Fed]  # function name (as a call spells it) -> what it is fed
 
 
 def feeding_parameters(reader: Reader, reached: list[cst.CSTNode] | None = None) -> Feeding:
@@ -70,6 +82,7 @@ def feeding_parameters(reader: Reader, reached: list[cst.CSTNode] | None = None)
     reached = backward_sources(reader) if reached is None else reached
     on_path = set(reached)
     found: dict[str, tuple[tuple[str, ...], dict[str, set[Key]]]] = {}
+    defined: dict[str, tuple[Reader, cst.FunctionDef]] = {}
     for node in reached:
         function = _function_of(reader, node) if isinstance(node, cst.Param) else None
         if function is None or not isinstance(node, cst.Param):
@@ -77,13 +90,27 @@ def feeding_parameters(reader: Reader, reached: list[cst.CSTNode] | None = None)
         params = tuple(p.name.value for p in function.params.params if p.name.value not in ("self", "cls"))
         feeds = found.setdefault(_called_as(reader, function), (params, {}))[1]
         feeds.setdefault(node.name.value, set()).update(_parameter_keys(reader, node, on_path))
-    return _frozen(found)
+        defined[_called_as(reader, function)] = (reader, function)
+    return _frozen(found, defined)
 
 
-def _frozen(found: dict[str, tuple[tuple[str, ...], dict[str, set[Key]]]]) -> Feeding:
+def _frozen(
+    found: dict[str, tuple[tuple[str, ...], dict[str, set[Key]]]], defined: dict[str, tuple[Reader, cst.FunctionDef]]
+) -> Feeding:
     return {
-        name: (params, {p: frozenset(keys) for p, keys in feeds.items()}) for name, (params, feeds) in found.items()
+        name: Fed(params, {p: frozenset(keys) for p, keys in feeds.items()}, defined.get(name))
+        for name, (params, feeds) in found.items()
     }
+
+
+def trains_at(reader: Reader, function: cst.FunctionDef, call: cst.Call) -> bool:
+    """Whether `call` (of this file or another) of `function` (of `reader`'s file) can reach a backward of the
+    function's own: `run_epoch(model, val_loader)` of a run_epoch that back-propagates only when given an optimizer
+    cannot (ddpcli.script.guards)."""
+    backwards = reader.memo.setdefault("backward_calls", {})
+    if None not in backwards:
+        backwards[None] = backward_calls(reader)
+    return guards.trains_at(reader, function, backwards[None], call)
 
 
 def merged_feeds(known: Feeds, more: Feeds) -> Feeds:
@@ -168,7 +195,7 @@ def handing_parameters(reader: Reader, feeding: Feeding) -> Feeding:
                 names = tuple(p.name.value for p in function.params.params if p.name.value not in ("self", "cls"))
                 feeds = found.setdefault(_called_as(reader, function), (names, {}))[1]
                 feeds.setdefault(node.name.value, set()).update(keys)
-    return _frozen(found)
+    return _frozen(found, {})
 
 
 def loaders_trained_from(reader: Reader, made: frozenset[str], feeding: Feeding) -> dict[str, set[Key]]:
@@ -241,7 +268,9 @@ def _handed_with_keys(call: cst.Call, feeding: Feeding) -> list[tuple[cst.BaseEx
     reach its backward (`feeding`, by the name the call spells: ddpcli.port.program), each with the keys read."""
     if (known := feeding.get(last_name(call))) is None:
         return []
-    params, feeds = known
+    if known.defined is not None and not trains_at(*known.defined, call):
+        return []  # a call that back-propagates nothing (evaluation through the training function)
+    params, feeds = known.params, known.feeds
     positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
     handed = [(value, feeds[param]) for param, value in zip(params, positional, strict=False) if param in feeds]
     return handed + [(arg.value, feeds[arg.keyword.value]) for arg in call.args
@@ -445,7 +474,7 @@ def _put_in(reader: Reader, name: cst.Name) -> list[cst.CSTNode]:
     """What the code puts in the container `name` names (_added_to: `losses.append(loss.item())`): what its value
     is computed from, besides its binding (`np.average(losses)` is computed from every loss appended). Read once a
     name and function."""
-    cache: dict[tuple[cst.CSTNode, str], list[cst.CSTNode]] = reader.__dict__.setdefault("_put_in", {})
+    cache: dict[tuple[cst.CSTNode, str], list[cst.CSTNode]] = reader.memo.setdefault("put_in", {})
     key = (_function_of_node(reader, name), name.value)
     if key not in cache:
         cache[key] = _added_to(reader, name)
@@ -463,12 +492,15 @@ def _function_of_node(reader: Reader, node: cst.CSTNode) -> cst.CSTNode:
     return next((a for a in reader.ancestors(node) if isinstance(a, cst.FunctionDef)), reader.module)
 
 
-def origins(reader: Reader, start: cst.CSTNode, into_containers: bool = True) -> list[cst.CSTNode]:
+def origins(
+    reader: Reader, start: cst.CSTNode, into_containers: bool = True, training: bool = False
+) -> list[cst.CSTNode]:
     """What the value of `start` is (not what it is computed from): followed through names, attributes, loop
     targets, parameters and the script's own functions' returns, never into a call's arguments. The ends: calls
     (`SGD(...)`), literals, and parameters or names nothing in the script binds (where the reading cannot decide).
     A list, tuple or set the script writes is its elements, unless `into_containers` is False (then it is an end:
-    what `loaders[1]` is depends on which element)."""
+    what `loaders[1]` is depends on which element). `training`: `start` is what a loop that steps iterates, and a
+    parameter's values are those of the calls that can reach its function's backward (as for `sources`)."""
     seen: set[cst.CSTNode] = set()
     queue, found = [start], []
     while queue and len(seen) < MAX_NODES:
@@ -477,7 +509,7 @@ def origins(reader: Reader, start: cst.CSTNode, into_containers: bool = True) ->
             continue
         seen.add(node)
         containers = cst.List | cst.Tuple | cst.Set | cst.ListComp | cst.SetComp | cst.GeneratorExp
-        same = _same_value(reader, node) if into_containers or not isinstance(node, containers) else []
+        same = _same_value(reader, node, training) if into_containers or not isinstance(node, containers) else []
         if same:
             queue += same
         else:
@@ -485,7 +517,7 @@ def origins(reader: Reader, start: cst.CSTNode, into_containers: bool = True) ->
     return found
 
 
-def _same_value(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
+def _same_value(reader: Reader, node: cst.CSTNode, training: bool = False) -> list[cst.CSTNode]:
     """The expressions whose value `node`'s is, one step back; [] at an end."""
     if isinstance(node, cst.Name):
         return [
@@ -504,17 +536,19 @@ def _same_value(reader: Reader, node: cst.CSTNode) -> list[cst.CSTNode]:
     if isinstance(node, cst.ListComp | cst.SetComp | cst.GeneratorExp):
         return [node.elt]  # each element: `[Adam(net.parameters()) for net in nets]`
     if isinstance(node, cst.Param):
-        return _arguments(reader, node) + _default(node)
+        return _arguments(reader, node, training) + _default(node)
     if isinstance(node, cst.Subscript):
         return _keyed(reader, node) or []
     return []
 
 
-def sources(reader: Reader, start: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def sources(reader: Reader, start: cst.CSTNode, training: bool = False) -> Iterator[cst.CSTNode]:
     """Every expression `start` is computed from, as far as the script says (breadth first, each once per call
     context). Entering the script's own function through one call (`loss = criterion(out, y)`) and reaching its
     parameter leaves through that call's argument only, not every call of the function: `criterion(...)` also
-    called in the evaluation loop does not make the evaluation loader a training one."""
+    called in the evaluation loop does not make the evaluation loader a training one. `training`: `start` is a
+    back-propagated loss, and a parameter's values are those of the calls that can reach the function's backward
+    (`run_epoch(model, val_loader)` of a `run_epoch` that back-propagates only when given an optimizer is not)."""
     seen: set[tuple[cst.CSTNode, Calls]] = set()
     queue: deque[tuple[cst.CSTNode, Calls]] = deque([(start, ())])
     while queue and len(seen) < MAX_NODES:
@@ -525,17 +559,17 @@ def sources(reader: Reader, start: cst.CSTNode) -> Iterator[cst.CSTNode]:
         yield node
         if is_loader(reader, node):
             continue  # the loader itself: what it is built from is not a batch
-        queue += _inputs(reader, node, calls)
+        queue += _inputs(reader, node, calls, training)
 
 
-def _inputs(reader: Reader, node: cst.CSTNode, calls: Calls) -> list[tuple[cst.CSTNode, Calls]]:
+def _inputs(reader: Reader, node: cst.CSTNode, calls: Calls, training: bool) -> list[tuple[cst.CSTNode, Calls]]:
     """What `node`'s value comes from, one step back, each with the calls it was reached through."""
     if isinstance(node, cst.For | cst.CompFor):
         return [(node.iter, calls)]
     if isinstance(node, cst.Param):
         if calls and (argument := _argument_at(reader, node, calls[-1])) is not None:
             return [(argument, calls[:-1])]
-        return [(value, ()) for value in _arguments(reader, node) + _default(node)]
+        return [(value, ()) for value in _arguments(reader, node, training) + _default(node)]
     if isinstance(node, cst.FunctionDef | cst.ClassDef | cst.Lambda | cst.Import | cst.ImportFrom):
         return []
     if isinstance(node, cst.Subscript):
@@ -796,8 +830,9 @@ def lambdas_called(reader: Reader, call: cst.Call) -> list[cst.Lambda]:
     return [value for value in reader.values_of(call.func) if isinstance(value, cst.Lambda)]
 
 
-def _arguments(reader: Reader, param: cst.Param) -> list[cst.CSTNode]:
-    """A parameter's values: the argument passed for it at each call of its function (by position or keyword)."""
+def _arguments(reader: Reader, param: cst.Param, training: bool = False) -> list[cst.CSTNode]:
+    """A parameter's values: the argument passed for it at each call of its function (by position or keyword);
+    `training`: at each call that can reach the function's backward."""
     function = _function_of(reader, param)
     if function is None:
         return []
@@ -805,7 +840,9 @@ def _arguments(reader: Reader, param: cst.Param) -> list[cst.CSTNode]:
     return [
         argument
         for call in reader.calls
-        if last_name(call) == called and (argument := _argument_at(reader, param, call)) is not None
+        if last_name(call) == called
+        and (argument := _argument_at(reader, param, call)) is not None
+        and (not training or trains_at(reader, function, call))
     ]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import libcst as cst
 from libcst.metadata import (
@@ -130,6 +131,7 @@ class Reader:
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     calls: list[cst.Call] = field(default_factory=list)  # in source order
     shadowable: set[str] = field(default_factory=set)  # names an import binds and something else binds too
+    memo: dict[str, dict[Any, Any]] = field(default_factory=dict)  # what a question of the flow found, by question
     _resolved: dict[cst.CSTNode, str] = field(default_factory=dict)
     _scopes: dict[cst.CSTNode | None, Mapping[cst.CSTNode, Scope | None]] = field(default_factory=dict)
 

@@ -274,7 +274,7 @@ def _flow_loops(port: Port, training: Training, call: cst.Call) -> list[tuple[cs
     for loop in port.facts.order:
         if isinstance(loop, cst.For) and training.steps_in(loop):
             iterated = _iterated(loop.iter)
-            if iterated is not None and call in origins(port.facts, iterated):
+            if iterated is not None and call in origins(port.facts, iterated, training=True):
                 found.append((loop, loop, port.code(iterated)))
     return found
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcli.port.facts import Facts, dotted
+from ddpcli.script.flow import trains_at
 
 
 class Training:
@@ -57,6 +58,8 @@ class Training:
                 function = dotted(call.func).rsplit(".", 1)[-1] if isinstance(call, cst.Call) else ""
                 if isinstance(call, cst.Call) and function in self.stepping and depth < 3:
                     definition = self.facts.functions[function]
+                    if not trains_at(self.facts, definition, call):
+                        continue  # `run_epoch(model, val_loader)`: this call back-propagates nothing
                     parameter = parameter_for(definition, call, use)
                     if parameter:
                         inner = self.batch_loops(parameter, depth + 1)
