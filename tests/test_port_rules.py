@@ -418,6 +418,37 @@ def test_an_epoch_function_whose_test_the_call_does_not_decide_trains_on_both(te
     assert sharded == (1 if "and" in test else 2)
 
 
+@pytest.mark.parametrize(
+    ("held", "built"),
+    [
+        ("optimizer_class = torch.optim.SGD", "optimizer_class(model.parameters(), lr=0.1)"),
+        ("OPTIMIZERS = {'sgd': torch.optim.SGD, 'adam': torch.optim.Adam}", "OPTIMIZERS['sgd'](model.parameters())"),
+        (
+            "OPTIMIZERS = {'sgd': torch.optim.SGD, 'adam': torch.optim.Adam}\nname = 'sgd'",
+            "OPTIMIZERS[name](model.parameters())",
+        ),
+        ("optimizer_class = torch.optim.Adam if False else torch.optim.SGD", "optimizer_class(model.parameters())"),
+        ("def make(params):\n    return torch.optim.SGD(params, lr=0.1)\nbuild = make", "build(model.parameters())"),
+    ],
+)
+def test_an_optimizer_built_through_what_holds_its_class_trains_a_wrapped_model(held: str, built: str) -> None:
+    """Found by the session's helpers (Person_reID's `optim_name = optim.SGD`, pytorch-semseg's optimizer from a
+    table): refused as "updates its parameters by hand, with no torch.optim optimizer", or ported with nothing
+    wrapped and nothing sharded. What the called name holds decides, as far as the reading follows it."""
+    result = port(f"""
+model = nn.Linear(4, 1)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+{held}
+optimizer = {built}
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+""")
+    assert "model = _DDPModel(model)" in lines_of(result) and "sampler" in kinds(result)
+
+
 def test_a_batchify_is_listed_as_not_ported_with_its_line() -> None:
     body = """
     def batchify(data, bsz):

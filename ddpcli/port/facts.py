@@ -75,6 +75,8 @@ class Facts(Reader):
     parameter_methods: frozenset[str] = frozenset()  # methods of the program's classes yielding parameters
     # (ddpcli.script.flow.parameter_methods: this file's alone where it is read without its program)
     optimizers_elsewhere: frozenset[str] = frozenset()  # optimizer classes the program's other files define
+    optimizer_factories_elsewhere: frozenset[str] = frozenset()  # functions of the program's other files that
+    # return an optimizer class (`get_optimizer(cfg)` returning `torch.optim.SGD` from a table: optimizer_factories)
     attributes_trained_elsewhere: frozenset[tuple[str, str]] = frozenset()  # (class, attribute): loaders the
     # program's other files train on as an attribute of an instance (flow.attributes_trained)
     writes_elsewhere: frozenset[str] = frozenset()  # functions of the program's other files that write files (on
@@ -115,19 +117,58 @@ class Facts(Reader):
 
     def is_optimizer_call(self, call: cst.Call) -> bool:
         """`torch.optim.SGD(...)`, a class of the script's or of its program's that is an optimizer (`SAM(...)` from
-        sam.py), or an optimizer class looked up by name (`getattr(optim, args.optim)(...)`)."""
-        name = self.resolve(call)
-        if _optimizer_class(name) or name in self.own_optimizer_classes():
-            return True
-        if name.rsplit(".", 1)[-1] in self.optimizers_elsewhere and not name.startswith("torch."):
+        sam.py), an optimizer class looked up by name (`getattr(optim, args.optim)(...)`), or a call of what holds
+        an optimizer class (`opt_cls = torch.optim.SGD`, `OPTIMIZERS[name]`, either branch of a conditional, a
+        function of the program returning one: `get_optimizer(cfg)(params, ...)`)."""
+        if self._names_an_optimizer_class(call.func):
             return True
         looked_up = call.func
-        return (
-            isinstance(looked_up, cst.Call)
-            and self.resolve(looked_up) == "getattr"
-            and bool(looked_up.args)
-            and self.resolve(looked_up.args[0].value) in OPTIMIZER_MODULES
-        )
+        if isinstance(looked_up, cst.Call) and self.resolve(looked_up) == "getattr" and looked_up.args:
+            return self.resolve(looked_up.args[0].value) in OPTIMIZER_MODULES
+        return self._holds_an_optimizer_class(call.func)
+
+    def _names_an_optimizer_class(self, node: cst.CSTNode) -> bool:
+        name = self.resolve(node) if isinstance(node, cst.Name | cst.Attribute) else ""
+        if not name:
+            return False
+        if _optimizer_class(name) or name in self.own_optimizer_classes():
+            return True
+        return name.rsplit(".", 1)[-1] in self.optimizers_elsewhere and not name.startswith("torch.")
+
+    def _holds_an_optimizer_class(self, value: cst.BaseExpression) -> bool:
+        """What `value` holds, as far as the reading follows it, is an optimizer class (ends of flow.origins; a
+        dict of classes indexed by a key not written out: any of its values)."""
+        if not isinstance(value, cst.Name | cst.Subscript | cst.Call) or (
+            isinstance(value, cst.Name) and not self.is_variable(value)
+        ):
+            return False  # a class or function spelled out (resolved above), not a value held
+        for end in origins(self, value):
+            if isinstance(end, cst.Subscript):
+                end = next(iter(origins(self, end.value)), end)
+            branches = [end.body, end.orelse] if isinstance(end, cst.IfExp) else [end]
+            if isinstance(end, cst.Dict):
+                branches = [element.value for element in end.elements if isinstance(element, cst.DictElement)]
+            if isinstance(end, cst.FunctionDef):  # `make_optimizer = build`: what the function returns
+                function = self.functions.get(end.name.value, end)  # the scope's binding is a stub without a body
+                branches = [n.value for n in self.walk(function.body) if isinstance(n, cst.Return) and n.value]
+                if any(isinstance(b, cst.Call) and self.is_optimizer_call(b) for b in branches):
+                    return True
+            for branch in branches:
+                if self._names_an_optimizer_class(branch):
+                    return True
+                if isinstance(branch, cst.Call) and last_name(branch) in self.optimizer_factories_elsewhere:
+                    return last_name(branch) not in self.functions
+        return False
+
+    def optimizer_factories(self) -> frozenset[str]:
+        """The file's functions whose returned value is an optimizer class (a table's entry, a conditional's
+        branch), for the program's other files that call what they return."""
+        found = set()
+        for name, function in self.functions.items():
+            returns = [n.value for n in self.walk(function.body) if isinstance(n, cst.Return) and n.value is not None]
+            if any(self._names_an_optimizer_class(value) or self._holds_an_optimizer_class(value) for value in returns):
+                found.add(name)
+        return frozenset(found)
 
     def own_optimizer_classes(self) -> set[str]:
         """The classes the script defines on an optimizer: `class SignSGD(torch.optim.Optimizer)`, or on a class of

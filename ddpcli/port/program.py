@@ -176,6 +176,7 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
     held = {name: loader_functions(m.facts, into_containers=True) for name, m in modules.items() if m.facts}
     builders = {name: optimizer_builders(m.facts) for name, m in modules.items() if m.facts}
     optimizer_classes = {name: m.facts.own_optimizer_classes() for name, m in modules.items() if m.facts}
+    factories = {name: m.facts.optimizer_factories() for name, m in modules.items() if m.facts}
     stepping = {name: m.facts.stepping_methods() for name, m in modules.items() if m.facts}
     writing = {name: writing_functions(m.facts) for name, m in modules.items() if m.facts}
     held_elsewhere = {name: frozenset().union(*(f for n, f in held.items() if n != name)) for name in held}
@@ -207,6 +208,9 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
             module.facts.trains_imported_loaders |= bool(attributes.get(name, set()) & kept_elsewhere)
             module.facts.optimizers_elsewhere = frozenset().union(
                 *(classes for n, classes in optimizer_classes.items() if n != name)
+            )
+            module.facts.optimizer_factories_elsewhere = frozenset().union(
+                *(made for n, made in factories.items() if n != name)
             )
             module.facts.writes_elsewhere = frozenset().union(*(made for n, made in writing.items() if n != name))
             module.facts.stepping_elsewhere = {
