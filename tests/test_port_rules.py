@@ -449,6 +449,31 @@ for epoch in range(2):
     assert "model = _DDPModel(model)" in lines_of(result) and "sampler" in kinds(result)
 
 
+def test_modules_an_optimizer_takes_through_a_list_never_called_are_each_wrapped_before_the_lists() -> None:
+    """RepDistiller's shape: the optimizer steps `trainable_list.parameters()`, an nn.ModuleList the loop never
+    calls (it calls `module_list[0](x)`). Wrapping the list averaged nothing: each module the list holds is wrapped,
+    before the first list takes it, so what the loop calls through either list is the wrapper."""
+    lines = lines_of(
+        port("""
+student, regressor = nn.Linear(4, 2), nn.Linear(2, 2)
+module_list = nn.ModuleList([student])
+module_list.append(regressor)
+trainable_list = nn.ModuleList([])
+trainable_list.append(student)
+trainable_list.append(regressor)
+optimizer = torch.optim.SGD(trainable_list.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 2)), batch_size=8)
+for x, y in loader:
+    optimizer.zero_grad()
+    F.mse_loss(module_list[1](module_list[0](x)), y).backward()
+    optimizer.step()
+""")
+    )
+    assert lines.index("student = _DDPModel(student)") < lines.index("module_list = nn.ModuleList([student])")
+    assert lines.index("regressor = _DDPModel(regressor)") < lines.index("module_list.append(regressor)")
+    assert "trainable_list = _DDPModel(trainable_list)" not in lines
+
+
 def test_a_batchify_is_listed_as_not_ported_with_its_line() -> None:
     body = """
     def batchify(data, bsz):

@@ -29,7 +29,35 @@ STILL_THE_MODEL = ("the wrapper (_DDPModel) is still the script's model for its 
 
 
 def trained_models(port: Port, optimizer: cst.Call) -> list[str]:
-    return models_trained(port.facts, optimizer)
+    """The models to wrap for `optimizer`: those whose parameters it takes, or, for a module container nothing
+    calls (`trainable_list = nn.ModuleList([])`, RepDistiller's), each module put in it: DDP averages in the
+    backward of its own forward, and the loop calls what the container holds, never the container."""
+    found: list[str] = []
+    for model in models_trained(port.facts, optimizer):
+        found += [name for name in (_held_modules(port.facts, model) or [model]) if name not in found]
+    return found
+
+
+CONTAINER_CLASSES = ("ModuleList", "ModuleDict")
+PUT_IN = ("append", "extend", "insert", "add_module")
+
+
+def _held_modules(facts: Facts, container: str) -> list[str]:
+    """The names a module container never called is given (in its constructor's list, or by `.append(x)`), each a
+    name the file binds; [] where `container` is not such a container."""
+    built = [node.value for node in facts.order if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)
+             and any(dotted(target.target) == container for target in node.targets)]  # fmt: skip
+    if not built or not all(last_name(call) in CONTAINER_CLASSES for call in built):
+        return []
+    if any(dotted(call.func) == container for call in facts.calls):
+        return []  # called: the container is the model
+    given = [element.value for call in built for arg in call.args[:1] if isinstance(arg.value, cst.List | cst.Tuple)
+             for element in arg.value.elements]  # fmt: skip
+    puts = [call for call in facts.calls if isinstance(call.func, cst.Attribute) and call.func.attr.value in PUT_IN
+            and dotted(call.func.value) == container]  # fmt: skip
+    given += [arg.value for call in puts for arg in call.args[-1:]]
+    names = [dotted(value) for value in given if isinstance(value, cst.Name | cst.Attribute) and dotted(value)]
+    return list(dict.fromkeys(names)) if names and len(names) == len(given) else []
 
 
 def optimizer_builders(facts: Facts) -> dict[str, tuple[tuple[str, ...], str]]:
@@ -185,9 +213,12 @@ def _first_capture(
 
 
 def _keeps(node: cst.CSTNode, model: str) -> bool:
-    """`other = model`, or a list, tuple, set or dict written with the model among its values."""
+    """`other = model`, a list, tuple, set or dict written with the model among its values, or the model put in a
+    container (`module_list.append(model)`)."""
     if isinstance(node, cst.Assign):
         return dotted(node.value) == model
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in PUT_IN:
+        return any(dotted(arg.value) == model for arg in node.args)
     values = [getattr(element, "value", None) for element in node.elements] if isinstance(node, CONTAINERS) else []
     return any(value is not None and dotted(value) == model for value in values)
 
