@@ -742,6 +742,28 @@ def test_writers_and_wandb_runs_are_rank_zero_only() -> None:
         assert lines[lines.index(call) - 1] == "if _is_main:"
 
 
+def test_tensorboard_loggers_logger_and_functions_are_rank_zeros() -> None:
+    """Found by the session's helpers on HobbitLong/RepDistiller and SupContrast: `tb_logger.Logger(logdir=...)`
+    (the tensorboard_logger package) was built on every rank, and every rank wrote its own shard's numbers into one
+    event file; its module's configure / log_value likewise."""
+    result = port("import tensorboard_logger as tb_logger\nfrom tensorboard_logger import configure, log_value\n"
+                  "logger = tb_logger.Logger(logdir='runs', flush_secs=2)\nconfigure('runs2')\n" + LOOP
+                  + "logger.log_value('loss', loss.item(), 0)\nlog_value('loss', loss.item(), 0)\n")  # fmt: skip
+    lines = lines_of(result)
+    assert "logger = _ddp_rank_zero(lambda: tb_logger.Logger(logdir='runs', flush_secs=2))" in lines
+    for call in ("configure('runs2')", "logger.log_value('loss', loss.item(), 0)", "log_value('loss', loss.item(), 0)"):
+        assert lines[lines.index(call) - 1] == "if _is_main:"
+
+
+@pytest.mark.parametrize("bar", ["bar = tqdm(total=8)", "self_bar = [tqdm(total=8)][0]"])
+def test_a_progress_bars_write_prints_on_rank_zero(bar: str) -> None:
+    """Found by the session's helpers on 1Konny/Beta-VAE: `pbar.write(...)`, tqdm's write, a class method, prints
+    where the bar is disabled: every rank printed every line, and "Saved checkpoint" where it saved nothing."""
+    name = bar.split(" = ")[0]
+    lines = lines_of(port("from tqdm import tqdm\n" + bar + "\n" + LOOP + f"{name}.write('saved')\n"))
+    assert lines[lines.index(f"{name}.write('saved')") - 1] == "if _is_main:"
+
+
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_writer_is_rank_zeros_and_a_stand_in_with_its_plain_values_elsewhere(
     rank: int, monkeypatch: pytest.MonkeyPatch

@@ -15,7 +15,7 @@ from ddpcli.port.pure import PURE_BUILTINS, PURE_METHODS, PURE_MODULES
 from ddpcli.port.rules.training import Training
 from ddpcli.port.rules.unwrap import model_given
 from ddpcli.port.siblings import only_prints
-from ddpcli.script.flow import reaching
+from ddpcli.script.flow import origins, reaching
 from ddpcli.script.reader import open_mode, opens_to_write
 
 WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "to_csv", "to_json", "dump",
@@ -29,6 +29,9 @@ WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "t
 # rank 0 alone is a race (rank 1's rmtree after rank 0's makedirs: "Parent directory out does not exist").
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 WRITER_CLASSES = {"SummaryWriter", "CSVLogger", "TensorBoardLogger"}
+WRITERS_BY_MODULE = {"tensorboard_logger.Logger"}  # a class named too plainly to match by its last name alone
+LOGGING_MODULES = ("wandb.", "tensorboard_logger.")  # module-level logging functions: configure, log_value
+PROGRESS_BARS = ("tqdm", "trange")
 READS = {"torch.load", "load_state_dict_from_file"}
 
 
@@ -44,6 +47,16 @@ def writing_functions(facts: Facts) -> frozenset[str]:
     for _ in range(3):  # a helper calling the file's own save
         writing |= {f.name.value for f in defined if any(last_name(call) in writing for call in calls[id(f)])}
     return frozenset(writing)
+
+
+def _a_progress_bar(port: Port, value: cst.BaseExpression) -> bool:
+    """`value` holds a tqdm bar, as the reader follows it (`pbar = tqdm(total=n)`; `self.pbar`)."""
+    return any(isinstance(end, cst.Call) and last_name(end) in PROGRESS_BARS for end in origins(port.facts, value))
+
+
+def builds_a_writer(facts: Facts, call: cst.Call) -> bool:
+    """A TensorBoard, CSV or experiment writer's class called: it opens its files where it is built."""
+    return last_name(call) in WRITER_CLASSES or facts.resolve(call) in WRITERS_BY_MODULE
 
 
 def _opens_for_writing(call: cst.Call) -> bool:
@@ -63,8 +76,12 @@ def _talks_or_writes(port: Port, call: cst.Call, writers: set[str], loggers: set
         return "print"
     if name in WRITES or last in WRITES:
         return "write"
-    if any(receiver == writer or receiver.startswith(f"{writer}.") for writer in writers) or name.startswith("wandb."):
+    if any(receiver == writer or receiver.startswith(f"{writer}.") for writer in writers) or name.startswith(
+        LOGGING_MODULES
+    ):
         return "logger"  # `writer.add_scalar(...)`, `experiment.config.update(...)`: None on the ranks but 0
+    if last == "write" and isinstance(call.func, cst.Attribute) and _a_progress_bar(port, call.func.value):
+        return "print"  # `bar.write(...)`: tqdm's write is a class method, it prints where the bar is disabled
     if last in LOG_LEVELS and (receiver in loggers or receiver == "logging" or receiver in ("logger", "log")):
         return "logger"
     return None
@@ -73,7 +90,7 @@ def _talks_or_writes(port: Port, call: cst.Call, writers: set[str], loggers: set
 def apply(port: Port) -> None:
     facts = port.facts
     writers = {dotted(t.target) for c in facts.calls
-               if (last_name(c) in WRITER_CLASSES or facts.resolve(c) == "wandb.init")
+               if (builds_a_writer(facts, c) or facts.resolve(c) == "wandb.init")
                and isinstance(a := facts.parents.get(c), cst.Assign) for t in a.targets}  # fmt: skip
     loggers = {dotted(t.target) for c in facts.calls if facts.resolve(c) == "logging.getLogger"
                and isinstance(a := facts.parents.get(c), cst.Assign) for t in a.targets}  # fmt: skip
@@ -120,7 +137,7 @@ def apply(port: Port) -> None:
         ):
             written.append(node)
             _open_on_rank_zero(port, node)
-        elif isinstance(node, cst.Call) and last_name(node) in WRITER_CLASSES:
+        elif isinstance(node, cst.Call) and builds_a_writer(facts, node):
             shared = not _inside_guard(port, node)
             port.edits.rewrite(node, lambda n, shared=shared: _built_on_rank_zero(n, shared))
             port.needs |= {"quiet", "rank_zero"}
