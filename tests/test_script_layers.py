@@ -55,6 +55,9 @@ def unreached(forward: str) -> list[str]:
         ("pass", ["extra"]),  # never: built and not called (the Dropout and the loss have no parameters)
         ("x = getattr(self, 'extra')(x) if self.flag else x", []),  # by name at run time: not judged
         ("for layer in self.children(): pass", []),
+        # after an early return: the rest of the forward, the class's own last line too
+        ("if x.sum() > 0:\n            return x\n        x = self.extra(x)", ["body", "extra"]),
+        ("if self.training:\n            return self.extra(x)\n        x = self.body(x)", []),
     ],
 )
 def test_a_layer_is_unreached_where_the_forward_calls_it_only_under_a_condition(
@@ -106,3 +109,39 @@ def test_a_model_whose_class_is_in_another_file_is_wrapped_with_find_unused(tmp_
     plain = CLASS.replace("FORWARD", "x = self.extra(x)")
     (tmp_path / "models.py").write_text(plain)
     assert "model = _DDPModel(model)\n" in port_program(tmp_path / "train.py").script.source
+
+
+BLOCKS = """\
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x, steps):
+        FORWARD
+        return self.head(x)
+"""
+
+
+@pytest.mark.parametrize(
+    ("forward", "expected"),
+    [
+        ("for step in range(steps):\n            x = self.blocks[step](x)", ["blocks"]),  # ProGAN's progressive blocks
+        ("x = self.blocks[steps - 1](x)", ["blocks"]),  # the entry a forward argument picks
+        ("for block in self.blocks[:steps]:\n            x = block(x)", ["blocks"]),
+        ("for block in self.blocks:\n            x = block(x)", []),  # every entry
+        ("for i in range(len(self.blocks)):\n            x = self.blocks[i](x)", []),
+        ("for i, block in enumerate(self.blocks):\n            x = self.blocks[i](x)", []),
+        ("x = self.blocks[-1](self.blocks[0](x))", []),  # numbers written out (entry 1 unused: not judged)
+    ],
+)
+def test_a_container_indexed_by_what_the_call_decides_may_leave_layers_unreached(forward: str, expected: list) -> None:
+    """Found by the session's helpers on aladdinpersson's ProGAN: `self.prog_blocks[step]` for the first `steps`
+    blocks, and the RGB layers at `steps - 1` and `steps`; the reference to the container counted as reaching every
+    entry, the wrap had no find_unused_parameters, and the 2-process run failed ("Expected to have finished
+    reduction in the prior iteration")."""
+    classes = classes_of(Reader.read(BLOCKS.replace("FORWARD", forward)))
+    assert unreached_in(classes, ["Net"]).get("Net", []) == expected

@@ -7,10 +7,13 @@ prior iteration") unless the wrap says `find_unused_parameters=True`.
 Read from the class's syntax tree: the `self.<name> = <Class>(...)` assignments of `__init__` (a class built: a
 layer, a block of the project's, an `nn.Parameter`), and the `self.<name>` references of `forward` and of the
 methods it calls, each either reached on every call or under an `if`, a conditional expression, the right side of
-`and`/`or`, an `except` or a `case`. A body under `if self.training:` is reached: DDP's backward follows a training
-forward. A forward that reaches its layers by name at run time (`getattr(self, ...)`, `self.children()`) is not
-judged. A class's own blocks are asked the same (`self.block = Block()`, Block's forward with an optional
-layer): their unused parameters are the model's."""
+`and`/`or`, an `except` or a `case`, or after an `if` that may return. A body under `if self.training:` is
+reached: DDP's backward follows a training forward. A container indexed by what the call decides
+(`self.blocks[step](x)` for `step` in `range(steps)`, a forward argument: ProGAN's progressive blocks) may leave
+some of its layers unreached; by a number written out, or by the position of a loop over the container itself
+(`for i in range(len(self.blocks))`, `enumerate(self.blocks)`), it is reached. A forward that reaches its layers by
+name at run time (`getattr(self, ...)`, `self.children()`) is not judged. A class's own blocks are asked the same
+(`self.block = Block()`, Block's forward with an optional layer): their unused parameters are the model's."""
 
 from __future__ import annotations
 
@@ -120,9 +123,38 @@ def _references(reader: Reader, method: cst.FunctionDef) -> list[tuple[str, bool
         ):
             return None
         if isinstance(node, cst.Attribute) and dotted(node.value) == "self":
-            found.append((node.attr.value, conditional))
+            found.append((node.attr.value, conditional or _some_entries(reader, node)))
         queue += [(child, conditional or under) for child, under in _children(reader, node)]
     return found
+
+
+def _some_entries(reader: Reader, attribute: cst.Attribute) -> bool:
+    """`self.blocks[step]`: an entry the call decides (not a number written out, not the position of a loop over
+    the container: `for i in range(len(self.blocks))`, `for i, block in enumerate(self.blocks)`)."""
+    subscript = reader.parents.get(attribute)
+    if not isinstance(subscript, cst.Subscript) or subscript.value is not attribute or len(subscript.slice) != 1:
+        return False
+    index = subscript.slice[0].slice
+    if not isinstance(index, cst.Index):
+        return True  # a slice: `self.blocks[:steps]`
+    value = index.value
+    if isinstance(value, cst.Integer) or (
+        isinstance(value, cst.UnaryOperation) and isinstance(value.expression, cst.Integer)
+    ):
+        return False
+    return not (isinstance(value, cst.Name) and _loops_over(reader, subscript, value.value, dotted(attribute)))
+
+
+def _loops_over(reader: Reader, node: cst.CSTNode, variable: str, container: str) -> bool:
+    """`variable` is the position a loop around `node` takes over the whole of `container`."""
+    for loop in (a for a in reader.ancestors(node) if isinstance(a, cst.For)):
+        header = reader.module.code_for_node(loop.iter).replace(" ", "")
+        target = reader.module.code_for_node(loop.target).replace(" ", "")
+        if header == f"range(len({container}))" and target == variable:
+            return True
+        if header == f"enumerate({container})" and target.split(",")[0].strip("()") == variable:
+            return True
+    return False
 
 
 def _children(reader: Reader, node: cst.CSTNode) -> list[tuple[cst.CSTNode, bool]]:
@@ -137,4 +169,28 @@ def _children(reader: Reader, node: cst.CSTNode) -> list[tuple[cst.CSTNode, bool
     below = reader.children.get(node, [])  # the tree read once (libcst's .children rebuilds them each time)
     if isinstance(node, cst.ExceptHandler | cst.MatchCase):
         return [(child, True) for child in below]
+    if isinstance(node, cst.IndentedBlock):  # what follows an `if` that may return runs only when it does not
+        found, returned = [], False
+        for child in below:
+            found.append((child, returned))
+            returned = returned or (isinstance(child, cst.If) and _returns(reader, child))
+        return found
     return [(child, False) for child in below]
+
+
+def _returns(reader: Reader, statement: cst.If) -> bool:
+    """A `return` (or raise) inside the `if`, not in a function defined there; `if self.training:` aside."""
+    if dotted(statement.test) == "self.training":
+        return False
+    return any(isinstance(node, cst.Return | cst.Raise) and not any(
+        isinstance(a, cst.FunctionDef | cst.Lambda) and a is not statement for a in _between(reader, node, statement))
+        for node in reader.walk(statement))  # fmt: skip
+
+
+def _between(reader: Reader, node: cst.CSTNode, top: cst.CSTNode) -> list[cst.CSTNode]:
+    found = []
+    for ancestor in reader.ancestors(node):
+        if ancestor is top:
+            break
+        found.append(ancestor)
+    return found
