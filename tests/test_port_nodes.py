@@ -89,6 +89,7 @@ SCRIPTS = {
         model.load_state_dict(torch.load("m.pt"))
         writer.add_graph(model.eval(), x)
         traced = torch.jit.trace(model, x)
+        plain = model.module if isinstance(model, nn.DataParallel) else model
         """),
     # accumulation, hand batching by slices, batchify by column, an exit the loss decides, a main that exits (teardown
     # in a finally)

@@ -213,6 +213,19 @@ def _ddp_data_parallel(model):
     torch.nn.DataParallel._ddp_port_models.add(model)
     return model
 '''
+IS_DATA_PARALLEL = '''
+
+def _ddp_isinstance(value, classes):
+    """isinstance, where a model the script put in nn.DataParallel is still one under torchrun: its DDP wrapper
+    stands where DataParallel stood, so a helper that unwraps `m.module` when it sees one (before saving its
+    state_dict) gets the script's module, as under python."""
+    wanted = classes if isinstance(classes, tuple) else (classes,)
+    if torch.nn.DataParallel in wanted and isinstance(value, torch.nn.parallel.DistributedDataParallel):
+        marked = getattr(torch.nn.DataParallel, "_ddp_port_models", ())  # _ddp_data_parallel's mark
+        if value in marked or value.module in marked:
+            return True
+    return isinstance(value, classes)
+'''
 SHARD = '''
 
 class _DDPLoader(torch.utils.data.DataLoader):
@@ -487,8 +500,9 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 
 # The helpers the rules may need (port.needs), in the order the header defines them.
 _HELPERS = (("ddp", MODEL), ("script_model", SCRIPT_MODEL), ("forward", FORWARD), ("data_parallel", DATA_PARALLEL),
-            ("shard", SHARD), ("quiet", QUIET), ("rank_zero", RANK_ZERO), ("wandb", WANDB), ("map", MAP),
-            ("device", DEVICE), ("seed", SEED), ("shared", SHARED), ("same", SAME), ("any", ANY))  # fmt: skip
+            ("is_data_parallel", IS_DATA_PARALLEL), ("shard", SHARD), ("quiet", QUIET), ("rank_zero", RANK_ZERO),
+            ("wandb", WANDB), ("map", MAP), ("device", DEVICE), ("seed", SEED), ("shared", SHARED), ("same", SAME),
+            ("any", ANY))  # fmt: skip
 
 
 def apply(port: Port) -> None:

@@ -457,6 +457,28 @@ def _wrap_before_builder(port: Port, call: cst.Call, helper: str, argument: cst.
                 f"ranks; {STILL_THE_MODEL}")  # fmt: skip
 
 
+DATA_PARALLEL_CLASSES = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+                         "torch.nn.parallel.data_parallel.DataParallel")  # fmt: skip
+
+
+def _data_parallel_tests(port: Port) -> None:
+    """`isinstance(m, nn.DataParallel)` (a save helper that unwraps `m.module` when it sees one): true under torchrun
+    for the DDP wrapper of a model the script put in DataParallel (`_ddp_isinstance`), else the helper saved its
+    `module.` names where the script saved the module's own (pytorch-playground's model_snapshot)."""
+    for call in port.facts.calls:
+        if port.facts.resolve(call) != "isinstance" or len(call.args) != 2:
+            continue
+        tested = call.args[1].value
+        classes = [e.value for e in tested.elements] if isinstance(tested, cst.Tuple) else [tested]
+        if any(
+            port.facts.resolve(c) in DATA_PARALLEL_CLASSES for c in classes if isinstance(c, cst.Name | cst.Attribute)
+        ):
+            port.edits.rewrite(call.func, lambda _: cst.Name("_ddp_isinstance"))
+            port.needs.add("is_data_parallel")
+            port.change(call, "data_parallel", "isinstance(..., nn.DataParallel) is true under torchrun for the "
+                        "DDP wrapper of a model the script put in nn.DataParallel, as under python")  # fmt: skip
+
+
 def apply(port: Port) -> None:
     facts = port.facts
     _wrap_at_builders_elsewhere(port)
@@ -489,6 +511,7 @@ def apply(port: Port) -> None:
             port.change(optimizer, "ddp_wrap", f"{model} wrapped in DistributedDataParallel under torchrun, after "
                         "it is on its device and before its optimizer: each backward averages its gradients "
                         f"across ranks, so every rank steps the same; {STILL_THE_MODEL}")  # fmt: skip
+    _data_parallel_tests(port)
     for call in facts.calls:
         name = facts.resolve(call)
         if name.rsplit(".", 1)[-1] == "DataParallel" and call.args:
