@@ -755,6 +755,29 @@ def test_tensorboard_loggers_logger_and_functions_are_rank_zeros() -> None:
         assert lines[lines.index(call) - 1] == "if _is_main:"
 
 
+@pytest.mark.parametrize(
+    ("handler", "expected"),
+    [
+        (
+            "logging.FileHandler(os.path.join('logs', 'log.txt'))",
+            "handler = logging.FileHandler(os.path.join('logs', 'log.txt') if _is_main else os.devnull)",
+        ),
+        (
+            "logging.handlers.RotatingFileHandler(filename='l.txt', maxBytes=9)",
+            "handler = logging.handlers.RotatingFileHandler(filename='l.txt' if _is_main else os.devnull, maxBytes=9)",
+        ),
+    ],
+)
+def test_a_log_file_handler_writes_its_file_on_rank_zero_and_devnull_elsewhere(handler: str, expected: str) -> None:
+    """Found by the session's helpers on aaron-xichen/pytorch-playground: the logger's folder made on rank 0
+    (`os.makedirs`, a write) and its FileHandler opened on every rank: rank 1 failed with FileNotFoundError when it
+    came first (2 runs of 6), and every rank's handler opened the one file."""
+    body = "import os, logging, logging.handlers\nif not os.path.exists('logs'):\n    os.makedirs('logs')\n" \
+        f"handler = {handler}\nlogger = logging.getLogger('train')\nlogger.addHandler(handler)\n" + LOOP  # fmt: skip
+    lines = lines_of(port(body))
+    assert expected in lines and "logger.addHandler(handler)" in lines
+
+
 @pytest.mark.parametrize("bar", ["bar = tqdm(total=8)", "self_bar = [tqdm(total=8)][0]"])
 def test_a_progress_bars_write_prints_on_rank_zero(bar: str) -> None:
     """Found by the session's helpers on 1Konny/Beta-VAE: `pbar.write(...)`, tqdm's write, a class method, prints

@@ -32,6 +32,8 @@ WRITER_CLASSES = {"SummaryWriter", "CSVLogger", "TensorBoardLogger"}
 WRITERS_BY_MODULE = {"tensorboard_logger.Logger"}  # a class named too plainly to match by its last name alone
 LOGGING_MODULES = ("wandb.", "tensorboard_logger.")  # module-level logging functions: configure, log_value
 PROGRESS_BARS = ("tqdm", "trange")
+FILE_HANDLERS = {"logging.FileHandler", "logging.handlers.RotatingFileHandler", "logging.handlers.WatchedFileHandler",
+                 "logging.handlers.TimedRotatingFileHandler"}  # fmt: skip
 READS = {"torch.load", "load_state_dict_from_file"}
 
 
@@ -137,6 +139,9 @@ def apply(port: Port) -> None:
         ):
             written.append(node)
             _open_on_rank_zero(port, node)
+        elif isinstance(node, cst.Call) and facts.resolve(node) in FILE_HANDLERS:
+            written.append(node)
+            _log_file_on_rank_zero(port, node)
         elif isinstance(node, cst.Call) and builds_a_writer(facts, node):
             shared = not _inside_guard(port, node)
             port.edits.rewrite(node, lambda n, shared=shared: _built_on_rank_zero(n, shared))
@@ -293,6 +298,29 @@ def _open_on_rank_zero(port: Port, call: cst.Call) -> None:
     port.edits.rewrite(call, lambda n: cst.IfExp(test=cst.Name("_is_main"), body=n, orelse=elsewhere(n)))
     port.change(call, "rank0", f"{port.code(call)} on rank 0; the other ranks write to os.devnull (once, not once "
                 "per rank)")  # fmt: skip
+
+
+def _log_file_on_rank_zero(port: Port, call: cst.Call) -> None:
+    """`logging.FileHandler(path)`: rank 0's handler writes the file, the others' os.devnull. On every rank, each
+    rank opened (and created) the file, in a folder rank 0 alone may make: rank 1 raced rank 0's os.makedirs
+    (FileNotFoundError, pytorch-playground's logger); a handler on rank 0 alone would leave the others without the
+    object the script configures."""
+    at = next((i for i, arg in enumerate(call.args) if (arg.keyword is None and i == 0)
+               or (arg.keyword is not None and arg.keyword.value == "filename")), None)  # fmt: skip
+    if at is None or call.args[at].star:
+        port.cannot(call, "a log file every rank opens: open it on rank 0 only (os.devnull on the others)")
+        return
+
+    def elsewhere(n: cst.Call) -> cst.Call:
+        args = list(n.args)
+        path = args[at].value
+        args[at] = args[at].with_changes(value=cst.IfExp(test=cst.Name("_is_main"), body=path,
+                                                         orelse=cst.parse_expression("os.devnull")))  # fmt: skip
+        return n.with_changes(args=args)
+
+    port.edits.rewrite(call, elsewhere)
+    port.change(call, "rank0", f"{port.code(call.func)}(...) writes its file on rank 0; the other ranks' handler "
+                "writes to os.devnull (one log, and no rank opens a file in a folder rank 0 makes)")  # fmt: skip
 
 
 def _with_comma(args: tuple[cst.Arg, ...]) -> list[cst.Arg]:
