@@ -18,10 +18,10 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.edits import expression
-from ddpcli.port.facts import CONTAINERS, Facts, dotted, last_name
+from ddpcli.port.facts import CONTAINERS, Facts, dotted, keyword, last_name
 from ddpcli.port.rules import unused
 from ddpcli.port.rules.training import Training, parameter_for
-from ddpcli.script.flow import PARAMETER_METHODS, held, origins, parameter_methods
+from ddpcli.script.flow import PARAMETER_METHODS, backward_calls, held, origins, parameter_methods
 from ddpcli.script.layers import classes_of, unreached_in
 
 STILL_THE_MODEL = ("the wrapper (_DDPModel) is still the script's model for its attributes, methods, state_dict and "
@@ -479,6 +479,24 @@ def _data_parallel_tests(port: Port) -> None:
                         "DDP wrapper of a model the script put in nn.DataParallel, as under python")  # fmt: skip
 
 
+def _backwards_through_a_kept_graph(port: Port) -> None:
+    """`loss.backward(retain_graph=True)` where a model is wrapped: DistributedDataParallel averages the gradients of
+    one backward per forward of the model; a second backward through the same forward (a GAN's generator loss
+    through the `fake` its critic's backward kept, an auxiliary loss after the main one) adds gradients each rank
+    keeps to itself, and the ranks drift apart with exit 0 (found by the session's helpers on aladdinpersson's
+    WGAN-GP: the generators 1.6e-3 apart). Named, not rewritten: the fix is the script's (one backward of the
+    summed losses, or the forward run again)."""
+    if not (port.models or port.program_trains):
+        return
+    for call in backward_calls(port.facts):
+        kept = keyword(call, "retain_graph")
+        if kept is not None and not (isinstance(kept.value, cst.Name) and kept.value.value in ("False", "None")):
+            port.cannot(call, "a backward that keeps its graph for another (retain_graph): DistributedDataParallel "
+                        "averages gradients once per forward of a wrapped model, so a second backward through the "
+                        "same forward leaves its gradients each rank's own and the ranks drift apart; back-propagate "
+                        "the losses in one backward, or run the model's forward again before the second")  # fmt: skip
+
+
 def apply(port: Port) -> None:
     facts = port.facts
     _wrap_at_builders_elsewhere(port)
@@ -512,6 +530,7 @@ def apply(port: Port) -> None:
                         "it is on its device and before its optimizer: each backward averages its gradients "
                         f"across ranks, so every rank steps the same; {STILL_THE_MODEL}")  # fmt: skip
     _data_parallel_tests(port)
+    _backwards_through_a_kept_graph(port)
     for call in facts.calls:
         name = facts.resolve(call)
         if name.rsplit(".", 1)[-1] == "DataParallel" and call.args:
