@@ -654,3 +654,27 @@ def test_an_optimizer_class_another_file_returns_builds_the_optimizer(tmp_path: 
     )
     lines = port_program(script).script.source.splitlines()
     assert "    model = _DDPModel(model)" in lines or "model = _DDPModel(model)" in lines
+
+
+def test_loaders_a_function_of_another_file_appends_to_the_list_it_returns_shard_the_trained_one(
+    tmp_path: Path,
+) -> None:
+    """pytorch-playground's shape (tried by the session's helpers): `ds = []; ds.append(train_loader);
+    ds.append(test_loader); return ds`, unpacked by the script. The list's values were not followed: "no training
+    DataLoader found" was said of a script whose loader was sharded, and which one was not decided by the flow."""
+    data = (
+        "import torch\n\n\ndef get(batch_size):\n    ds = []\n"
+        "    ds.append(torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=batch_size))\n"
+        "    ds.append(torch.utils.data.DataLoader(torch.randn(4, 4), batch_size=4))\n    return ds\n"
+    )
+    step = "for x in train:\n        optimizer.zero_grad()\n        model(x).sum().backward()\n" \
+        "        optimizer.step()\n    print(sum(model(x).sum().item() for x in held_out))"  # fmt: skip
+    script = program(tmp_path, "import data", step, {"data.py": data})
+    built = "loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2)"
+    script.write_text(script.read_text().replace(built, "train, held_out = data.get(2)"))
+    ported = port_program(script)
+    module = next(m.result for m in ported.modules if m.name == "data")
+    lines = [line.strip() for line in module.source.splitlines()]  # type: ignore[union-attr]
+    assert "ds.append(_ddp_shard(torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=batch_size)))" in lines
+    assert "ds.append(torch.utils.data.DataLoader(torch.randn(4, 4), batch_size=4))" in lines
+    assert not [item for item in ported.script.not_ported if "DataLoader" in item.reason]

@@ -346,6 +346,9 @@ def returned_keys(reader: Reader, function: cst.FunctionDef, loader: cst.Call) -
     for node in reader.walk(function):
         if not isinstance(node, cst.Return) or node.value is None:
             continue
+        if isinstance(node.value, cst.Name):
+            found |= {i for i, added in enumerate(_appended_in_order(reader, node.value))
+                      if loader in origins(reader, added)}  # fmt: skip
         for end in origins(reader, node.value, into_containers=False):
             if isinstance(end, cst.Dict):
                 keys = [literal_value(e.key) for e in end.elements
@@ -355,6 +358,34 @@ def returned_keys(reader: Reader, function: cst.FunctionDef, loader: cst.Call) -
                 found |= {i for i, e in enumerate(end.elements) if loader in origins(reader, e.value)}
             elif end is loader:
                 found.add(None)
+    return found
+
+
+def _appended_in_order(reader: Reader, name: cst.Name) -> list[cst.CSTNode]:
+    """What `name`'s function appends to the list it names, each at its position (`ds = []; ds.append(train);
+    ds.append(test)`): only where the list starts empty and every append runs once, in order (no loop or branch
+    around one); else nothing known."""
+    function = _function_of_node(reader, name)
+    bound = [n.value for n in reader.walk(function) if isinstance(n, cst.Assign)
+             and any(isinstance(t.target, cst.Name) and t.target.value == name.value for t in n.targets)]  # fmt: skip
+    if len(bound) != 1 or not (isinstance(bound[0], cst.List) and not bound[0].elements):
+        return []
+    appends = [n for n in reader.walk(function) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+               and n.func.attr.value in ADDS and _names(n.func.value, name.value)]  # fmt: skip
+    if any(n.func.attr.value != "append" or len(n.args) != 1 for n in appends):  # type: ignore[union-attr]
+        return []
+    inside = (cst.For, cst.While, cst.If, cst.Try, cst.ListComp)
+    if any(isinstance(a, inside) for n in appends for a in _ancestors_within(reader, n, function)):
+        return []
+    return [n.args[0].value for n in appends]
+
+
+def _ancestors_within(reader: Reader, node: cst.CSTNode, top: cst.CSTNode) -> list[cst.CSTNode]:
+    found = []
+    for ancestor in reader.ancestors(node):
+        if ancestor is top:
+            break
+        found.append(ancestor)
     return found
 
 
@@ -397,6 +428,7 @@ def _returned_values(reader: Reader, value: cst.BaseExpression, into_containers:
     inside = [
         e.value for end in ends if isinstance(end, cst.Dict) for e in end.elements if isinstance(e, cst.DictElement)
     ]
+    inside += _put_in(reader, value) if isinstance(value, cst.Name) else []  # `ds.append(loader); return ds`
     return ends + [origin for element in inside for origin in origins(reader, element)]
 
 
