@@ -498,6 +498,31 @@ for (real,) in loader:
     assert [item.line for item in items] == ([13] if named else [])
 
 
+def test_a_model_moved_to_its_device_under_a_test_after_its_optimizer_is_wrapped_after_the_move() -> None:
+    """RepDistiller's order (read by the session's helpers; GPU only, not run here): the optimizer, then `if
+    torch.cuda.is_available(): model = model.cuda()`. The wrap went before the optimizer, over CPU parameters, which
+    nccl cannot broadcast; it goes after the move, as where the move is not under a test."""
+    lines = lines_of(
+        port("""
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+if torch.cuda.is_available():
+    model = model.cuda()
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+for x, y in loader:
+    optimizer.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    optimizer.step()
+""")
+    )
+    move = next(i for i, line in enumerate(lines) if line.startswith("model = model.cuda("))
+    assert (
+        lines.index("model = _DDPModel(model)")
+        > move
+        > lines.index("optimizer = torch.optim.SGD(model.parameters(), lr=0.1)")
+    )
+
+
 def test_a_batchify_is_listed_as_not_ported_with_its_line() -> None:
     body = """
     def batchify(data, bsz):

@@ -146,11 +146,19 @@ def wrap_point(port: Port, optimizer: cst.Call, model: str) -> tuple[cst.BaseSta
             return _where_the_global_is(port, scope, model) if isinstance(scope, cst.FunctionDef) else None
         level = facts.statement(facts.parents[block])
     moves = re.compile(rf"^\s*{re.escape(model)}(\s*=\s*{re.escape(model)})?\s*\.\s*(to|cuda)\(")
-    later = [s for s in body[index + 1 :] if moves.match(port.code(s))]
+    later = [s for s in body[index + 1 :] if moves.match(port.code(s)) or _moves_under_a_test(port, s, moves)]
     if later:
         return later[-1], True
     capture = _first_capture(port, body[:index], assigned, model)
     return (capture, False) if capture is not None else (level, False)
+
+
+def _moves_under_a_test(port: Port, statement: cst.BaseStatement, moves: re.Pattern[str]) -> bool:
+    """`if torch.cuda.is_available(): model = model.cuda()` (RepDistiller's): the move, one `if` down; the wrap goes
+    after the `if`, on the device (DDP over CPU parameters cannot broadcast them with nccl)."""
+    if not isinstance(statement, cst.If) or not isinstance(statement.body, cst.IndentedBlock):
+        return False
+    return any(moves.match(port.code(inner)) for inner in statement.body.body)
 
 
 def _where_the_global_is(port: Port, function: cst.FunctionDef, model: str) -> tuple[cst.BaseStatement, bool] | None:
