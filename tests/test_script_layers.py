@@ -85,16 +85,18 @@ def test_the_blocks_a_model_builds_are_asked_too() -> None:
     assert unreached_in(classes_of(Reader.read(source)), ["Model"]) == {"Net": ["extra"]}
 
 
-def test_a_model_whose_class_is_in_another_file_is_wrapped_with_find_unused(tmp_path: Path) -> None:
-    """The class decides, wherever the program defines it: models.py's Net, the script's `model = Net(...)`."""
+@pytest.mark.parametrize("built", ["Net(flag=False)", "Net(flag=False).to('cpu')"])
+def test_a_model_whose_class_is_in_another_file_is_wrapped_with_find_unused(tmp_path: Path, built: str) -> None:
+    """The class decides, wherever the program defines it: models.py's Net, the script's `model = Net(...)`; moved
+    as it is built (`Generator(...).to(config.DEVICE)`, ProGAN's: its class was taken for `to`)."""
     (tmp_path / "models.py").write_text(CLASS.replace("FORWARD", "if self.flag: x = self.extra(x)"))
     (tmp_path / "train.py").write_text(
-        textwrap.dedent("""\
+        textwrap.dedent(f"""\
         import torch
         from torch.utils.data import DataLoader, TensorDataset
         from models import Net
 
-        model = Net(flag=False)
+        model = {built}
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 4)), batch_size=4)
         for x, y in loader:
@@ -145,3 +147,12 @@ def test_a_container_indexed_by_what_the_call_decides_may_leave_layers_unreached
     reduction in the prior iteration")."""
     classes = classes_of(Reader.read(BLOCKS.replace("FORWARD", forward)))
     assert unreached_in(classes, ["Net"]).get("Net", []) == expected
+
+
+def test_layers_built_in_one_tuple_assignment_are_each_built() -> None:
+    """ProGAN's `self.prog_blocks, self.rgb_layers = (nn.ModuleList([]), nn.ModuleList([...]))`: neither was counted
+    as built, so no entry of either could be unreached (its corpus run failed as before the indexing was read)."""
+    one = "self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])"
+    source = BLOCKS.replace(one, "self.blocks, self.rgb = (nn.ModuleList([nn.Linear(4, 4)]), nn.ModuleList([]))")
+    source = source.replace("FORWARD", "for step in range(steps):\n            x = self.blocks[step](x)")
+    assert unreached_in(classes_of(Reader.read(source)), ["Net"]).get("Net", []) == ["blocks", "rgb"]

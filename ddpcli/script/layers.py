@@ -99,13 +99,21 @@ def _built(reader: Reader, init: cst.FunctionDef) -> dict[str, str]:
     parameters, or a loss, left out."""
     found: dict[str, str] = {}
     for node in reader.walk(init.body):
-        if not isinstance(node, cst.Assign | cst.AnnAssign) or not isinstance(node.value, cst.Call):
-            continue
-        built = dotted(node.value.func).rsplit(".", 1)[-1]
-        if not built[:1].isupper() or built in PARAMETERLESS or built.endswith("Loss"):
+        if not isinstance(node, cst.Assign | cst.AnnAssign) or node.value is None:
             continue
         targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-        for target in targets:
+        pairs = [(target, node.value) for target in targets]
+        for target in targets:  # `self.blocks, self.rgb = nn.ModuleList([]), nn.ModuleList([])` (ProGAN's)
+            value = node.value
+            if (isinstance(target, cst.Tuple | cst.List) and isinstance(value, cst.Tuple | cst.List)
+                    and len(target.elements) == len(value.elements)):  # fmt: skip
+                pairs += [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)]
+        for target, value in pairs:
+            if not isinstance(value, cst.Call):
+                continue
+            built = dotted(value.func).rsplit(".", 1)[-1]
+            if not built[:1].isupper() or built in PARAMETERLESS or built.endswith("Loss"):
+                continue
             if isinstance(target, cst.Attribute) and dotted(target.value) == "self":
                 found.setdefault(target.attr.value, built)
     return found

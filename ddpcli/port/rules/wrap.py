@@ -220,6 +220,19 @@ def _first_capture(
     return None
 
 
+def _put_in_point(port: Port, optimizer: cst.Call, model: str) -> tuple[cst.BaseStatement, bool] | None:
+    """For a module an optimizer takes through a container nothing calls (_held_modules): before the first statement
+    that puts it in a container, in that statement's block (a branch's module is wrapped in its branch, where it is
+    bound: RepDistiller's regressor exists only for `--distill hint`)."""
+    containers = [m for m in models_trained(port.facts, optimizer) if model in _held_modules(port.facts, m)]
+    if not containers:
+        return None
+    for node in port.facts.order:
+        if isinstance(node, cst.Call | cst.List | cst.Tuple) and _keeps(node, model):
+            return port.facts.statement(node), False
+    return None
+
+
 def _keeps(node: cst.CSTNode, model: str) -> bool:
     """`other = model`, a list, tuple, set or dict written with the model among its values, or the model put in a
     container (`module_list.append(model)`)."""
@@ -319,9 +332,20 @@ def _unreached_layers(port: Port, model: str) -> dict[str, list[str]]:
     """The classes `model` is built from (`model = Net()`, `nets = [Net(False), Net(True)]`), in this file or
     another of the program, with the layers their forward may not reach (ddpcli.script.layers)."""
     known = {**port.facts.program_classes, **classes_of(port.facts)}
-    ends = [end for value in _assigned(port, model) for end in origins(port.facts, value)]
+    ends = [_built_by(end) for value in _assigned(port, model) for end in origins(port.facts, value)]
     classes = [dotted(end.func).rsplit(".", 1)[-1] for end in ends if isinstance(end, cst.Call)]
     return unreached_in(known, list(dict.fromkeys(classes)))
+
+
+RETURN_THE_MODULE = ("to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval", "requires_grad_")
+
+
+def _built_by(end: cst.CSTNode) -> cst.CSTNode:
+    """`Generator(...).to(device)` (ProGAN's) is the Generator built: nn.Module's methods that return the module."""
+    while (isinstance(end, cst.Call) and isinstance(end.func, cst.Attribute)
+           and end.func.attr.value in RETURN_THE_MODULE and isinstance(end.func.value, cst.Call)):  # fmt: skip
+        end = end.func.value
+    return end
 
 
 def _assigned(port: Port, model: str) -> list[cst.BaseExpression]:
@@ -528,12 +552,18 @@ def apply(port: Port) -> None:
             if container is not None:  # `opts = [Adam(net.parameters()) for net in nets]`: each model of the list
                 _wrap_each(port, optimizer, container, model)
                 continue
-            point = wrap_point(port, optimizer, model)
+            held = _put_in_point(port, optimizer, model)
+            point = held or wrap_point(port, optimizer, model)
             if point is None:
                 port.cannot(optimizer, f"{model}: its optimizer is built where the model is not assigned; wrap it "
                             "in DistributedDataParallel yourself after it is on its device")  # fmt: skip
                 continue
-            _place_wrap(port, point, model, _wrap_code(port, point[0], model))
+            code = _wrap_code(port, point[0], model)
+            if held is not None:  # a module a container holds may have nothing to train (a loss without parameters)
+                code = code.replace(
+                    "if _ddp:\n", f"if _ddp and any(p.requires_grad for p in {model}.parameters()):\n", 1
+                )
+            _place_wrap(port, point, model, code)
             port.change(optimizer, "ddp_wrap", f"{model} wrapped in DistributedDataParallel under torchrun, after "
                         "it is on its device and before its optimizer: each backward averages its gradients "
                         f"across ranks, so every rank steps the same; {STILL_THE_MODEL}")  # fmt: skip
