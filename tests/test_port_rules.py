@@ -408,10 +408,12 @@ def test_a_call_of_an_epoch_function_that_back_propagates_nothing_is_not_trainin
         ("optimizer is not None", "val_loader, optimizer"),  # both calls pass the optimizer: both train
         ("optimizer is not None and x.sum() > 0", "val_loader"),  # `and` of something unknown: still false
         ("flag", "val_loader"),  # a name bound outside: unknown
+        ("training", "val_loader"),  # bound by a loop as well as from the parameter: unknown
     ],
 )
 def test_an_epoch_function_whose_test_the_call_does_not_decide_trains_on_both(test: str, validation: str) -> None:
-    body = EPOCH_FUNCTION.format(params="loader, optimizer=None", bound="pass", test=test,
+    bound = "training = optimizer is not None\n    for training in (True,): pass" if test == "training" else "pass"
+    body = EPOCH_FUNCTION.format(params="loader, optimizer=None", bound=bound, test=test,
                                  training="train_loader, optimizer", validation=validation)  # fmt: skip
     lines = lines_of(port(body))
     sharded = sum(line.startswith(("train_loader = _ddp_shard(", "val_loader = _ddp_shard(")) for line in lines)

@@ -136,24 +136,19 @@ def _bound_value(reader: Reader, function: cst.FunctionDef, name: str, env: dict
         if isinstance(node, cst.Assign | cst.AnnAssign | cst.AugAssign)
         and any(isinstance(t, cst.Name) and t.value == name for t in _targets(node))
     ]
-    looped = any(isinstance(node, cst.For | cst.CompFor | cst.WithItem | cst.NamedExpr) and _names(node, name)
+    looped = any(isinstance(node, cst.For | cst.CompFor | cst.WithItem | cst.NamedExpr) and _names(reader, node, name)
                  for node in reader.walk(function.body))  # fmt: skip
     if len(bound) != 1 or bound[0] is None or looped or any(p.name.value == name for p in function.params.params):
         return UNKNOWN
     return _value(reader, function, bound[0], env, depth + 1)
 
 
-def _names(node: cst.For | cst.CompFor | cst.WithItem | cst.NamedExpr, name: str) -> bool:
+def _names(reader: Reader, node: cst.For | cst.CompFor | cst.WithItem | cst.NamedExpr, name: str) -> bool:
     """The binding `node` makes (a loop's target, `as`, `:=`) includes `name`."""
     target = node.asname.name if isinstance(node, cst.WithItem) and node.asname else getattr(node, "target", None)
-    return target is not None and any(isinstance(inner, cst.Name) and inner.value == name for inner in _walk(target))
-
-
-def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
-    found = [node]
-    for child in node.children:
-        found += _walk(child)
-    return found
+    return target is not None and any(
+        isinstance(inner, cst.Name) and inner.value == name for inner in reader.walk(target)
+    )
 
 
 def _targets(node: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[cst.BaseExpression]:
