@@ -678,3 +678,25 @@ def test_loaders_a_function_of_another_file_appends_to_the_list_it_returns_shard
     assert "ds.append(_ddp_shard(torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=batch_size)))" in lines
     assert "ds.append(torch.utils.data.DataLoader(torch.randn(4, 4), batch_size=4))" in lines
     assert not [item for item in ported.script.not_ported if "DataLoader" in item.reason]
+
+
+def test_loaders_appended_under_tests_leave_the_choice_to_the_names(tmp_path: Path) -> None:
+    """pytorch-playground as published: `if train: ds.append(train_loader)`, `if val: ds.append(test_loader)`, then
+    `ds = ds[0] if len(ds) == 1 else ds`. Where each append's position is not known, the list's loaders are not taken
+    for its returned ones (c27abef did: neither was sharded, each rank trained on all the data)."""
+    data = (
+        "import torch\n\n\ndef get(batch_size, train=True, val=True):\n    ds = []\n    if train:\n"
+        "        train_loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=batch_size)\n"
+        "        ds.append(train_loader)\n    if val:\n"
+        "        test_loader = torch.utils.data.DataLoader(torch.randn(4, 4), batch_size=4)\n"
+        "        ds.append(test_loader)\n    ds = ds[0] if len(ds) == 1 else ds\n    return ds\n"
+    )
+    step = "for x in train:\n        optimizer.zero_grad()\n        model(x).sum().backward()\n" \
+        "        optimizer.step()\n    print(sum(model(x).sum().item() for x in held_out))"  # fmt: skip
+    script = program(tmp_path, "import data", step, {"data.py": data})
+    built = "loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2)"
+    script.write_text(script.read_text().replace(built, "train, held_out = data.get(2)"))
+    module = next(m.result for m in port_program(script).modules if m.name == "data")
+    lines = [line.strip() for line in module.source.splitlines()]  # type: ignore[union-attr]
+    assert "train_loader = _ddp_shard(torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=batch_size))" in lines
+    assert "test_loader = torch.utils.data.DataLoader(torch.randn(4, 4), batch_size=4)" in lines

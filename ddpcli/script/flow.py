@@ -428,7 +428,8 @@ def _returned_values(reader: Reader, value: cst.BaseExpression, into_containers:
     inside = [
         e.value for end in ends if isinstance(end, cst.Dict) for e in end.elements if isinstance(e, cst.DictElement)
     ]
-    inside += _put_in(reader, value) if isinstance(value, cst.Name) else []  # `ds.append(loader); return ds`
+    # `ds.append(loader); return ds`, where each append's position is known (else the names decide, as before)
+    inside += _appended_in_order(reader, value) if isinstance(value, cst.Name) else []
     return ends + [origin for element in inside for origin in origins(reader, element)]
 
 
