@@ -375,18 +375,9 @@ def _appended_in_order(reader: Reader, name: cst.Name) -> list[cst.CSTNode]:
     if any(n.func.attr.value != "append" or len(n.args) != 1 for n in appends):  # type: ignore[union-attr]
         return []
     inside = (cst.For, cst.While, cst.If, cst.Try, cst.ListComp)
-    if any(isinstance(a, inside) for n in appends for a in _ancestors_within(reader, n, function)):
+    if any(isinstance(a, inside) for n in appends for a in reader.ancestors_below(n, function)):
         return []
     return [n.args[0].value for n in appends]
-
-
-def _ancestors_within(reader: Reader, node: cst.CSTNode, top: cst.CSTNode) -> list[cst.CSTNode]:
-    found = []
-    for ancestor in reader.ancestors(node):
-        if ancestor is top:
-            break
-        found.append(ancestor)
-    return found
 
 
 def _passed_through(reader: Reader, start: cst.CSTNode) -> Iterator[cst.Param]:

@@ -191,14 +191,5 @@ def _returns(reader: Reader, statement: cst.If) -> bool:
     if dotted(statement.test) == "self.training":
         return False
     return any(isinstance(node, cst.Return | cst.Raise) and not any(
-        isinstance(a, cst.FunctionDef | cst.Lambda) and a is not statement for a in _between(reader, node, statement))
+        isinstance(a, cst.FunctionDef | cst.Lambda) for a in reader.ancestors_below(node, statement))
         for node in reader.walk(statement))  # fmt: skip
-
-
-def _between(reader: Reader, node: cst.CSTNode, top: cst.CSTNode) -> list[cst.CSTNode]:
-    found = []
-    for ancestor in reader.ancestors(node):
-        if ancestor is top:
-            break
-        found.append(ancestor)
-    return found

@@ -219,6 +219,13 @@ class Reader:
             node = self.parents[node]
             yield node
 
+    def ancestors_below(self, node: cst.CSTNode, top: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        """`node`'s ancestors up to `top`, without it (all of them where `top` is none of theirs)."""
+        for ancestor in self.ancestors(node):
+            if ancestor is top:
+                return
+            yield ancestor
+
     def resolve(self, node: cst.CSTNode) -> str:
         """What an expression (a call: its function) names: the imported thing (`optim.SGD` -> torch.optim.SGD
         after `from torch import optim`), a builtin by its name (`print`), a name of the script as it is spelled
