@@ -346,6 +346,14 @@ def processes_with(marker: bytes) -> list[int]:
     return [pid for pid in worker_pids(marker) if alive(pid)]
 
 
+def command_line(pid: int) -> bytes:
+    """The process's command line, or nothing where it exited since it was listed (a loaded host's race)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
 @pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
@@ -373,9 +381,7 @@ def test_plan_stopped_during_the_real_all_reduce_probe_leaves_nothing(tmp_path: 
     marker = f"DDPCLI_CACHE_DIR={cache}".encode()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and plan.poll() is None:
-        workers = [
-            pid for pid in processes_with(marker) if b"allreduce_probe" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        ]
+        workers = [pid for pid in processes_with(marker) if b"allreduce_probe" in command_line(pid)]
         if len(workers) == 2:  # rank 0 and the rank it forked
             break
         time.sleep(0.05)
