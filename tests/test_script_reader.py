@@ -18,8 +18,9 @@ from ddpcli.init.roles import LITERAL_NAMES
 from ddpcli.init.script_kind import script_facts
 from ddpcli.port.facts import Facts
 from ddpcli.script import reader as reader_module
-from ddpcli.script.flow import feeding_parameters, origins, training_loaders
+from ddpcli.script.flow import feeding_parameters, training_loaders
 from ddpcli.script.reader import Reader, dotted, last_name
+from ddpcli.script.values import origins
 
 
 def resolved(source: str) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ import libcst as cst
 
 from ddpcli.errors import UserError
 from ddpcli.init.derived import Derivation, derivations
-from ddpcli.script.flow import is_loader, sources, training_loaders
+from ddpcli.script.flow import training_loaders
 from ddpcli.script.frameworks import (
     DATA_PARALLEL_CALLS,
     FABRIC_CLASSES,
@@ -33,6 +33,7 @@ from ddpcli.script.frameworks import (
 from ddpcli.script.modules import imported_names, module_file
 from ddpcli.script.reader import Reader, keyword, last_name, opens_to_write, string_value
 from ddpcli.script.source import NotPython, read
+from ddpcli.script.values import is_loader, sources
 
 # A call of one of these (as its import resolves it) builds a parser; the first kind found in this order wins.
 PARSER_CALLS = (

@@ -18,11 +18,13 @@ from ddpcli.port.records import PortRefused, PortResult
 from ddpcli.port.rules import (
     accumulation,
     checkpoint,
+    data_parallel,
     decisions,
     device,
     download,
     hand_batching,
     header,
+    kept_graph,
     loss,
     rank0,
     sampler,
@@ -36,8 +38,9 @@ from ddpcli.script.modules import unread_imports
 
 # wrap first (the others read port.models); header last (it defines what the others used).
 RULES: tuple[Callable[[Port], None], ...] = (
-    wrap.apply, unwrap.apply, decisions.apply, device.apply, sampler.apply, loss.apply, rank0.apply, download.apply,
-    accumulation.apply, hand_batching.apply, shared.apply, checkpoint.apply, header.apply,
+    wrap.apply, data_parallel.apply, kept_graph.apply, unwrap.apply, decisions.apply, device.apply, sampler.apply,
+    loss.apply, rank0.apply, download.apply, accumulation.apply, hand_batching.apply, shared.apply, checkpoint.apply,
+    header.apply,
 )  # fmt: skip
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import libcst as cst
 
-from ddpcli.script.flow import Feeding, backward_calls, backward_sources, origins, training_loaders
+from ddpcli.script.flow import Feeding, backward_sources, training_loaders
 from ddpcli.script.frameworks import OPTIMIZER_CLASSES
 from ddpcli.script.layers import Layers
 from ddpcli.script.reader import Reader, dotted, import_aliases, keyword, last_name, string_value
+from ddpcli.script.values import backward_calls, origins
 
 __all__ = ["Facts", "call_name", "dotted", "dotted_module", "import_aliases", "keyword", "last_name", "string_value"]
 
@@ -136,7 +137,7 @@ class Facts(Reader):
         return name.rsplit(".", 1)[-1] in self.optimizers_elsewhere and not name.startswith("torch.")
 
     def _holds_an_optimizer_class(self, value: cst.BaseExpression) -> bool:
-        """What `value` holds, as far as the reading follows it, is an optimizer class (ends of flow.origins; a
+        """What `value` holds, as far as the reading follows it, is an optimizer class (ends of values.origins; a
         dict of classes indexed by a key not written out: any of its values)."""
         if not isinstance(value, cst.Name | cst.Subscript | cst.Call) or (
             isinstance(value, cst.Name) and not self.is_variable(value)

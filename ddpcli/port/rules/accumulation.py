@@ -15,7 +15,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted
 from ddpcli.port.rules.wrap import trained_models
-from ddpcli.script.flow import origins
+from ddpcli.script.values import origins
 
 
 def apply(port: Port) -> None:

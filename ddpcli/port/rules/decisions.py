@@ -6,7 +6,7 @@ dropout and augmentation must differ across ranks), and a script that never seed
 from the start. A draw that a trained model's construction reads (a width a search picks, a random architecture, a
 trial of a hyperparameter search per fold) would then build models of different shapes on different ranks, and
 DistributedDataParallel fails at the wrap. Such a draw, found by what the model's construction holds as the reader
-follows it (ddpcli.script.flow.held: names to their bindings, the script's functions to their returns), becomes
+follows it (ddpcli.script.values.held: names to their bindings, the script's functions to their returns), becomes
 `_ddp_same(draw)`: every rank draws, rank 0's value is broadcast; under python, the draw itself.
 
 A training loop's `break` or `return` (or a `while` test) decided by what the rank computed from its own share of
@@ -22,7 +22,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import Facts, dotted, last_name
 from ddpcli.port.rules.training import Training
-from ddpcli.script.flow import held, is_loader, sources
+from ddpcli.script.values import held, is_loader, sources
 
 DRAWS = ("random.", "numpy.random.", "torch.rand", "torch.randint", "torch.randn", "torch.randperm",
          "torch.multinomial", "torch.normal")  # fmt: skip

@@ -24,7 +24,7 @@ from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted
 from ddpcli.port.rules.decisions import DRAWS
 from ddpcli.port.rules.training import Training
-from ddpcli.script.flow import held
+from ddpcli.script.values import held
 
 BATCH_FUNCTIONS = ("batchify", "get_batch", "get_batches", "iterate_minibatches", "minibatches")
 SHUFFLES = ("random.shuffle", "numpy.random.shuffle")  # shuffle the sequence given in place

@@ -2,7 +2,7 @@
 gradient: each rank sums over its B samples and DDP averages over ranks, which would divide the global batch's
 gradient by the world size; the backward of such a loss is multiplied by it, with a comment saying why.
 
-Whether a loss sums over the batch is read from what its value is (ddpcli.script.flow.origins: the bindings its
+Whether a loss sums over the batch is read from what its value is (ddpcli.script.values.origins: the bindings its
 names reach in their scope, the script's own functions' returns): a summing call, or the call of a criterion
 bound to one, is a sum; divided by the batch's size (`x.size(0)`, `len(x)`, `x.shape[0]`, a batch size) it is a
 mean; any other arithmetic keeps what its terms are. A criterion of another function, spelled alike, is not this
@@ -14,8 +14,8 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.facts import Facts, dotted, keyword, last_name, string_value
-from ddpcli.script.flow import origins
 from ddpcli.script.reader import literal_value
+from ddpcli.script.values import origins
 
 COMMENT = "# ddpcli port: this loss sums over the batch and DDP averages gradients over ranks: x world size"
 MAX_DEPTH = 8

@@ -15,8 +15,8 @@ from ddpcli.port.pure import PURE_BUILTINS, PURE_METHODS, PURE_MODULES
 from ddpcli.port.rules.training import Training
 from ddpcli.port.rules.unwrap import model_given
 from ddpcli.port.siblings import only_prints
-from ddpcli.script.flow import origins, reaching
 from ddpcli.script.reader import open_mode, opens_to_write
+from ddpcli.script.values import origins, reaching
 
 WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "to_csv", "to_json", "dump",
           "np.save", "np.savez", "np.savetxt", "numpy.save", "os.makedirs", "os.mkdir", "write_text", "write_bytes",

@@ -13,7 +13,8 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, last_name, string_value
 from ddpcli.port.rules.training import Training
-from ddpcli.script.flow import WHOLE, handed, origins, returned_keys
+from ddpcli.script.flow import WHOLE, handed, returned_keys
+from ddpcli.script.values import origins
 
 # Samplers `_ddp_shard` shards (a DistributedSampler, a split's indices kept, draws with replacement shared out);
 # any other is the script's own.

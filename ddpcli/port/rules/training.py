@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcli.port.facts import Facts, dotted
-from ddpcli.script.flow import trains_at
+from ddpcli.script.values import trains_at
 
 
 class Training:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcli.port.context import Port
-from ddpcli.script.flow import origins, sources
 from ddpcli.script.reader import dotted, literal_value
+from ddpcli.script.values import origins, sources
 
 
 def dropped_layers(port: Port, model: str) -> tuple[cst.Call, list[str]] | None:

@@ -21,7 +21,7 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.facts import CONTAINERS, Facts, dotted
-from ddpcli.script.flow import origins
+from ddpcli.script.values import origins
 
 PASSES_THROUGH = {
     "train", "eval", "parameters", "to", "cuda", "cpu", "zero_grad", "requires_grad_", "apply", "forward", "half",

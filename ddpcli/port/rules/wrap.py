@@ -17,12 +17,12 @@ import re
 import libcst as cst
 
 from ddpcli.port.context import Port
-from ddpcli.port.edits import expression
-from ddpcli.port.facts import CONTAINERS, Facts, dotted, keyword, last_name
+from ddpcli.port.facts import CONTAINERS, Facts, dotted, last_name
 from ddpcli.port.rules import unused
 from ddpcli.port.rules.training import Training, parameter_for
-from ddpcli.script.flow import PARAMETER_METHODS, backward_calls, held, origins, parameter_methods
+from ddpcli.script.flow import PARAMETER_METHODS, parameter_methods
 from ddpcli.script.layers import classes_of, unreached_in
+from ddpcli.script.values import held, origins
 
 STILL_THE_MODEL = ("the wrapper (_DDPModel) is still the script's model for its attributes, methods, state_dict and "
                    "copies, wherever the program uses them")  # fmt: skip
@@ -85,7 +85,7 @@ def models_trained(facts: Facts, optimizer: cst.Call) -> list[str]:
     a method of the program's classes yielding parameters (`model.get_1x_lr_params()`),
     `params = [p for p in model.parameters() if ...]` given by name, or groups a loop fills (`for n, p in
     model.named_parameters(): backbone.append(p)`): whatever the optimizer's arguments hold, as the reader follows
-    them (ddpcli.script.flow.held)."""
+    them (ddpcli.script.values.held)."""
     found: list[str] = []
     yielding = facts.parameter_methods or parameter_methods(facts)  # the program's, or this file's
     for arg in optimizer.args:
@@ -489,46 +489,6 @@ def _wrap_before_builder(port: Port, call: cst.Call, helper: str, argument: cst.
                 f"ranks; {STILL_THE_MODEL}")  # fmt: skip
 
 
-DATA_PARALLEL_CLASSES = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
-                         "torch.nn.parallel.data_parallel.DataParallel")  # fmt: skip
-
-
-def _data_parallel_tests(port: Port) -> None:
-    """`isinstance(m, nn.DataParallel)` (a save helper that unwraps `m.module` when it sees one): true under torchrun
-    for the DDP wrapper of a model the script put in DataParallel (`_ddp_isinstance`), else the helper saved its
-    `module.` names where the script saved the module's own (pytorch-playground's model_snapshot)."""
-    for call in port.facts.calls:
-        if port.facts.resolve(call) != "isinstance" or len(call.args) != 2:
-            continue
-        tested = call.args[1].value
-        classes = [e.value for e in tested.elements] if isinstance(tested, cst.Tuple) else [tested]
-        if any(
-            port.facts.resolve(c) in DATA_PARALLEL_CLASSES for c in classes if isinstance(c, cst.Name | cst.Attribute)
-        ):
-            port.edits.rewrite(call.func, lambda _: cst.Name("_ddp_isinstance"))
-            port.needs.add("is_data_parallel")
-            port.change(call, "data_parallel", "isinstance(..., nn.DataParallel) is true under torchrun for the "
-                        "DDP wrapper of a model the script put in nn.DataParallel, as under python")  # fmt: skip
-
-
-def _backwards_through_a_kept_graph(port: Port) -> None:
-    """`loss.backward(retain_graph=True)` where a model is wrapped: DistributedDataParallel averages the gradients of
-    one backward per forward of the model; a second backward through the same forward (a GAN's generator loss
-    through the `fake` its critic's backward kept, an auxiliary loss after the main one) adds gradients each rank
-    keeps to itself, and the ranks drift apart with exit 0 (found by the session's helpers on aladdinpersson's
-    WGAN-GP: the generators 1.6e-3 apart). Named, not rewritten: the fix is the script's (one backward of the
-    summed losses, or the forward run again)."""
-    if not (port.models or port.program_trains):
-        return
-    for call in backward_calls(port.facts):
-        kept = keyword(call, "retain_graph")
-        if kept is not None and not (isinstance(kept.value, cst.Name) and kept.value.value in ("False", "None")):
-            port.cannot(call, "a backward that keeps its graph for another (retain_graph): DistributedDataParallel "
-                        "averages gradients once per forward of a wrapped model, so a second backward through the "
-                        "same forward leaves its gradients each rank's own and the ranks drift apart; back-propagate "
-                        "the losses in one backward, or run the model's forward again before the second")  # fmt: skip
-
-
 def apply(port: Port) -> None:
     facts = port.facts
     _wrap_at_builders_elsewhere(port)
@@ -567,15 +527,3 @@ def apply(port: Port) -> None:
             port.change(optimizer, "ddp_wrap", f"{model} wrapped in DistributedDataParallel under torchrun, after "
                         "it is on its device and before its optimizer: each backward averages its gradients "
                         f"across ranks, so every rank steps the same; {STILL_THE_MODEL}")  # fmt: skip
-    _data_parallel_tests(port)
-    _backwards_through_a_kept_graph(port)
-    for call in facts.calls:
-        name = facts.resolve(call)
-        if name.rsplit(".", 1)[-1] == "DataParallel" and call.args:
-            inner = port.code(call.args[0].value)
-            port.edits.rewrite(call, lambda node, inner=inner: cst.IfExp(
-                test=expression("_ddp"), body=expression(f"_ddp_data_parallel({inner})"), orelse=node))  # fmt: skip
-            port.needs.add("data_parallel")
-            port.change(call, "data_parallel", "nn.DataParallel skipped under torchrun: each process drives one "
-                        "device and DistributedDataParallel replaces it, keeping DataParallel's `module.` names in "
-                        "the model's state_dict, so checkpoints load in both directions")  # fmt: skip
