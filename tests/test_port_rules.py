@@ -500,6 +500,33 @@ for (real,) in loader:
     assert [item.line for item in items] == ([13] if named else [])
 
 
+@pytest.mark.parametrize("loop", [
+    # one backward a step, its graph kept out of habit: each forward has one backward, DDP averages it
+    """    loss = model(xb).pow(2).mean()
+    opt.zero_grad()
+    loss.backward(retain_graph=True)
+    opt.step()""",
+    # two backwards, the second through a forward of its own: each forward has one backward
+    """    opt.zero_grad()
+    model(xb).pow(2).mean().backward(retain_graph=True)
+    out = model(xb)
+    out.abs().mean().backward()
+    opt.step()""",
+])  # fmt: skip
+def test_a_kept_graph_no_second_backward_goes_through_is_not_named(loop: str) -> None:
+    """retain_graph is harmless under DDP where no later backward goes back through the same forward of a wrapped
+    model: the rule named every `backward(retain_graph=True)`, a false "not ported" line (noted last stop)."""
+    result = port(f"""
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8)
+for (xb,) in loader:
+{loop}
+""")
+    assert [item for item in result.not_ported if "retain_graph" in item.reason] == []
+    assert "model = _DDPModel(model)" in result.source
+
+
 def test_a_model_moved_to_its_device_under_a_test_after_its_optimizer_is_wrapped_after_the_move() -> None:
     """RepDistiller's order (read by the session's helpers; GPU only, not run here): the optimizer, then `if
     torch.cuda.is_available(): model = model.cuda()`. The wrap went before the optimizer, over CPU parameters, which
