@@ -500,6 +500,26 @@ for (real,) in loader:
     assert [item.line for item in items] == ([13] if named else [])
 
 
+def test_a_module_spelled_as_the_model_is_not_run_as_its_forward() -> None:
+    """pytorch-playground's `from mnist import model` then `model = model.mnist(...)`: the module's function that
+    builds the network was taken for a method of the wrapped model (the name is rebound to it later) and became
+    `_ddp_forward(model, "mnist")(...)`: harmless at run time, a false change line. The read of `model` there
+    reaches the import alone."""
+    result = port("""
+import model
+model = model.mnist(4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+for xb, yb in loader:
+    loss = F.mse_loss(model(xb), yb)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""")
+    assert "ddp_forward" not in kinds(result) and "_ddp_forward(model" not in result.source
+    assert "model = model.mnist(4)" in lines_of(result) and "model = _DDPModel(model)" in lines_of(result)
+
+
 @pytest.mark.parametrize("loop", [
     # one backward a step, its graph kept out of habit: each forward has one backward, DDP averages it
     """    loss = model(xb).pow(2).mean()

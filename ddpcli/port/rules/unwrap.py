@@ -21,7 +21,7 @@ import libcst as cst
 
 from ddpcli.port.context import Port
 from ddpcli.port.facts import CONTAINERS, Facts, dotted
-from ddpcli.script.values import origins
+from ddpcli.script.values import origins, reaching
 
 PASSES_THROUGH = {
     "train", "eval", "parameters", "to", "cuda", "cpu", "zero_grad", "requires_grad_", "apply", "forward", "half",
@@ -50,17 +50,14 @@ MODEL_USES = ("train", "eval", "parameters", "named_parameters", "zero_grad", "s
 
 def _names_a_module(facts: Facts, node: cst.Attribute) -> bool:
     """`from model.wide_res_net import WideResNet`, `import model.resnet`, `model.resnet.ResNet18()` after it: a
-    package spelled as the model is, not the model (its variable is another binding, in another scope)."""
+    package spelled as the model is, not the model (its variable is another binding, in another scope, or later in
+    this one: `model = model.mnist(...)`)."""
     if any(isinstance(a, cst.Import | cst.ImportFrom) for a in facts.ancestors(node)):
         return True
     base = node.value
     while isinstance(base, cst.Attribute):
         base = base.value
-    return (
-        isinstance(base, cst.Name)
-        and base in facts.parents
-        and any(isinstance(value, cst.Import | cst.ImportFrom) for value in facts.values_of(base))
-    )
+    return isinstance(base, cst.Name) and _a_module_here(facts, base)
 
 
 def apply(port: Port) -> None:
@@ -141,6 +138,12 @@ def _through_forward(port: Port) -> set[cst.Attribute]:
     return done
 
 
+def _a_module_here(facts: Facts, name: cst.Name) -> bool:
+    """Every binding of `name` that reaches this read of it imports a module."""
+    bound = reaching(facts, name) if name in facts.parents else []
+    return bool(bound) and all(isinstance(binding, cst.Import | cst.ImportFrom) for binding in bound)
+
+
 def _through(call: cst.CSTNode, method: str) -> cst.Call:
     """`_ddp_forward(model, "loss")`, the callee that replaces `model.loss` (its receiver as the edits left it)."""
     assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
@@ -149,7 +152,10 @@ def _through(call: cst.CSTNode, method: str) -> cst.Call:
 
 
 def _a_model(port: Port, receiver: cst.BaseExpression) -> bool:
-    """A model the port wraps, or a parameter its function uses as a model (another file's wrapped model)."""
+    """A model the port wraps, or a parameter its function uses as a model (another file's wrapped model); not a
+    module the name is bound to where it is read (`model = model.mnist(...)` after `from mnist import model`)."""
+    if isinstance(receiver, cst.Name) and _a_module_here(port.facts, receiver):
+        return False
     if dotted(receiver) in port.models:
         return True
     if not isinstance(receiver, cst.Name):
