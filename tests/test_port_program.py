@@ -312,6 +312,56 @@ def test_the_loader_another_file_trains_on_is_sharded_where_it_is_built_and_only
     assert (val_line in lines) is not first_is_trained
 
 
+# A dict of loaders filled key by key, as cs230-stanford's fetch_dataloader fills it (tried by the session's helpers).
+FILLED = {
+    "in_a_loop": """
+    loaders = {}
+    for split in ["train", "val"]:
+        if split in types:
+            if split == "train":
+                dl = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+            else:
+                dl = DataLoader(torch.randn(8, 4), batch_size=4)
+            loaders[split] = dl
+    return loaders
+""",
+    "by_literal_keys": """
+    loaders = {}
+    loaders["val"] = DataLoader(torch.randn(8, 4), batch_size=4)
+    loaders["train"] = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+    return loaders
+""",
+}
+
+
+@pytest.mark.parametrize("filled", FILLED)
+def test_a_dict_of_loaders_filled_key_by_key_shards_the_key_the_script_trains_on(tmp_path: Path, filled: str) -> None:
+    """cs230-stanford's vision example (tried by the session's helpers): model/data_loader.py fills `dataloaders[split]
+    = dl` in a loop over the splits and returns the dict; train.py trains on `dataloaders['train']`. The function
+    was not taken for one that returns loaders (only dicts written out and appended lists were read), nothing was
+    sharded, and each rank trained on all the data ("optimizer steps 16; the plan said 8"). The key each loader is
+    stored under is read from the loop's literals and the tests around the loader."""
+    (tmp_path / "data.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef make_loaders(types):" + FILLED[filled],
+        encoding="utf-8",
+    )
+    (tmp_path / "engine.py").write_text(STEPS, encoding="utf-8")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\nimport data\nfrom engine import step\n\n"
+        "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loaders = data.make_loaders(['train', 'val'])\ntrain_dl = loaders['train']\n"
+        "for epoch in range(2):\n    step(model, optimizer, train_dl)\n",
+        encoding="utf-8",
+    )
+    ported = port_program(script)
+    (module,) = [m for m in ported.modules if m.name == "data"]
+    source = module.result.source  # type: ignore[union-attr]
+    assert "_ddp_shard(DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True))" in source, source
+    assert "_ddp_shard(DataLoader(torch.randn(8, 4), batch_size=4))" not in source, source
+    assert ported.script.not_ported == []
+
+
 @pytest.mark.parametrize("imported", ["from data import loader", "from data import loader as batches",
                                       "from data import loader, held_out"])  # fmt: skip
 def test_a_loader_another_file_builds_at_import_and_the_script_trains_on_is_sharded_there(

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from ddpcli.script import guards
 from ddpcli.script.reader import Reader, dotted, last_name, literal_value
 from ddpcli.script.values import (
     ADDS,
@@ -297,15 +298,18 @@ def _parts(
 def _where_returned(
     reader: Reader, node: cst.CSTNode, made: frozenset[str], keys: frozenset[Key] = WHOLE
 ) -> list[tuple[str, Key]]:
-    """(function, key) for each call of a function of `made` whose returned value `node` is, or is an item of;
-    `keys`: the parts of `node` that are trained on, where not the whole of it."""
+    """(function, key) for each call of a function of `made` whose returned value `node` is, or is an item of
+    (`loaders["train"]`, or a name bound to it: `train_dl = loaders["train"]`, cs230's); `keys`: the parts of
+    `node` that are trained on, where not the whole of it."""
     found: list[tuple[str, Key]] = []
-    if isinstance(node, cst.Subscript) and _one_index(node):
-        key = literal_value(node.slice[0].slice.value)  # type: ignore[union-attr]
-        if isinstance(key, str | int) and not isinstance(key, bool):
-            found += [(last_name(end), key) for end in origins(reader, node.value, into_containers=False)
-                      if isinstance(end, cst.Call) and last_name(end) in made]  # fmt: skip
-    for end in origins(reader, node, into_containers=False):
+    ends = origins(reader, node, into_containers=False)
+    for item in [node, *(end for end in ends if end is not node)]:
+        if isinstance(item, cst.Subscript) and _one_index(item):
+            key = literal_value(item.slice[0].slice.value)  # type: ignore[union-attr]
+            if isinstance(key, str | int) and not isinstance(key, bool):
+                found += [(last_name(end), key) for end in origins(reader, item.value, into_containers=False)
+                          if isinstance(end, cst.Call) and last_name(end) in made]  # fmt: skip
+    for end in ends:
         if isinstance(end, cst.Call) and last_name(end) in made:
             position = _unpacked_at(reader, node, end)
             found += [(last_name(end), position)] if position is not None else [(last_name(end), k) for k in keys]
@@ -337,6 +341,9 @@ def returned_keys(reader: Reader, function: cst.FunctionDef, loader: cst.Call) -
         if isinstance(node.value, cst.Name):
             found |= {i for i, added in enumerate(_appended_in_order(reader, node.value))
                       if loader in origins(reader, added)}  # fmt: skip
+            for key, stored in _stored_under_keys(reader, node.value):
+                if loader in origins(reader, stored):
+                    found |= _keys_stored_under(reader, function, key, loader)
         for end in origins(reader, node.value, into_containers=False):
             if isinstance(end, cst.Dict):
                 keys = [literal_value(e.key) for e in end.elements
@@ -407,9 +414,50 @@ def _returned_values(reader: Reader, value: cst.BaseExpression, into_containers:
     inside = [
         e.value for end in ends if isinstance(end, cst.Dict) for e in end.elements if isinstance(e, cst.DictElement)
     ]
-    # `ds.append(loader); return ds`, where each append's position is known (else the names decide, as before)
-    inside += _appended_in_order(reader, value) if isinstance(value, cst.Name) else []
+    if isinstance(value, cst.Name):
+        # `ds.append(loader); return ds`, where each append's position is known (else the names decide, as before)
+        inside += _appended_in_order(reader, value)
+        inside += [stored for _, stored in _stored_under_keys(reader, value)]  # `loaders[split] = dl`
     return ends + [origin for element in inside for origin in origins(reader, element)]
+
+
+def _stored_under_keys(reader: Reader, name: cst.Name) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """`name[key] = value` in `name`'s function (a dict of loaders filled key by key): (key, value) each."""
+    found = []
+    for node in reader.walk(enclosing_function(reader, name)):
+        if not isinstance(node, cst.Assign):
+            continue
+        for target in node.targets:
+            item = target.target
+            if (isinstance(item, cst.Subscript) and isinstance(item.value, cst.Name) and item.value.value == name.value
+                    and _one_index(item)):  # fmt: skip
+                found.append((item.slice[0].slice.value, node.value))  # type: ignore[union-attr]
+    return found
+
+
+def _keys_stored_under(
+    reader: Reader, function: cst.FunctionDef, key: cst.BaseExpression, loader: cst.Call
+) -> set[Key]:
+    """The keys `loader` is stored under by `name[key] = ...`: a literal key; or, for the variable of a loop over
+    literals around the assignment (`for split in ["train", "val"]`), each literal under which the loader can be
+    built there (`if split == "train": dl = DataLoader(...)`: ddpcli.script.guards); else none known."""
+    literal = literal_value(key)
+    if isinstance(literal, str | int) and not isinstance(literal, bool):
+        return {literal}
+    if not isinstance(key, cst.Name):
+        return set()
+    loops = [a for a in reader.ancestors(key) if isinstance(a, cst.For) and isinstance(a.target, cst.Name)
+             and a.target.value == key.value and isinstance(a.iter, cst.List | cst.Tuple)]  # fmt: skip
+    if not loops:
+        return set()
+    values = [literal_value(element.value) for element in loops[0].iter.elements]  # type: ignore[union-attr]
+    return {
+        value
+        for value in values
+        if isinstance(value, str | int)
+        and not isinstance(value, bool)
+        and guards.can_run(reader, function, loader, {key.value: value})
+    }
 
 
 PARAMETER_METHODS = ("parameters", "named_parameters")  # nn.Module's own

@@ -34,6 +34,12 @@ def trains_at(reader: Reader, function: cst.FunctionDef, backwards: list[cst.Cal
     return not own or env is None or not all(_never(reader, function, backward, env) for backward in own)
 
 
+def can_run(reader: Reader, function: cst.FunctionDef, node: cst.CSTNode, env: dict[str, Any]) -> bool:
+    """Whether `node` of `function` can run where the names of `env` hold its values (`split == "train"` around a
+    loader, with `split` the value of a loop over literals): False only where a test around it decides against."""
+    return not _never(reader, function, node, env)
+
+
 def _call_env(function: cst.FunctionDef, call: cst.Call) -> dict[str, Any] | None:
     """Each parameter's value at `call`: the literal passed or defaulted, else UNKNOWN; None where the call passes
     *args or **kwargs (which parameter gets what is not written out)."""
@@ -63,8 +69,9 @@ def _function_of(reader: Reader, node: cst.CSTNode) -> cst.FunctionDef | None:
     return next((a for a in reader.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
 
 
-def _never(reader: Reader, function: cst.FunctionDef, call: cst.Call, env: dict[str, Any]) -> bool:
-    """The backward `call` cannot run under `env`: an `if` around it, within the function, decides against it."""
+def _never(reader: Reader, function: cst.FunctionDef, call: cst.CSTNode, env: dict[str, Any]) -> bool:
+    """`call` (a backward, a loader) cannot run under `env`: an `if` around it, within the function, decides
+    against it."""
     node: cst.CSTNode = call
     for ancestor in reader.ancestors(call):
         if ancestor is function:
