@@ -115,6 +115,44 @@ def test_a_dotted_import_is_said_not_ported_and_a_package_init_that_changes_is_c
     assert "from pkg import quiet; from pkg.__init___ddp import save" in lines
 
 
+SCALED_STEP = (
+    "for x in loader:\n        optimizer.zero_grad()\n        (model(x).sum() * cfg['variance'][0]).backward()\n"
+    "        optimizer.step()"
+)
+
+
+@pytest.mark.parametrize("imports", ["from pkg import coco as cfg", "from pkg import voc, coco as cfg"])
+def test_a_name_the_package_rebinds_over_its_submodule_is_not_pointed_at_the_submodules_copy(
+    tmp_path: Path, imports: str
+) -> None:
+    """amdegroot/ssd.pytorch (tried by the session's helpers): data/__init__.py imports from its submodule coco.py,
+    then `from .config import *`, whose `coco` (a dict of settings) replaces the submodule as `data.coco`. coco.py
+    prints, so it was copied, and `from data import coco as cfg` became `from data import coco_ddp as cfg`: a module
+    where the script reads a dict, TypeError at `cfg['variance']` under python and torchrun alike."""
+    files = {
+        "pkg/__init__.py": "from .coco import COCO_CLASSES\nfrom .config import *\n",
+        "pkg/coco.py": "COCO_CLASSES = ('a', 'b')\n\n\ndef report(text):\n    print(text)\n",
+        "pkg/config.py": "voc = {'variance': [0.1, 0.2]}\ncoco = {'variance': [0.1, 0.2]}\n",
+    }
+    step = SCALED_STEP
+    script = program(tmp_path, imports, step, files)
+    ported = port_program(script)
+    assert imports in ported.script.source.splitlines(), ported.script.source
+    assert "coco_ddp" not in ported.script.source
+
+
+def test_a_name_the_package_imports_from_its_same_named_copied_submodule_comes_from_the_copy(tmp_path: Path) -> None:
+    """The other side of the rule above: `from .coco import coco` in the __init__ binds the submodule's `coco` over
+    the submodule; coco.py is copied, so the script's `from pkg import coco as cfg` takes it from the copy."""
+    files = {
+        "pkg/__init__.py": "from .coco import coco\n",
+        "pkg/coco.py": "coco = {'variance': [0.1, 0.2]}\n\n\ndef report(text):\n    print(text)\n",
+    }
+    step = SCALED_STEP
+    ported = port_program(program(tmp_path, "from pkg import coco as cfg", step, files))
+    assert "from pkg.coco_ddp import coco as cfg" in ported.script.source.splitlines(), ported.script.source
+
+
 @pytest.mark.parametrize(("imports", "reads", "rewritten"), [
     ("import pkg", "pkg.save(model, 'b.pt')", True),
     ("import pkg\nimport pkg.quiet", "pkg.save(model, 'b.pt'); pkg.quiet.helper(1)", False),

@@ -398,7 +398,7 @@ class ImportsOfCopies(cst.CSTTransformer):
         names, moved = [], []
         for alias in updated_node.names:
             full = f"{base}.{dotted(alias.name)}" if base else dotted(alias.name)
-            if full in self.copies:
+            if full in self.copies and not self._rebound(full):
                 self.changed.append((full, f"from {base} import {dotted(alias.name)} -> {self.copies[full]}"))
                 alias = alias.with_changes(name=cst.Name(self.copies[full].rpartition(".")[2]),
                                            asname=alias.asname or cst.AsName(cst.Name(dotted(alias.name))))  # fmt: skip
@@ -428,7 +428,7 @@ class ImportsOfCopies(cst.CSTTransformer):
         kept, moved = [], []
         for alias in node.names:
             full = f"{base}.{dotted(alias.name)}"
-            if full in self.copies:
+            if full in self.copies and not self._rebound(full):
                 kept.append(
                     alias.with_changes(
                         name=cst.Name(self.copies[full].rpartition(".")[2]),
@@ -436,7 +436,7 @@ class ImportsOfCopies(cst.CSTTransformer):
                     )
                 )
                 self.changed.append((full, f"from {base} import {dotted(alias.name)} -> {self.copies[full]}"))
-            elif full in self.submodules:
+            elif full in self.submodules and not self._rebound(full):
                 kept.append(alias)
             else:
                 moved.append(alias.with_changes(comma=cst.MaybeSentinel.DEFAULT))
@@ -446,6 +446,13 @@ class ImportsOfCopies(cst.CSTTransformer):
         module = _dotted_node(f"{dotted(node.module)}.{self._tail(base)}")  # type: ignore[arg-type]
         copied = [node.with_changes(module=module, names=_commas(moved))] if moved else []
         return cst.FlattenSentinel([node.with_changes(names=_commas(kept)), *copied] if kept else copied)
+
+    def _rebound(self, full: str) -> bool:
+        """The package's __init__ binds `pkg.name` with an import from one of its modules (`from .config import *`
+        whose `coco` dict replaces the submodule coco.py as `data.coco`, ssd.pytorch's data package; `from .coco
+        import coco`): `from pkg import name` gives that binding, not the submodule, so not the submodule's copy
+        (the binding comes from its module's copy where that module is copied)."""
+        return full in self.reexported and self.reexported[full] != full.rpartition(".")[0]
 
     def _tail(self, base: str) -> str:
         return self.copies[base].rpartition(".")[2]
