@@ -979,6 +979,29 @@ def test_a_file_opened_for_writing_outside_a_with_is_opened_on_rank_zero_and_nul
     assert [item.reason.split(":")[0] for item in both.not_ported] == ["a file opened for writing outside a `with`"]
 
 
+@pytest.mark.parametrize(("opened", "elsewhere"), [
+    ('Path("train.log").open("w")', 'open(os.devnull, "w")'),
+    ('Path("train.log").open(mode="a", encoding="utf-8")', 'open(os.devnull, mode="a", encoding="utf-8")'),
+    ('gzip.open("train.log.gz", "wt")', 'gzip.open(os.devnull, "wt")'),
+])  # fmt: skip
+def test_a_file_a_method_opens_for_writing_is_opened_on_rank_zero_and_null_elsewhere(
+    opened: str, elsewhere: str
+) -> None:
+    """victoresque/pytorch-template's write_json (tried by the session's helpers): `with fname.open('wt') as
+    handle: json.dump(...)`. Only the dump was guarded; every rank's open emptied the file (config.json 0 bytes,
+    or FileNotFoundError on rank 1 in a folder rank 0 alone makes). A path's open and a module's
+    (gzip/bz2/lzma/codecs/io) open for writing as the builtin does."""
+    result = port("import gzip\nfrom pathlib import Path\n" + LOOP + f"log = {opened}\nlog.write('done')\n")
+    assert f"log = {opened} if _is_main else {elsewhere}" in lines_of(result), result.source
+    guarded = port("import json\nfrom pathlib import Path\n" + LOOP + 'with Path("c.json").open("wt") as handle:\n'
+                   '    json.dump({"a": 1}, handle)\n')  # fmt: skip
+    lines = lines_of(guarded)
+    assert lines[lines.index('with Path("c.json").open("wt") as handle:') - 1] == "if _is_main:"
+    read = port("from pathlib import Path\nfrom PIL import Image\n" + LOOP + 'text = Path("c.json").open().read()\n'
+                'image = Image.open("x.png")\n')  # fmt: skip
+    assert 'text = Path("c.json").open().read()' in lines_of(read) and 'image = Image.open("x.png")' in lines_of(read)
+
+
 WHILE_EPOCHS = """
 data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
 train_loader = DataLoader(data, batch_size=8, shuffle=True)

@@ -66,10 +66,26 @@ def string_value(node: cst.CSTNode) -> str | None:
     return None
 
 
+MODE_LETTERS = frozenset("rwaxbtU+")
+
+
 def open_mode(call: cst.Call) -> str | None:
-    """The mode string of `open(path, mode)` / `open(path, mode=...)`, None where it is not a literal."""
+    """The mode string of `open(path, mode)` / `open(path, mode=...)` (a module's too: `gzip.open(path, "wt")`), or
+    of a path's own `path.open(mode)`; None where it is not a literal."""
     mode = keyword(call, "mode") or (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
+    if mode is None and opens_its_receiver(call):
+        mode = call.args[0]
     return string_value(mode.value) if mode is not None else None
+
+
+def opens_its_receiver(call: cst.Call) -> bool:
+    """`path.open("w")`: a method `open` whose first argument is a mode (pathlib's), not a file (`Image.open(path)`,
+    `gzip.open(path, mode)`)."""
+    if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "open" or not call.args:
+        return False
+    first = call.args[0]
+    mode = string_value(first.value) if first.keyword is None else None
+    return bool(mode) and set(mode) <= MODE_LETTERS  # type: ignore[arg-type]
 
 
 def opens_to_write(call: cst.Call) -> bool:

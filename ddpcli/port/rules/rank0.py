@@ -15,7 +15,7 @@ from ddpcli.port.pure import PURE_BUILTINS, PURE_METHODS, PURE_MODULES
 from ddpcli.port.rules.training import Training
 from ddpcli.port.rules.unwrap import model_given
 from ddpcli.port.siblings import only_prints
-from ddpcli.script.reader import open_mode, opens_to_write
+from ddpcli.script.reader import open_mode, opens_its_receiver, opens_to_write
 from ddpcli.script.values import origins, reaching
 
 WRITES = {"torch.save", "save_image", "savefig", "imsave", "save_pretrained", "to_csv", "to_json", "dump",
@@ -62,7 +62,9 @@ def builds_a_writer(facts: Facts, call: cst.Call) -> bool:
 
 
 def _opens_for_writing(call: cst.Call) -> bool:
-    if dotted(call.func) != "open":
+    """The builtin `open`, a module's (`gzip.open(path, "wt")`) or a path's (`fname.open("wt")`), in a mode that
+    writes."""
+    if dotted(call.func) != "open" and not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "open"):
         return False
     return opens_to_write(call)
 
@@ -282,6 +284,9 @@ def _open_on_rank_zero(port: Port, call: cst.Call) -> None:
     """`log = open("log.txt", "w")`: rank 0 opens the file, the others the null device with the same mode, so every
     later `log.write` runs everywhere and lands once. A mode that also reads ("r+", "w+") cannot be emptied so."""
     value = open_mode(call)
+    if value is not None and "+" not in value and (opens_its_receiver(call) or _a_path_opened_by_keywords(call)):
+        _path_open_on_rank_zero(port, call)  # `fname.open("wt")`: the builtin open of the null device elsewhere
+        return
     at = next((i for i, arg in enumerate(call.args) if arg.keyword is None or arg.keyword.value == "file"), None)
     if at is None or (call.args[at].keyword is None and at != 0) or value is None or "+" in value:
         within = isinstance(port.facts.parents.get(call), cst.WithItem)
@@ -334,6 +339,27 @@ def _inside_guard(port: Port, node: cst.CSTNode) -> bool:
     """An enclosing statement already runs on rank 0 alone (a `with open(..., "w")` around a torch.save)."""
     return any(getattr(how, "guard_test", None) == "_is_main"
                for ancestor in port.facts.ancestors(node) for how in port.edits.rewrites.get(ancestor, ()))  # fmt: skip
+
+
+def _a_path_opened_by_keywords(call: cst.Call) -> bool:
+    """`path.open(mode="a", encoding=...)`: a method open given no file, by position or by name."""
+    named = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+    return (
+        isinstance(call.func, cst.Attribute)
+        and all(arg.keyword is not None for arg in call.args)
+        and not named & {"file", "filename", "name", "fileobj"}
+    )
+
+
+def _path_open_on_rank_zero(port: Port, call: cst.Call) -> None:
+    """`path.open("w", ...)` (its receiver the file): rank 0 opens it, the others `open(os.devnull, "w", ...)`."""
+
+    def elsewhere(n: cst.Call) -> cst.Call:
+        return cst.Call(func=cst.Name("open"), args=[cst.Arg(cst.parse_expression("os.devnull")), *n.args])
+
+    port.edits.rewrite(call, lambda n: cst.IfExp(test=cst.Name("_is_main"), body=n, orelse=elsewhere(n)))
+    port.change(call, "rank0", f"{port.code(call)} on rank 0; the other ranks write to os.devnull (once, not once "
+                "per rank)")  # fmt: skip
 
 
 def _read_back_statement(port: Port, call: cst.Call) -> cst.CSTNode:
