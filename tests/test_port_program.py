@@ -350,6 +350,34 @@ def test_the_loader_another_file_trains_on_is_sharded_where_it_is_built_and_only
     assert (val_line in lines) is not first_is_trained
 
 
+def test_a_factory_called_for_training_and_evaluation_is_sharded_at_the_training_call_alone(tmp_path: Path) -> None:
+    """LeeJunHyun/Image_Segmentation (tried by the session's helpers): data_loader.py's get_loader(mode=...) builds
+    and returns the loader for training, validation and test alike; main.py hands the training one to the Solver.
+    The call was sharded in main.py and the DataLoader inside get_loader too: the validation and test loaders were
+    halved, rank 0 chose and saved its best model from its half (and a rank whose half never improved raised at
+    `del best_unet`). A loader the function returns whole is sharded where it is called to train."""
+    (tmp_path / "data.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef get_loader(mode='train'):\n"
+        "    loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=mode == 'train')\n    return loader\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "engine.py").write_text(STEPS, encoding="utf-8")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\nfrom data import get_loader\nfrom engine import step\n\n"
+        "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "train_loader = get_loader(mode='train')\nvalid_loader = get_loader(mode='valid')\n"
+        "for epoch in range(2):\n    step(model, optimizer, train_loader)\n"
+        "    print(sum(model(x).sum().item() for x in valid_loader))\n",
+        encoding="utf-8",
+    )
+    ported = port_program(script)
+    lines = ported.script.source.splitlines()
+    assert "train_loader = _ddp_shard(get_loader(mode='train'))" in lines
+    assert "valid_loader = get_loader(mode='valid')" in lines
+    assert all("_ddp_shard" not in m.result.source for m in ported.modules if m.name == "data")  # type: ignore[union-attr]
+
+
 # A dict of loaders filled key by key, as cs230-stanford's fetch_dataloader fills it (tried by the session's helpers).
 FILLED = {
     "in_a_loop": """

@@ -13,7 +13,7 @@ import libcst as cst
 from ddpcli.port.context import Port
 from ddpcli.port.facts import dotted, keyword, last_name, string_value
 from ddpcli.port.rules.training import Training
-from ddpcli.script.flow import WHOLE, handed, returned_keys
+from ddpcli.script.flow import WHOLE, handed, loader_functions, returned_keys
 from ddpcli.script.values import origins
 
 # Samplers `_ddp_shard` shards (a DistributedSampler, a split's indices kept, draws with replacement shared out);
@@ -308,7 +308,8 @@ def _trained_where_returned(port: Port, loader: cst.Call) -> bool | None:
     of a dict or a position of a tuple) and another file trains on some of what it returns (`loaders["train"]`
     handed to engine.py's loop): build_loaders' "train" loader is sharded, its "val" one is not, whatever their
     names. None where no other file trains on what the function returns, or one hands the whole tuple on to code
-    that picks its loader (the names may decide)."""
+    that picks its loader (the names may decide). A loader the function returns whole is sharded at the calls that
+    train on it, not here: get_loader(mode="valid") of the same function stays whole (Image_Segmentation's)."""
     function = port.facts.scope(loader)
     kept = _kept_by_a_class_trained_elsewhere(port, loader)
     if kept is not None:
@@ -323,6 +324,8 @@ def _trained_where_returned(port: Port, loader: cst.Call) -> bool | None:
     if not wanted:
         return None
     keys = returned_keys(port.facts, function, loader)
+    if keys == {None} and function.name.value in loader_functions(port.facts):
+        return False  # returned whole: each file calling it to train shards that call (_shard_returned_elsewhere)
     if keys & wanted:
         return True
     if None in wanted and keys - {None}:  # the whole tuple handed on (`Trainer(config, loaders)`), indexed there
