@@ -520,6 +520,36 @@ for xb, yb in loader:
     assert "model = model.mnist(4)" in lines_of(result) and "model = _DDPModel(model)" in lines_of(result)
 
 
+@pytest.mark.parametrize("built", [
+    "encoder_optimizer = torch.optim.SGD(filter(lambda p: p.requires_grad, encoder.parameters()), lr=0.1) if fine_tune "
+    "else None",
+    "encoder_optimizer = fine_tune and torch.optim.SGD(encoder.parameters(), lr=0.1)",
+])  # fmt: skip
+def test_a_model_whose_optimizer_is_built_under_a_test_is_wrapped_where_it_has_parameters_to_train(built: str) -> None:
+    """sgrvinod's image-captioning tutorial (read by the session's helpers): the encoder is frozen unless
+    --fine_tune_encoder, and its optimizer is built only then (`... if fine_tune_encoder else None`). The wrap was
+    unconditional: DistributedDataParallel refuses a module with no parameter that requires a gradient, and every
+    rank failed at start. The wrap is guarded by what DDP needs."""
+    result = port(f"""
+fine_tune = False
+encoder, decoder = nn.Linear(4, 4), nn.Linear(4, 1)
+for p in encoder.parameters():
+    p.requires_grad = fine_tune
+decoder_optimizer = torch.optim.SGD(decoder.parameters(), lr=0.1)
+{built}
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+for xb, yb in loader:
+    loss = F.mse_loss(decoder(encoder(xb)), yb)
+    decoder_optimizer.zero_grad()
+    loss.backward()
+    decoder_optimizer.step()
+""")
+    lines = lines_of(result)
+    at = lines.index("encoder = _DDPModel(encoder)")
+    assert lines[at - 1] == "if _ddp and any(p.requires_grad for p in encoder.parameters()):"
+    assert lines[lines.index("decoder = _DDPModel(decoder)") - 1] == "if _ddp:"
+
+
 @pytest.mark.parametrize("loop", [
     # one backward a step, its graph kept out of habit: each forward has one backward, DDP averages it
     """    loss = model(xb).pow(2).mean()

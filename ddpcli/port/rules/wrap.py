@@ -489,6 +489,30 @@ def _wrap_before_builder(port: Port, call: cst.Call, helper: str, argument: cst.
                 f"ranks; {STILL_THE_MODEL}")  # fmt: skip
 
 
+def _built_under_a_test(port: Port, optimizer: cst.Call, wrap_before: cst.CSTNode) -> bool:
+    """The optimizer is built only where a test holds, and the wrap would run whether or not it does: a branch of
+    a conditional expression or `and`/`or` in its statement (`Adam(...) if fine_tune_encoder else None`), or an
+    `if` around its statement that is not around the wrap."""
+    facts = port.facts
+    statement = facts.statement(optimizer)
+    node: cst.CSTNode = optimizer
+    for ancestor in facts.ancestors(optimizer):
+        if ancestor is statement:
+            break
+        if isinstance(ancestor, cst.IfExp) and node is not ancestor.test:
+            return True
+        if isinstance(ancestor, cst.BooleanOperation) and node is ancestor.right:
+            return True
+        node = ancestor
+    around_wrap = set(facts.ancestors(wrap_before))
+    for ancestor in facts.ancestors(statement):
+        if isinstance(ancestor, cst.FunctionDef | cst.ClassDef):
+            return False
+        if isinstance(ancestor, cst.If) and ancestor not in around_wrap:
+            return True
+    return False
+
+
 def apply(port: Port) -> None:
     facts = port.facts
     _wrap_at_builders_elsewhere(port)
@@ -519,7 +543,9 @@ def apply(port: Port) -> None:
                             "in DistributedDataParallel yourself after it is on its device")  # fmt: skip
                 continue
             code = _wrap_code(port, point[0], model)
-            if held is not None:  # a module a container holds may have nothing to train (a loss without parameters)
+            # a module a container holds may have nothing to train (a loss without parameters), nor may one whose
+            # optimizer is built only under a test (a frozen encoder, fine-tuned on a flag)
+            if held is not None or _built_under_a_test(port, optimizer, point[0]):
                 code = code.replace(
                     "if _ddp:\n", f"if _ddp and any(p.requires_grad for p in {model}.parameters()):\n", 1
                 )
