@@ -76,6 +76,8 @@ class Facts(Reader):
     parameter_methods: frozenset[str] = frozenset()  # methods of the program's classes yielding parameters
     # (ddpcli.script.flow.parameter_methods: this file's alone where it is read without its program)
     optimizers_elsewhere: frozenset[str] = frozenset()  # optimizer classes the program's other files define
+    builders_by_name_elsewhere: dict[str, tuple[int, str]] = field(default_factory=dict)  # the program's other
+    # files' functions building an instance of a class looked up on a module they are given (builders_by_name)
     optimizer_factories_elsewhere: frozenset[str] = frozenset()  # functions of the program's other files that
     # return an optimizer class (`get_optimizer(cfg)` returning `torch.optim.SGD` from a table: optimizer_factories)
     attributes_trained_elsewhere: frozenset[tuple[str, str]] = frozenset()  # (class, attribute): loaders the
@@ -126,7 +128,44 @@ class Facts(Reader):
         looked_up = call.func
         if isinstance(looked_up, cst.Call) and self.resolve(looked_up) == "getattr" and looked_up.args:
             return self.resolve(looked_up.args[0].value) in OPTIMIZER_MODULES
+        module = self.module_given(call)
+        if module is not None:  # `config.init_obj("optimizer", torch.optim, params)`
+            return self.resolve(module) in OPTIMIZER_MODULES
         return self._holds_an_optimizer_class(call.func)
+
+    def module_given(self, call: cst.Call) -> cst.BaseExpression | None:
+        """For a call of a function of the program that builds an instance of a class it looks up by name on a
+        module it is given (builders_by_name), the argument given for that module."""
+        own = self.memo.get("builders_by_name")
+        if own is None:
+            own = self.memo["builders_by_name"] = self.builders_by_name()
+        built = {**self.builders_by_name_elsewhere, **own}  # the program's, set after this file is first read
+        if last_name(call) not in built:
+            return None
+        position, name = built[last_name(call)]
+        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        if position < len(positional):
+            return positional[position]
+        return next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == name), None)
+
+    def builders_by_name(self) -> dict[str, tuple[int, str]]:
+        """The file's functions and methods returning an instance of a class they look up by name on a module
+        they are given (`def init_obj(self, name, module, *args, **kwargs): return getattr(module,
+        self[name]["type"])(*args, **kwargs)`, victoresque/pytorch-template's ConfigParser): each name, with that
+        parameter's position (a method's without self) and name."""
+        found = {}
+        for name, function in self.functions.items():
+            params = [p.name.value for p in function.params.params]
+            params = params[1:] if params[:1] in (["self"], ["cls"]) else params
+            for node in self.walk(function.body):
+                value = node.value if isinstance(node, cst.Return) else None
+                looked_up = value.func if isinstance(value, cst.Call) else None
+                if not (isinstance(looked_up, cst.Call) and self.resolve(looked_up) == "getattr" and looked_up.args):
+                    continue
+                module = looked_up.args[0].value
+                if isinstance(module, cst.Name) and module.value in params:
+                    found[name] = (params.index(module.value), module.value)
+        return found
 
     def _names_an_optimizer_class(self, node: cst.CSTNode) -> bool:
         name = self.resolve(node) if isinstance(node, cst.Name | cst.Attribute) else ""

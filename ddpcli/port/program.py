@@ -177,6 +177,7 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
     builders = {name: optimizer_builders(m.facts) for name, m in modules.items() if m.facts}
     optimizer_classes = {name: m.facts.own_optimizer_classes() for name, m in modules.items() if m.facts}
     factories = {name: m.facts.optimizer_factories() for name, m in modules.items() if m.facts}
+    by_name = {name: m.facts.builders_by_name() for name, m in modules.items() if m.facts}
     stepping = {name: m.facts.stepping_methods() for name, m in modules.items() if m.facts}
     writing = {name: writing_functions(m.facts) for name, m in modules.items() if m.facts}
     held_elsewhere = {name: frozenset().union(*(f for n, f in held.items() if n != name)) for name in held}
@@ -212,6 +213,9 @@ def read_program(modules: dict[str, Module]) -> ProgramFacts:
             module.facts.optimizer_factories_elsewhere = frozenset().union(
                 *(made for n, made in factories.items() if n != name)
             )
+            module.facts.builders_by_name_elsewhere = {
+                k: v for n, made in by_name.items() if n != name for k, v in made.items()
+            }
             module.facts.writes_elsewhere = frozenset().union(*(made for n, made in writing.items() if n != name))
             module.facts.stepping_elsewhere = {
                 k: v for n, made in stepping.items() if n != name for k, v in made.items()

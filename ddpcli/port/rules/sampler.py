@@ -11,7 +11,7 @@ import json
 import libcst as cst
 
 from ddpcli.port.context import Port
-from ddpcli.port.facts import dotted, keyword, last_name, string_value
+from ddpcli.port.facts import OPTIMIZER_MODULES, dotted, keyword, last_name, string_value
 from ddpcli.port.rules.training import Training
 from ddpcli.script.flow import WHOLE, handed, loader_functions, returned_keys
 from ddpcli.script.values import origins
@@ -378,10 +378,34 @@ def _shard_returned_elsewhere(port: Port) -> None:
                     "shuffle and drop_last, each pass a new epoch's order, alike on every rank")  # fmt: skip
 
 
+def _training_data_built_by_name(port: Port) -> None:
+    """`data_loader = config.init_obj("data_loader", module_data)` (victoresque/pytorch-template) trained on or
+    handed to the training: a class looked up on a module by a configuration's name (facts.module_given). Which
+    class it is, and whether a DistributedSampler can shard it, is the configuration's: named, not guessed (each
+    rank would train on all of it)."""
+    facts = port.facts
+    reached = set(facts.backward_sources())
+    for call in facts.calls:
+        module = facts.module_given(call)
+        if module is None or facts.resolve(module) in OPTIMIZER_MODULES:
+            continue
+        assigned = facts.parents.get(call)
+        targets = [dotted(t.target) for t in assigned.targets] if isinstance(assigned, cst.Assign) else []
+        if any(target in port.models for target in targets):
+            continue  # the model the configuration names, wrapped
+        if call in reached or _handed_to_a_step(port, call):
+            port.loaders_not_ported = True
+            port.cannot(call, f"{port.code(call)}: a class the configuration names, looked up on "
+                        f"{port.code(module)}: if it is the training data's loader, it is not sharded (which class "
+                        "it builds is the configuration's); give it a DistributedSampler (rank _ddp_rank of "
+                        "_ddp_world) and call its set_epoch each epoch")  # fmt: skip
+
+
 def apply(port: Port) -> None:
     facts = port.facts
     training = Training(facts)
     _shard_returned_elsewhere(port)
+    _training_data_built_by_name(port)
     for call in facts.calls:
         if facts.resolve(call).rsplit(".", 1)[-1] != "DataLoader":
             continue
