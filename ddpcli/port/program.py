@@ -502,11 +502,16 @@ def point_at_copies(
 
 
 def _import_line(original: str, module: str) -> int:
-    """The first line of the user's file importing `module` or the package holding it (1 if none is found)."""
+    """The first line of the user's file importing `module` or a package holding it (`from utils import Logger`,
+    the name re-exported from utils/logger.py; 1 if none is found)."""
     last = module.rpartition(".")[2]
     for number, line in enumerate(original.splitlines(), 1):
         words = line.replace(",", " ").split()
         if words[:1] in (["import"], ["from"]) and any(w.rstrip(".").split(".")[-1] == last or w == module
                                                        for w in words[1:]):  # fmt: skip
+            return number
+    for number, line in enumerate(original.splitlines(), 1):
+        words = line.split()
+        if words[:1] == ["from"] and len(words) > 1 and module.startswith(words[1].lstrip(".") + "."):
             return number
     return 1
