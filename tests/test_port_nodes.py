@@ -61,7 +61,7 @@ def test_the_checker_sees_a_wrong_field() -> None:
 HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
 SCRIPTS = {
     # wrap, unwrap, sampler, rank0 (print, save, writer, wandb.init, a writer rank 0 alone builds, tqdm, open outside
-    # a with, a path's open, a log file's handler), DataParallel, .cuda(), device, a pinned GPU
+    # a with, a path's open, a log file's handler, a logging configuration), DataParallel, .cuda(), device, a pinned GPU
     "many": HEAD
     + textwrap.dedent("""\
         from torch.utils.tensorboard import SummaryWriter
@@ -75,6 +75,8 @@ SCRIPTS = {
         from pathlib import Path
         record = Path("record.txt").open("a")
         import logging
+        import logging.config
+        logging.config.dictConfig({"version": 1})
         handler = logging.FileHandler("train.log")
         device = torch.device("cuda")
         pinned = torch.device("cuda", 0)

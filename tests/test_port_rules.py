@@ -3,6 +3,7 @@ single-device path (every edit is under `_ddp` / `_is_main`, or the identity wit
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -1030,6 +1031,24 @@ def test_a_file_a_method_opens_for_writing_is_opened_on_rank_zero_and_null_elsew
     read = port("from pathlib import Path\nfrom PIL import Image\n" + LOOP + 'text = Path("c.json").open().read()\n'
                 'image = Image.open("x.png")\n')  # fmt: skip
     assert 'text = Path("c.json").open().read()' in lines_of(read) and 'image = Image.open("x.png")' in lines_of(read)
+
+
+def test_a_logging_configuration_writes_its_files_on_rank_zero_alone() -> None:
+    """victoresque/pytorch-template's setup_logging (tried by the session's helpers): `logging.config.dictConfig(
+    config)` with a RotatingFileHandler writing info.log: every rank opened and appended to it (44 lines at 2
+    processes, 25 at one). The configuration goes through `_ddp_log_config`: on the ranks but 0, each handler's
+    filename is os.devnull; run here, on rank 0 and under python it is the script's own."""
+    result = port("import logging.config\n" + LOOP + "config = {'version': 1, 'handlers': {'file': {'class': "
+                  "'logging.FileHandler', 'filename': 'info.log'}}}\nlogging.config.dictConfig(config)\n")  # fmt: skip
+    lines = lines_of(result)
+    assert "logging.config.dictConfig(_ddp_log_config(config))" in lines
+    namespace: dict[str, object] = {}
+    helper = result.source[result.source.index("def _ddp_log_config") :]
+    exec(compile("import copy, os\n_is_main = False\n" + helper[: helper.index("\n\n\n")], "h", "exec"), namespace)
+    config = {"version": 1, "handlers": {"file": {"filename": "info.log"}, "console": {"class": "StreamHandler"}}}
+    elsewhere = namespace["_ddp_log_config"](config)  # type: ignore[operator]
+    assert elsewhere["handlers"] == {"file": {"filename": os.devnull}, "console": {"class": "StreamHandler"}}
+    assert config["handlers"]["file"] == {"filename": "info.log"}  # the script's own dict is left as it was
 
 
 WHILE_EPOCHS = """

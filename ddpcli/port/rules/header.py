@@ -382,6 +382,22 @@ QUIET = '''
 def _ddp_quiet(*args, **kwargs):
     """What print, a logger or a save does on the ranks but 0: nothing (their arguments were evaluated)."""
 '''
+LOG_CONFIG = '''
+
+
+def _ddp_log_config(config):
+    """A logging.config.dictConfig configuration whose file handlers write on rank 0 alone: on the other ranks a
+    copy whose handlers' filenames are os.devnull; rank 0's and python's, the script's own."""
+    if _is_main or not isinstance(config, dict):
+        return config
+    import copy
+
+    config = copy.deepcopy(config)
+    for handler in (config.get("handlers") or {}).values():
+        if isinstance(handler, dict) and "filename" in handler:
+            handler["filename"] = os.devnull
+    return config
+'''
 RANK_ZERO = '''
 
 
@@ -500,9 +516,9 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 
 # The helpers the rules may need (port.needs), in the order the header defines them.
 _HELPERS = (("ddp", MODEL), ("script_model", SCRIPT_MODEL), ("forward", FORWARD), ("data_parallel", DATA_PARALLEL),
-            ("is_data_parallel", IS_DATA_PARALLEL), ("shard", SHARD), ("quiet", QUIET), ("rank_zero", RANK_ZERO),
-            ("wandb", WANDB), ("map", MAP), ("device", DEVICE), ("seed", SEED), ("shared", SHARED), ("same", SAME),
-            ("any", ANY))  # fmt: skip
+            ("is_data_parallel", IS_DATA_PARALLEL), ("shard", SHARD), ("quiet", QUIET), ("log_config", LOG_CONFIG),
+            ("rank_zero", RANK_ZERO), ("wandb", WANDB), ("map", MAP), ("device", DEVICE), ("seed", SEED),
+            ("shared", SHARED), ("same", SAME), ("any", ANY))  # fmt: skip
 
 
 def apply(port: Port) -> None:

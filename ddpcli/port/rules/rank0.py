@@ -141,6 +141,9 @@ def apply(port: Port) -> None:
         ):
             written.append(node)
             _open_on_rank_zero(port, node)
+        elif isinstance(node, cst.Call) and facts.resolve(node) == "logging.config.dictConfig" and node.args:
+            written.append(node)
+            _log_config_on_rank_zero(port, node)
         elif isinstance(node, cst.Call) and facts.resolve(node) in FILE_HANDLERS:
             written.append(node)
             _log_file_on_rank_zero(port, node)
@@ -303,6 +306,17 @@ def _open_on_rank_zero(port: Port, call: cst.Call) -> None:
     port.edits.rewrite(call, lambda n: cst.IfExp(test=cst.Name("_is_main"), body=n, orelse=elsewhere(n)))
     port.change(call, "rank0", f"{port.code(call)} on rank 0; the other ranks write to os.devnull (once, not once "
                 "per rank)")  # fmt: skip
+
+
+def _log_config_on_rank_zero(port: Port, call: cst.Call) -> None:
+    """`logging.config.dictConfig(config)`: its file handlers write on rank 0, on the others to os.devnull
+    (`_ddp_log_config`, the header's), as a FileHandler built in the script does (victoresque/pytorch-template's
+    setup_logging: every rank appended to info.log)."""
+    port.needs.add("log_config")
+    port.edits.rewrite(call.args[0].value, lambda given: cst.Call(func=cst.Name("_ddp_log_config"),
+                                                                   args=[cst.Arg(given)]))  # fmt: skip
+    port.change(call, "rank0", "logging.config.dictConfig(...): the configuration's log files are written on rank 0; "
+                "the other ranks' file handlers write to os.devnull (one log, not one line per rank)")  # fmt: skip
 
 
 def _log_file_on_rank_zero(port: Port, call: cst.Call) -> None:
