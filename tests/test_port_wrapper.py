@@ -1,7 +1,8 @@
 """The port's `_DDPModel` (ddpcli.port.rules.header.MODEL, the text every port writes) in a real process group of
 one gloo rank: the wrapper is still the script's model (attributes read and written, methods, state_dict's names,
 deepcopy, pickling that loads without a process group), and where the script used nn.DataParallel it keeps
-DataParallel's `module.` names. Issue 48, class 2; the two-process runs are tests/test_port_program_e2e.py.
+DataParallel's `module.` names and answers for DataParallel's own methods. Issue 48, class 2; the two-process runs
+are tests/test_port_program_e2e.py.
 
 Cost: two python processes forked from tests/zygote (about 1 s)."""
 
@@ -46,6 +47,7 @@ MODEL_AND_DATA_PARALLEL
 torch.manual_seed(0)
 facts = {}
 model = _DDPModel(Net())
+plain_model = model
 model.scale = 2.0
 x = torch.randn(2, 4)
 facts["plain"] = {
@@ -68,11 +70,21 @@ try:
 except RuntimeError:
     plain_keys = "refused, as nn.DataParallel refuses them"
 marked.load_state_dict(torch.nn.DataParallel(Net()).state_dict())
+# pytorch-deeplab-xception's vendored patch_replication_callback: reads DataParallel's replicate off the model the
+# script put in nn.DataParallel and sets its own in its place (DDP never calls either)
+old_replicate = marked.replicate
+marked.replicate = lambda module, device_ids: old_replicate(module, device_ids)
+try:
+    plain_model.replicate
+    plain_replicate = "read"
+except AttributeError:
+    plain_replicate = "AttributeError"
 facts["data_parallel"] = {
     "state_dict": list(marked.state_dict()),
     "named_parameters": [name for name, _ in marked.named_parameters()],
     "copy": [type(copied).__name__, list(copied.state_dict()), same_output],
     "plain_keys": plain_keys,
+    "replicate": [callable(old_replicate), plain_replicate, torch.equal(marked(x), marked.module(x))],
 }
 dist.destroy_process_group()
 print(json.dumps(facts))
@@ -105,6 +117,7 @@ def test_the_wrapper_is_the_scripts_model_and_keeps_data_parallels_names(tmp_pat
         "named_parameters": ["module.body.weight", "module.body.bias"],
         "copy": ["DataParallel", ["module.body.weight", "module.body.bias"], True],
         "plain_keys": "refused, as nn.DataParallel refuses them",
+        "replicate": [True, "AttributeError", True],  # DataParallel's methods on its stand-in only
     }
     # what torch.save wrote is the script's Net, loaded where no process group exists
     loaded = _run(tmp_path, "import torch\nm = torch.load('whole.pt', weights_only=False)\nprint(type(m).__name__, "

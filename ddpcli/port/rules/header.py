@@ -59,8 +59,9 @@ class _DDPModel(DistributedDataParallel):
     """DistributedDataParallel that is still the script's model everywhere but in its training forward (after
     Lightning Fabric's _FabricModule): what the script, or any module it imports, reads, writes or calls on it that
     DDP does not have reaches the script's own module; state_dict, load_state_dict and named_parameters keep the
-    names the script's model had (nn.DataParallel's `module.` only where the script used it); copy.deepcopy,
-    pickle and torch.save give the script's model, not the wrapper."""
+    names the script's model had (nn.DataParallel's `module.` only where the script used it), and where it did,
+    DataParallel's own methods answer (a synchronized BatchNorm's patch_replication_callback reads `replicate`);
+    copy.deepcopy, pickle and torch.save give the script's model, not the wrapper."""
 
     def __init__(self, module, *args, **kwargs):
         super().__init__(module, *args, **kwargs)
@@ -73,7 +74,14 @@ class _DDPModel(DistributedDataParallel):
             inner = self.__dict__["_modules"].get("module")
             if inner is None:
                 raise
-            return getattr(inner, name)
+            try:
+                return getattr(inner, name)
+            except AttributeError:
+                method = getattr(torch.nn.DataParallel, name, None)
+                marked = getattr(torch.nn.DataParallel, "_ddp_port_models", ())  # _ddp_data_parallel's mark
+                if callable(method) and (self in marked or inner in marked):
+                    return method.__get__(self)  # DataParallel's own (replicate, scatter), which DDP never calls
+                raise
 
     def __setattr__(self, name, value):
         inner = self.__dict__.get("_modules", {}).get("module")
