@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpcli.port.engine import port_program
+from ddpcli.port.engine import Program, port_program
 from tests.helpers import port_command
 from tests.test_port_rules import TWO_STEPS  # the optimizer class stepping in two methods
 
@@ -349,28 +349,33 @@ def test_the_loader_another_file_trains_on_is_sharded_where_it_is_built_and_only
     assert (val_line in lines) is not first_is_trained
 
 
+def data_program(tmp_path: Path, data: str, script: str) -> Program:
+    """A program of three files, ported: data.py (`data`: its loaders), engine.py (STEPS: the step), and train.py,
+    whose model and optimizer come first, then `script` (its import of data.py among its lines)."""
+    (tmp_path / "data.py").write_text(data, encoding="utf-8")
+    (tmp_path / "engine.py").write_text(STEPS, encoding="utf-8")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom torch import nn\nfrom engine import step\n\n"
+        "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + script,
+        encoding="utf-8",
+    )
+    return port_program(tmp_path / "train.py")
+
+
 def test_a_factory_called_for_training_and_evaluation_is_sharded_at_the_training_call_alone(tmp_path: Path) -> None:
     """LeeJunHyun/Image_Segmentation (tried by the session's helpers): data_loader.py's get_loader(mode=...) builds
     and returns the loader for training, validation and test alike; main.py hands the training one to the Solver.
     The call was sharded in main.py and the DataLoader inside get_loader too: the validation and test loaders were
     halved, rank 0 chose and saved its best model from its half (and a rank whose half never improved raised at
     `del best_unet`). A loader the function returns whole is sharded where it is called to train."""
-    (tmp_path / "data.py").write_text(
+    ported = data_program(
+        tmp_path,
         "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef get_loader(mode='train'):\n"
         "    loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=mode == 'train')\n    return loader\n",
-        encoding="utf-8",
-    )
-    (tmp_path / "engine.py").write_text(STEPS, encoding="utf-8")
-    script = tmp_path / "train.py"
-    script.write_text(
-        "import torch\nfrom torch import nn\nfrom data import get_loader\nfrom engine import step\n\n"
-        "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "train_loader = get_loader(mode='train')\nvalid_loader = get_loader(mode='valid')\n"
-        "for epoch in range(2):\n    step(model, optimizer, train_loader)\n"
+        "from data import get_loader\n\ntrain_loader = get_loader(mode='train')\n"
+        "valid_loader = get_loader(mode='valid')\nfor epoch in range(2):\n    step(model, optimizer, train_loader)\n"
         "    print(sum(model(x).sum().item() for x in valid_loader))\n",
-        encoding="utf-8",
     )
-    ported = port_program(script)
     lines = ported.script.source.splitlines()
     assert "train_loader = _ddp_shard(get_loader(mode='train'))" in lines
     assert "valid_loader = get_loader(mode='valid')" in lines
@@ -466,20 +471,12 @@ def test_a_dict_of_loaders_filled_key_by_key_shards_the_key_the_script_trains_on
     was not taken for one that returns loaders (only dicts written out and appended lists were read), nothing was
     sharded, and each rank trained on all the data ("optimizer steps 16; the plan said 8"). The key each loader is
     stored under is read from the loop's literals and the tests around the loader."""
-    (tmp_path / "data.py").write_text(
+    ported = data_program(
+        tmp_path,
         "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef make_loaders(types):" + FILLED[filled],
-        encoding="utf-8",
-    )
-    (tmp_path / "engine.py").write_text(STEPS, encoding="utf-8")
-    script = tmp_path / "train.py"
-    script.write_text(
-        "import torch\nfrom torch import nn\nimport data\nfrom engine import step\n\n"
-        "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "loaders = data.make_loaders(['train', 'val'])\ntrain_dl = loaders['train']\n"
+        "import data\n\nloaders = data.make_loaders(['train', 'val'])\ntrain_dl = loaders['train']\n"
         "for epoch in range(2):\n    step(model, optimizer, train_dl)\n",
-        encoding="utf-8",
     )
-    ported = port_program(script)
     (module,) = [m for m in ported.modules if m.name == "data"]
     source = module.result.source  # type: ignore[union-attr]
     assert "_ddp_shard(DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True))" in source, source
