@@ -200,7 +200,7 @@ SCRIPTS = {
 
 
 # a program of several files (ddpcli.port.program): each import spelling a copy is pointed at, in the script and a
-# package's module, and a package's __init__ copied inside it
+# package's module, and a package's __init__ copied inside it; training data a configuration names
 PROGRAM = {
     "train.py": HEAD
     + "import utils\nimport utils as u\nfrom pkg import io\nfrom pkg.io import save\n"
@@ -208,7 +208,14 @@ PROGRAM = {
     + "from box import keep, part, plain\nfrom box import *\nimport box\nbox.keep('k.pt')\n"
     + SCRIPTS["phases"]
     + "utils.save(model, 'a.pt'); u.save(model, 'b.pt'); io.save(model, 'c.pt')\n"
-    + "from pkg.data import make\nfor x in make():\n    model(x).sum().backward()\n    optimizer.step()\n",
+    + "from pkg.data import make\nfor x in make():\n    model(x).sum().backward()\n    optimizer.step()\n"
+    + "from conf import Conf\nfrom steps import fit\nfrom pkg import data as datasets\n"
+    + "fit(model, optimizer, Conf().init_obj('make', datasets))\n",
+    # training data a configuration names (a builder by name), handed to another file's step
+    "conf.py": "class Conf:\n    def init_obj(self, name, module, *args):\n"
+    "        return getattr(module, name)(*args)\n",
+    "steps.py": "def fit(model, optimizer, loader):\n    for x in loader:\n        optimizer.zero_grad()\n"
+    "        model(x).sum().backward()\n        optimizer.step()\n",
     "pkg/data.py": "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef make():\n"
     "    return DataLoader(torch.randn(8, 4), batch_size=2)\n",
     "utils.py": "import torch\n\n\ndef save(model, path):\n    torch.save(model.state_dict(), path)\n",

@@ -276,7 +276,13 @@ def _ddp_shard(loader, epoch=None):
     stays whole, with a warning: the run goes on (the port listed it, where it saw it)."""
     if not _ddp or isinstance(getattr(loader, "sampler", None), DistributedSampler):
         return loader  # one process; or sharded already (by the file that built it, where it is handed on)
-    data, dataset, drawn = torch.utils.data, loader.dataset, loader.sampler
+    data = torch.utils.data
+    if not isinstance(loader, data.DataLoader):  # what a configuration named, handed to the training
+        import warnings
+        warnings.warn(f"ddpcli port: the training data is a {type(loader).__name__}, not a DataLoader: it stays "
+                      "whole on every rank; shard it by _ddp_rank and _ddp_world yourself", stacklevel=2)
+        return loader
+    dataset, drawn = loader.dataset, loader.sampler
     if isinstance(dataset, data.IterableDataset) or not isinstance(
         drawn, (data.RandomSampler, data.SequentialSampler, data.SubsetRandomSampler)
     ):

@@ -379,26 +379,47 @@ def _shard_returned_elsewhere(port: Port) -> None:
 
 
 def _training_data_built_by_name(port: Port) -> None:
-    """`data_loader = config.init_obj("data_loader", module_data)` (victoresque/pytorch-template) trained on or
-    handed to the training: a class looked up on a module by a configuration's name (facts.module_given). Which
-    class it is, and whether a DistributedSampler can shard it, is the configuration's: named, not guessed (each
-    rank would train on all of it)."""
-    facts = port.facts
+    """`data_loader = config.init_obj("data_loader", module_data)` (victoresque/pytorch-template): a class looked up
+    on a module by a configuration's name (facts.module_given), so which class is the configuration's. Handed to
+    the training of another file (`Trainer(..., data_loader=data_loader)`): sharded there, `_ddp_shard(data_loader)`
+    deciding at run time (a DataLoader, its split of the data included, is dealt out; anything else stays whole,
+    with a warning); the object itself stays the script's (its own methods: `data_loader.split_validation()`).
+    Trained on here: named, not guessed."""
+    facts, feeding = port.facts, port.facts.feeding_elsewhere
+    built = {call for call in facts.calls if _built_by_name(port, call)}
+    if not built:
+        return
+    handed_on: set[cst.Call] = set()
+    for call in facts.calls if feeding else []:
+        for value, keys in handed(facts, call, feeding):
+            made = [end for end in origins(facts, value, into_containers=keys == WHOLE) if end in built]
+            if not made or keys != WHOLE:
+                continue
+            handed_on.update(made)
+            port.needs.add("shard")
+            port.edits.rewrite(value, lambda given: cst.Call(func=cst.Name("_ddp_shard"), args=[cst.Arg(given)]))
+            port.change(value, "sampler", f"{port.code(value)} handed to {port.code(call.func)}(...), which trains on "
+                        "it: a class the configuration names, sharded there when it is a DataLoader (a "
+                        "DistributedSampler keeping its shuffle, a split's indices dealt out), else left whole with a "
+                        "warning")  # fmt: skip
     reached = set(facts.backward_sources())
-    for call in facts.calls:
-        module = facts.module_given(call)
-        if module is None or facts.resolve(module) in OPTIMIZER_MODULES:
-            continue
-        assigned = facts.parents.get(call)
-        targets = [dotted(t.target) for t in assigned.targets] if isinstance(assigned, cst.Assign) else []
-        if any(target in port.models for target in targets):
-            continue  # the model the configuration names, wrapped
-        if call in reached or _handed_to_a_step(port, call):
+    for call in sorted(built - handed_on, key=facts.line):
+        if call in reached:
             port.loaders_not_ported = True
-            port.cannot(call, f"{port.code(call)}: a class the configuration names, looked up on "
-                        f"{port.code(module)}: if it is the training data's loader, it is not sharded (which class "
-                        "it builds is the configuration's); give it a DistributedSampler (rank _ddp_rank of "
-                        "_ddp_world) and call its set_epoch each epoch")  # fmt: skip
+            port.cannot(call, f"{port.code(call)}: a class the configuration names: if it is the training data's "
+                        "loader, it is not sharded (which class it builds is the configuration's); give it a "
+                        "DistributedSampler (rank _ddp_rank of _ddp_world), and call its set_epoch each "
+                        "epoch")  # fmt: skip
+
+
+def _built_by_name(port: Port, call: cst.Call) -> bool:
+    """A call of the program's builder by name (facts.module_given), of no optimizer, and not the model it wraps."""
+    module = port.facts.module_given(call)
+    if module is None or port.facts.resolve(module) in OPTIMIZER_MODULES:
+        return False
+    assigned = port.facts.parents.get(call)
+    targets = [dotted(t.target) for t in assigned.targets] if isinstance(assigned, cst.Assign) else []
+    return not any(target in port.models for target in targets)
 
 
 def apply(port: Port) -> None:
