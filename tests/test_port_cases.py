@@ -454,6 +454,9 @@ def test_the_shard_helper_leaves_what_it_cannot_shard_whole_with_a_warning_never
     weighted = DataLoader(list(range(8)), sampler=WeightedRandomSampler([1.0] * 8, 8))
     with pytest.warns(UserWarning, match="a DataLoader has its own sampler: it stays whole"):
         assert shard(weighted) is weighted
+    batches = [[0, 1], [2, 3]]  # what a configuration named, handed to the training: no DataLoader (b8ff8dd)
+    with pytest.warns(UserWarning, match="the training data is a list, not a DataLoader: it stays whole"):
+        assert shard(batches) is batches
 
 
 def test_the_shard_helper_deals_whole_batches_and_shares_draws_with_replacement() -> None:
