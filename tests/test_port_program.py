@@ -832,6 +832,19 @@ def test_an_optimizer_class_another_file_returns_builds_the_optimizer(tmp_path: 
     assert "    model = _DDPModel(model)" in lines or "model = _DDPModel(model)" in lines
 
 
+def _train_and_held_out(tmp_path: Path, data: str) -> tuple[Program, list[str]]:
+    """The program whose script trains on `train` and evaluates `held_out`, both of `data.get(2)` (data.py:
+    `data`): what it ports to, and data.py's ported lines, stripped."""
+    step = "for x in train:\n        optimizer.zero_grad()\n        model(x).sum().backward()\n" \
+        "        optimizer.step()\n    print(sum(model(x).sum().item() for x in held_out))"  # fmt: skip
+    script = program(tmp_path, "import data", step, {"data.py": data})
+    built = "loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2)"
+    script.write_text(script.read_text().replace(built, "train, held_out = data.get(2)"))
+    ported = port_program(script)
+    module = next(m.result for m in ported.modules if m.name == "data")
+    return ported, [line.strip() for line in module.source.splitlines()]  # type: ignore[union-attr]
+
+
 def test_loaders_a_function_of_another_file_appends_to_the_list_it_returns_shard_the_trained_one(
     tmp_path: Path,
 ) -> None:
@@ -843,14 +856,7 @@ def test_loaders_a_function_of_another_file_appends_to_the_list_it_returns_shard
         "    ds.append(torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=batch_size))\n"
         "    ds.append(torch.utils.data.DataLoader(torch.randn(4, 4), batch_size=4))\n    return ds\n"
     )
-    step = "for x in train:\n        optimizer.zero_grad()\n        model(x).sum().backward()\n" \
-        "        optimizer.step()\n    print(sum(model(x).sum().item() for x in held_out))"  # fmt: skip
-    script = program(tmp_path, "import data", step, {"data.py": data})
-    built = "loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2)"
-    script.write_text(script.read_text().replace(built, "train, held_out = data.get(2)"))
-    ported = port_program(script)
-    module = next(m.result for m in ported.modules if m.name == "data")
-    lines = [line.strip() for line in module.source.splitlines()]  # type: ignore[union-attr]
+    ported, lines = _train_and_held_out(tmp_path, data)
     assert "ds.append(_ddp_shard(torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=batch_size)))" in lines
     assert "ds.append(torch.utils.data.DataLoader(torch.randn(4, 4), batch_size=4))" in lines
     assert not [item for item in ported.script.not_ported if "DataLoader" in item.reason]
@@ -867,12 +873,6 @@ def test_loaders_appended_under_tests_leave_the_choice_to_the_names(tmp_path: Pa
         "        test_loader = torch.utils.data.DataLoader(torch.randn(4, 4), batch_size=4)\n"
         "        ds.append(test_loader)\n    ds = ds[0] if len(ds) == 1 else ds\n    return ds\n"
     )
-    step = "for x in train:\n        optimizer.zero_grad()\n        model(x).sum().backward()\n" \
-        "        optimizer.step()\n    print(sum(model(x).sum().item() for x in held_out))"  # fmt: skip
-    script = program(tmp_path, "import data", step, {"data.py": data})
-    built = "loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2)"
-    script.write_text(script.read_text().replace(built, "train, held_out = data.get(2)"))
-    module = next(m.result for m in port_program(script).modules if m.name == "data")
-    lines = [line.strip() for line in module.source.splitlines()]  # type: ignore[union-attr]
+    _, lines = _train_and_held_out(tmp_path, data)
     assert "train_loader = _ddp_shard(torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=batch_size))" in lines
     assert "test_loader = torch.utils.data.DataLoader(torch.randn(4, 4), batch_size=4)" in lines
