@@ -139,10 +139,11 @@ class Facts(Reader):
         own = self.memo.get("builders_by_name")
         if own is None:
             own = self.memo["builders_by_name"] = self.builders_by_name()
-        built = {**self.builders_by_name_elsewhere, **own}  # the program's, set after this file is first read
-        if last_name(call) not in built:
+        # this file's first, then the program's (set after this file is first read, so not memoised with it)
+        found = own.get(last_name(call)) or self.builders_by_name_elsewhere.get(last_name(call))
+        if found is None:
             return None
-        position, name = built[last_name(call)]
+        position, name = found
         positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
         if position < len(positional):
             return positional[position]
